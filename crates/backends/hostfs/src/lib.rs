@@ -1,0 +1,421 @@
+//! hostfs: a host directory as a walkfs backend (passthrough).
+//!
+//! Every node is held as an `O_PATH` descriptor. A name is resolved with
+//! `openat2(parent, name, O_PATH | O_NOFOLLOW, RESOLVE_BENEATH |
+//! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS)`: one component, relative to
+//! a descriptor we already hold, never following a link, so no name a client
+//! sends can reach outside the exported directory (the vfs never hands `..`
+//! down; `..` is resolved in the vfs from its own parent pointers).
+//!
+//! Opening for I/O re-opens the held inode through `/proc/self/fd/N`, only
+//! after checking that it is a regular file or a directory: the `O_PATH`
+//! descriptor pins the inode, so the check and the open see the same object,
+//! and device nodes, fifos and sockets are never opened on anyone's behalf.
+//!
+//! Nodes are keyed by (device, inode number), so hard links share a
+//! [`NodeId`], as the [`FileSystem`] contract asks.
+
+mod sys;
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use walkfs_fsapi::{
+    Attr, DirEntry, Entry, Errno, FileHandle, FileSystem, FileType, NodeId, OpenFlags, Owner,
+    Result, SetAttr, StatFs, TimeSet,
+};
+
+const ROOT: u64 = 1;
+const LOOKUP_FLAGS: i32 = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+const RESOLVE: u64 = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_SYMLINKS;
+
+struct HostNode {
+    fd: Arc<OwnedFd>,
+    key: (u64, u64),
+    lookups: u64,
+}
+
+#[derive(Default)]
+struct Nodes {
+    by_id: HashMap<u64, HostNode>,
+    by_key: HashMap<(u64, u64), u64>,
+    next: u64,
+}
+
+/// A host directory. Create with [`HostFs::new`].
+pub struct HostFs {
+    nodes: RwLock<Nodes>,
+    handles: Mutex<HashMap<u64, Arc<OwnedFd>>>,
+    next_fh: Mutex<u64>,
+    /// `/proc/self/fd`, to re-open held `O_PATH` descriptors.
+    proc_fd: OwnedFd,
+    /// The process umask at start: modes are re-applied exactly after
+    /// creation when it would have stripped bits.
+    umask: u32,
+    euid: u32,
+    egid: u32,
+}
+
+impl HostFs {
+    /// Export `dir`. Fails with the errno of opening it (ENOTDIR if it is
+    /// not a directory).
+    pub fn new(dir: &Path) -> Result<HostFs> {
+        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| Errno::EINVAL)?;
+        let cwd = libc::AT_FDCWD;
+        // SAFETY: AT_FDCWD is always a valid directory handle for *at calls.
+        let cwd = unsafe { BorrowedFd::borrow_raw(cwd) };
+        let root = sys::openat(cwd, path.as_bytes(), libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        let proc_fd = sys::openat(cwd, b"/proc/self/fd", libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        let attr = sys::statx(root.as_fd())?;
+        let key = (sys::dev_of(root.as_fd())?, attr.ino);
+        let mut nodes = Nodes { next: ROOT + 1, ..Nodes::default() };
+        nodes.by_id.insert(ROOT, HostNode { fd: Arc::new(root), key, lookups: 1 });
+        nodes.by_key.insert(key, ROOT);
+        Ok(HostFs {
+            nodes: RwLock::new(nodes),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: Mutex::new(1),
+            proc_fd,
+            umask: sys::umask(),
+            euid: sys::geteuid(),
+            egid: sys::getegid(),
+        })
+    }
+
+    fn fd(&self, node: NodeId) -> Result<Arc<OwnedFd>> {
+        self.nodes.read().by_id.get(&node.0).map(|n| n.fd.clone()).ok_or(Errno::ESTALE)
+    }
+
+    /// Register a freshly opened `O_PATH` descriptor as a node (or count one
+    /// more lookup of the node it already is).
+    fn register(&self, fd: OwnedFd) -> Result<Entry> {
+        let attr = sys::statx(fd.as_fd())?;
+        let key = (sys::dev_of(fd.as_fd())?, attr.ino);
+        let mut nodes = self.nodes.write();
+        if let Some(&id) = nodes.by_key.get(&key) {
+            if let Some(n) = nodes.by_id.get_mut(&id) {
+                n.lookups += 1;
+                return Ok(Entry { node: NodeId(id), attr });
+            }
+        }
+        let id = nodes.next;
+        nodes.next += 1;
+        nodes.by_id.insert(id, HostNode { fd: Arc::new(fd), key, lookups: 1 });
+        nodes.by_key.insert(key, id);
+        Ok(Entry { node: NodeId(id), attr })
+    }
+
+    /// Re-open a held node for I/O, refusing anything but regular files and
+    /// directories.
+    fn reopen(&self, fd: &OwnedFd, flags: i32) -> Result<OwnedFd> {
+        let attr = sys::statx(fd.as_fd())?;
+        match attr.file_type() {
+            Some(FileType::Regular) | Some(FileType::Directory) => {}
+            Some(FileType::Symlink) => return Err(Errno::ELOOP),
+            _ => return Err(Errno::EACCES),
+        }
+        let name = sys::fd_name(fd.as_raw_fd());
+        sys::openat(self.proc_fd.as_fd(), &name, flags & !(libc::O_CREAT | libc::O_EXCL), 0)
+    }
+
+    fn new_handle(&self, fd: OwnedFd) -> FileHandle {
+        let mut next = self.next_fh.lock();
+        let fh = *next;
+        *next += 1;
+        self.handles.lock().insert(fh, Arc::new(fd));
+        FileHandle(fh)
+    }
+
+    fn handle(&self, fh: FileHandle) -> Result<Arc<OwnedFd>> {
+        self.handles.lock().get(&fh.0).cloned().ok_or(Errno::EBADF)
+    }
+
+    /// Give a new node its owner and exact mode. The kernel applied our
+    /// umask and our own ids; the vfs decided others.
+    fn settle_new(&self, fd: &OwnedFd, mode: Option<u32>, owner: Owner) -> Result<()> {
+        if owner.uid != self.euid || owner.gid != self.egid {
+            sys::fchownat_empty(fd.as_fd(), owner.uid, owner.gid)?;
+        }
+        // chown clears set-id bits, and the umask strips bits: put the mode
+        // the vfs asked for back whenever either may have changed it.
+        if let Some(mode) = mode {
+            if mode & self.umask != 0 || mode & 0o7000 != 0 || owner.uid != self.euid || owner.gid != self.egid {
+                sys::fchmodat(self.proc_fd.as_fd(), &sys::fd_name(fd.as_raw_fd()), mode)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn lookup_fd(&self, dir: BorrowedFd, name: &[u8]) -> Result<OwnedFd> {
+        check_name(name)?;
+        sys::openat2(dir, name, LOOKUP_FLAGS, 0, RESOLVE)
+    }
+}
+
+/// Names the vfs hands down are single components; refuse anything else
+/// even so, since this is the layer that touches the host.
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err(Errno::EINVAL);
+    }
+    if name.len() > walkfs_fsapi::NAME_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    Ok(())
+}
+
+fn timespec(t: Option<TimeSet>) -> libc::timespec {
+    match t {
+        None => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+        Some(TimeSet::Now) => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
+        Some(TimeSet::At(ts)) => libc::timespec { tv_sec: ts.sec, tv_nsec: ts.nsec as i64 },
+    }
+}
+
+impl FileSystem for HostFs {
+    fn root(&self) -> NodeId {
+        NodeId(ROOT)
+    }
+
+    fn kind(&self) -> &'static str {
+        "hostfs"
+    }
+
+    fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Entry> {
+        let dir = self.fd(parent)?;
+        let fd = self.lookup_fd(dir.as_fd(), name)?;
+        self.register(fd)
+    }
+
+    fn forget(&self, node: NodeId, count: u64) {
+        if node.0 == ROOT {
+            return;
+        }
+        let mut nodes = self.nodes.write();
+        let gone = match nodes.by_id.get_mut(&node.0) {
+            Some(n) => {
+                n.lookups = n.lookups.saturating_sub(count);
+                (n.lookups == 0).then_some(n.key)
+            }
+            None => None,
+        };
+        if let Some(key) = gone {
+            nodes.by_id.remove(&node.0);
+            nodes.by_key.remove(&key);
+        }
+    }
+
+    fn getattr(&self, node: NodeId) -> Result<Attr> {
+        sys::statx(self.fd(node)?.as_fd())
+    }
+
+    fn setattr(&self, node: NodeId, set: &SetAttr) -> Result<Attr> {
+        let fd = self.fd(node)?;
+        let name = sys::fd_name(fd.as_raw_fd());
+        if set.uid.is_some() || set.gid.is_some() {
+            sys::fchownat_empty(fd.as_fd(), set.uid.unwrap_or(u32::MAX), set.gid.unwrap_or(u32::MAX))?;
+        }
+        if let Some(mode) = set.mode {
+            if sys::statx(fd.as_fd())?.is_symlink() {
+                return Err(Errno::EOPNOTSUPP);
+            }
+            sys::fchmodat(self.proc_fd.as_fd(), &name, mode & 0o7777)?;
+        }
+        if let Some(size) = set.size {
+            let file = self.reopen(&fd, libc::O_WRONLY)?;
+            sys::ftruncate(file.as_fd(), size)?;
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            sys::utimensat(self.proc_fd.as_fd(), &name, &[timespec(set.atime), timespec(set.mtime)])?;
+        }
+        sys::statx(fd.as_fd())
+    }
+
+    fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
+        let fd = self.fd(node)?;
+        sys::readlinkat_empty(fd.as_fd()).map_err(|e| if e == Errno::ENOENT { Errno::EINVAL } else { e })
+    }
+
+    fn open(&self, node: NodeId, flags: OpenFlags) -> Result<FileHandle> {
+        let fd = self.fd(node)?;
+        let keep = libc::O_ACCMODE | libc::O_TRUNC | libc::O_DIRECTORY;
+        let file = self.reopen(&fd, flags.0 & keep)?;
+        Ok(self.new_handle(file))
+    }
+
+    fn create(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        mode: u32,
+        owner: Owner,
+        flags: OpenFlags,
+    ) -> Result<(Entry, FileHandle)> {
+        check_name(name)?;
+        let dir = self.fd(parent)?;
+        let how = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | (flags.0 & libc::O_ACCMODE);
+        let file = sys::openat2(dir.as_fd(), name, how, mode & 0o7777, RESOLVE)?;
+        let path = sys::openat(self.proc_fd.as_fd(), &sys::fd_name(file.as_raw_fd()), libc::O_PATH, 0)?;
+        self.settle_new(&path, Some(mode & 0o7777), owner)?;
+        let entry = self.register(path)?;
+        Ok((entry, self.new_handle(file)))
+    }
+
+    fn read(&self, _node: NodeId, fh: FileHandle, off: u64, buf: &mut [u8]) -> Result<usize> {
+        sys::pread(self.handle(fh)?.as_fd(), buf, off)
+    }
+
+    fn write(&self, _node: NodeId, fh: FileHandle, off: u64, data: &[u8]) -> Result<usize> {
+        sys::pwrite(self.handle(fh)?.as_fd(), data, off)
+    }
+
+    fn release(&self, _node: NodeId, fh: FileHandle) {
+        self.handles.lock().remove(&fh.0);
+    }
+
+    fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, owner: Owner) -> Result<Entry> {
+        check_name(name)?;
+        let dir = self.fd(parent)?;
+        sys::mkdirat(dir.as_fd(), name, mode & 0o7777)?;
+        let fd = self.lookup_fd(dir.as_fd(), name)?;
+        self.settle_new(&fd, Some(mode & 0o7777), owner)?;
+        self.register(fd)
+    }
+
+    fn symlink(&self, parent: NodeId, name: &[u8], target: &[u8], owner: Owner) -> Result<Entry> {
+        check_name(name)?;
+        let dir = self.fd(parent)?;
+        sys::symlinkat(target, dir.as_fd(), name)?;
+        let fd = self.lookup_fd(dir.as_fd(), name)?;
+        self.settle_new(&fd, None, owner)?;
+        self.register(fd)
+    }
+
+    fn link(&self, node: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {
+        check_name(newname)?;
+        let fd = self.fd(node)?;
+        let dir = self.fd(newparent)?;
+        // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; without it, link through
+        // the /proc magic link of our own descriptor (same inode either way).
+        match sys::linkat(fd.as_fd(), b"", dir.as_fd(), newname, libc::AT_EMPTY_PATH) {
+            Err(Errno::ENOENT) | Err(Errno::EPERM) if !sys::statx(fd.as_fd())?.is_symlink() => {
+                let name = sys::fd_name(fd.as_raw_fd());
+                sys::linkat(self.proc_fd.as_fd(), &name, dir.as_fd(), newname, libc::AT_SYMLINK_FOLLOW)?
+            }
+            r => r?,
+        }
+        let new = self.lookup_fd(dir.as_fd(), newname)?;
+        self.register(new)
+    }
+
+    fn unlink(&self, parent: NodeId, name: &[u8]) -> Result<()> {
+        check_name(name)?;
+        sys::unlinkat(self.fd(parent)?.as_fd(), name, 0)
+    }
+
+    fn rmdir(&self, parent: NodeId, name: &[u8]) -> Result<()> {
+        check_name(name)?;
+        sys::unlinkat(self.fd(parent)?.as_fd(), name, libc::AT_REMOVEDIR)
+    }
+
+    fn rename(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        newparent: NodeId,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        check_name(name)?;
+        check_name(newname)?;
+        let (od, nd) = (self.fd(parent)?, self.fd(newparent)?);
+        sys::renameat2(od.as_fd(), name, nd.as_fd(), newname, flags)
+    }
+
+    fn readdir(&self, node: NodeId) -> Result<Vec<DirEntry>> {
+        let fd = self.fd(node)?;
+        let dir = self.reopen(&fd, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let mut out = Vec::new();
+        for (name, ino, dtype) in sys::getdents(dir.as_fd())? {
+            let kind = match dtype {
+                libc::DT_DIR => FileType::Directory,
+                libc::DT_LNK => FileType::Symlink,
+                libc::DT_CHR => FileType::CharDevice,
+                libc::DT_BLK => FileType::BlockDevice,
+                libc::DT_FIFO => FileType::Fifo,
+                libc::DT_SOCK => FileType::Socket,
+                _ => FileType::Regular,
+            };
+            out.push(DirEntry { name, ino, kind });
+        }
+        Ok(out)
+    }
+
+    fn statfs(&self, node: NodeId) -> Result<StatFs> {
+        let st = sys::fstatfs(self.fd(node)?.as_fd())?;
+        Ok(StatFs {
+            fs_type: st.f_type,
+            bsize: st.f_bsize as u64,
+            blocks: st.f_blocks,
+            bfree: st.f_bfree,
+            bavail: st.f_bavail,
+            files: st.f_files,
+            ffree: st.f_ffree,
+            namelen: st.f_namelen as u64,
+            frsize: st.f_frsize as u64,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_never_follows_or_escapes() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/etc", tmp.path().join("out")).unwrap();
+        std::fs::write(tmp.path().join("f"), b"x").unwrap();
+        let fs = HostFs::new(tmp.path()).unwrap();
+        let root = fs.root();
+        // The link itself is found, not what it points to.
+        assert!(fs.lookup(root, b"out").unwrap().attr.is_symlink());
+        assert_eq!(fs.readlink(fs.lookup(root, b"out").unwrap().node).unwrap(), b"/etc");
+        assert_eq!(fs.lookup(root, b".."), Err(Errno::EINVAL));
+        assert_eq!(fs.lookup(root, b"a/b"), Err(Errno::EINVAL));
+        // Hard links share a node.
+        let f = fs.lookup(root, b"f").unwrap();
+        let l = fs.link(f.node, root, b"g").unwrap();
+        assert_eq!(f.node, l.node);
+        assert_eq!(l.attr.nlink, 2);
+    }
+
+    #[test]
+    fn special_files_are_never_opened() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = std::ffi::CString::new(tmp.path().join("p").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) }, 0);
+        let fs = HostFs::new(tmp.path()).unwrap();
+        let p = fs.lookup(fs.root(), b"p").unwrap();
+        // Opening a fifo for reading would block forever; we refuse instead.
+        assert_eq!(fs.open(p.node, OpenFlags(libc::O_RDONLY)), Err(Errno::EACCES));
+    }
+
+    #[test]
+    fn create_sets_exact_mode_and_owner() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fs = HostFs::new(tmp.path()).unwrap();
+        let owner = Owner { uid: sys::geteuid(), gid: sys::getegid() };
+        let (e, fh) = fs.create(fs.root(), b"n", 0o666, owner, OpenFlags(libc::O_RDWR)).unwrap();
+        assert_eq!(e.attr.mode & 0o7777, 0o666);
+        assert_eq!(fs.write(e.node, fh, 0, b"abc").unwrap(), 3);
+        let mut buf = [0u8; 3];
+        assert_eq!(fs.read(e.node, fh, 0, &mut buf).unwrap(), 3);
+        assert_eq!(&buf, b"abc");
+        fs.release(e.node, fh);
+    }
+}

@@ -1,0 +1,244 @@
+//! Thin, checked wrappers over the host syscalls hostfs uses. Every unsafe
+//! block of the crate lives here, each one a single libc call on valid
+//! arguments.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use walkfs_fsapi::{Attr, Errno, Result, Timespec};
+
+pub fn cstr(bytes: &[u8]) -> Result<CString> {
+    CString::new(bytes).map_err(|_| Errno::EINVAL)
+}
+
+fn owned(fd: libc::c_int) -> Result<OwnedFd> {
+    let fd = Errno::result(fd)?;
+    // SAFETY: `fd` was just returned by the kernel and belongs to nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `openat2(dir, name, flags, mode, resolve)`, falling back to `openat` on
+/// kernels without openat2 (single names without `/` cannot leave `dir`
+/// anyway; the resolve flags are a second fence).
+pub fn openat2(dir: BorrowedFd, name: &[u8], flags: i32, mode: u32, resolve: u64) -> Result<OwnedFd> {
+    let c = cstr(name)?;
+    // SAFETY: open_how is a plain C struct for which all-zero is valid.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = flags as u64 | libc::O_CLOEXEC as u64;
+    how.mode = mode as u64;
+    how.resolve = resolve;
+    // SAFETY: `c` is a valid NUL-terminated string, `how` a valid open_how
+    // whose size we pass; the kernel writes nothing back.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &mut how as *mut libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if ret == -1 && Errno::last() == Errno::ENOSYS {
+        return openat(dir, name, flags, mode);
+    }
+    owned(if ret < 0 { -1 } else { ret as libc::c_int })
+}
+
+pub fn openat(dir: BorrowedFd, name: &[u8], flags: i32, mode: u32) -> Result<OwnedFd> {
+    let c = cstr(name)?;
+    // SAFETY: valid C string; the returned fd is owned by the caller.
+    owned(unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags | libc::O_CLOEXEC, mode) })
+}
+
+/// The decimal name of `fd` under `/proc/self/fd`.
+pub fn fd_name(fd: RawFd) -> Vec<u8> {
+    fd.to_string().into_bytes()
+}
+
+pub fn statx(fd: BorrowedFd) -> Result<Attr> {
+    // SAFETY: an all-zero statx is a valid value of this plain C struct.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the path is a valid empty C string, `st` is writable.
+    let r = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS,
+            &mut st,
+        )
+    };
+    Errno::result(r)?;
+    let ts = |t: libc::statx_timestamp| Timespec { sec: t.tv_sec, nsec: t.tv_nsec };
+    Ok(Attr {
+        ino: st.stx_ino,
+        mode: st.stx_mode as u32,
+        nlink: st.stx_nlink,
+        uid: st.stx_uid,
+        gid: st.stx_gid,
+        rdev: libc::makedev(st.stx_rdev_major, st.stx_rdev_minor),
+        size: st.stx_size,
+        blocks: st.stx_blocks,
+        atime: ts(st.stx_atime),
+        mtime: ts(st.stx_mtime),
+        ctime: ts(st.stx_ctime),
+        has_acl: false,
+    })
+}
+
+/// The device of `fd`, to key nodes by (dev, ino).
+pub fn dev_of(fd: BorrowedFd) -> Result<u64> {
+    // SAFETY: as in `statx`.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: as in `statx`.
+    let r = unsafe {
+        libc::statx(fd.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW, 0, &mut st)
+    };
+    Errno::result(r)?;
+    Ok(libc::makedev(st.stx_dev_major, st.stx_dev_minor))
+}
+
+pub fn readlinkat_empty(fd: BorrowedFd) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; walkfs_fsapi::PATH_MAX];
+    // SAFETY: `buf` is writable for its whole length.
+    let n = unsafe {
+        libc::readlinkat(fd.as_raw_fd(), c"".as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+    };
+    let n = Errno::result(n)? as usize;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+pub fn mkdirat(dir: BorrowedFd, name: &[u8], mode: u32) -> Result<()> {
+    let c = cstr(name)?;
+    // SAFETY: valid C string.
+    Errno::result(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode) }).map(drop)
+}
+
+pub fn symlinkat(target: &[u8], dir: BorrowedFd, name: &[u8]) -> Result<()> {
+    let (t, c) = (cstr(target)?, cstr(name)?);
+    // SAFETY: valid C strings.
+    Errno::result(unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), c.as_ptr()) }).map(drop)
+}
+
+pub fn unlinkat(dir: BorrowedFd, name: &[u8], flags: i32) -> Result<()> {
+    let c = cstr(name)?;
+    // SAFETY: valid C string.
+    Errno::result(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), flags) }).map(drop)
+}
+
+pub fn renameat2(od: BorrowedFd, on: &[u8], nd: BorrowedFd, nn: &[u8], flags: u32) -> Result<()> {
+    let (o, n) = (cstr(on)?, cstr(nn)?);
+    // SAFETY: valid C strings and fds.
+    let r = unsafe {
+        libc::syscall(libc::SYS_renameat2, od.as_raw_fd(), o.as_ptr(), nd.as_raw_fd(), n.as_ptr(), flags)
+    };
+    Errno::result(r).map(drop)
+}
+
+pub fn linkat(od: BorrowedFd, on: &[u8], nd: BorrowedFd, nn: &[u8], flags: i32) -> Result<()> {
+    let (o, n) = (cstr(on)?, cstr(nn)?);
+    // SAFETY: valid C strings and fds.
+    let r = unsafe { libc::linkat(od.as_raw_fd(), o.as_ptr(), nd.as_raw_fd(), n.as_ptr(), flags) };
+    Errno::result(r).map(drop)
+}
+
+pub fn fchownat_empty(fd: BorrowedFd, uid: u32, gid: u32) -> Result<()> {
+    // SAFETY: valid empty path; AT_EMPTY_PATH acts on `fd` itself.
+    let r = unsafe {
+        libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW)
+    };
+    Errno::result(r).map(drop)
+}
+
+pub fn fchmodat(dir: BorrowedFd, name: &[u8], mode: u32) -> Result<()> {
+    let c = cstr(name)?;
+    // SAFETY: valid C string.
+    Errno::result(unsafe { libc::fchmodat(dir.as_raw_fd(), c.as_ptr(), mode, 0) }).map(drop)
+}
+
+pub fn utimensat(dir: BorrowedFd, name: &[u8], times: &[libc::timespec; 2]) -> Result<()> {
+    let c = cstr(name)?;
+    // SAFETY: valid C string, `times` points at two timespecs.
+    Errno::result(unsafe { libc::utimensat(dir.as_raw_fd(), c.as_ptr(), times.as_ptr(), 0) }).map(drop)
+}
+
+pub fn ftruncate(fd: BorrowedFd, size: u64) -> Result<()> {
+    let size = i64::try_from(size).map_err(|_| Errno::EFBIG)?;
+    // SAFETY: plain syscall on a valid fd.
+    Errno::result(unsafe { libc::ftruncate(fd.as_raw_fd(), size) }).map(drop)
+}
+
+pub fn pread(fd: BorrowedFd, buf: &mut [u8], off: u64) -> Result<usize> {
+    let off = i64::try_from(off).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: `buf` is writable for its length.
+    let n = unsafe { libc::pread(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), off) };
+    Errno::result(n).map(|n| n as usize)
+}
+
+pub fn pwrite(fd: BorrowedFd, data: &[u8], off: u64) -> Result<usize> {
+    let off = i64::try_from(off).map_err(|_| Errno::EFBIG)?;
+    // SAFETY: `data` is readable for its length.
+    let n = unsafe { libc::pwrite(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), off) };
+    Errno::result(n).map(|n| n as usize)
+}
+
+pub fn fstatfs(fd: BorrowedFd) -> Result<libc::statfs> {
+    // SAFETY: an all-zero statfs is a valid value of this plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable.
+    Errno::result(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) })?;
+    Ok(st)
+}
+
+/// Every entry of the open directory `fd` as (name, ino, d_type), without
+/// `.` and `..`.
+pub fn getdents(fd: BorrowedFd) -> Result<Vec<(Vec<u8>, u64, u8)>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe {
+            libc::syscall(libc::SYS_getdents64, fd.as_raw_fd(), buf.as_mut_ptr(), buf.len())
+        };
+        let n = Errno::result(n)? as usize;
+        if n == 0 {
+            return Ok(out);
+        }
+        let mut off = 0;
+        // struct linux_dirent64 { u64 ino; i64 off; u16 reclen; u8 type; char name[]; }
+        while off + 19 <= n {
+            let ino = u64::from_ne_bytes(buf[off..off + 8].try_into().map_err(|_| Errno::EIO)?);
+            let reclen = u16::from_ne_bytes([buf[off + 16], buf[off + 17]]) as usize;
+            let dtype = buf[off + 18];
+            if reclen == 0 || off + reclen > n {
+                return Err(Errno::EIO);
+            }
+            let name = &buf[off + 19..off + reclen];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            if name != b"." && name != b".." {
+                out.push((name.to_vec(), ino, dtype));
+            }
+            off += reclen;
+        }
+    }
+}
+
+pub fn umask() -> u32 {
+    // SAFETY: umask has no failure mode; we restore the old value at once.
+    unsafe {
+        let old = libc::umask(0o022);
+        libc::umask(old);
+        old
+    }
+}
+
+pub fn geteuid() -> u32 {
+    // SAFETY: no failure mode.
+    unsafe { libc::geteuid() }
+}
+
+pub fn getegid() -> u32 {
+    // SAFETY: no failure mode.
+    unsafe { libc::getegid() }
+}

@@ -1,0 +1,333 @@
+//! The contract between the vfs core and its backends.
+//!
+//! A backend ([`FileSystem`]) knows nothing of paths, permissions or caches:
+//! it resolves one name in one directory, reads and changes one node. The
+//! vfs core above it walks paths, checks permissions with the caller's
+//! credentials and caches what it learned. Every method has a default that
+//! answers `ENOSYS`, so a backend implements only what it supports.
+//!
+//! Names handed to a backend are never empty, never `.` or `..`, never
+//! contain `/` or NUL and are at most [`NAME_MAX`] bytes: the vfs checks that
+//! before it calls down, and backends may rely on it (hostfs re-checks anyway,
+//! since it guards the host).
+
+use std::fmt;
+
+mod errno;
+pub use errno::Errno;
+
+/// Result of every fallible walkfs operation.
+pub type Result<T> = std::result::Result<T, Errno>;
+
+/// Longest name of one path component, as in Linux.
+pub const NAME_MAX: usize = 255;
+/// Longest path (including the terminating NUL in Linux's count).
+pub const PATH_MAX: usize = 4096;
+
+/// A backend's handle for one file system object. Stable for as long as the
+/// backend has not been told to [`FileSystem::forget`] it, and unique: two
+/// names for the same object (hard links) yield the same `NodeId`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u64);
+
+impl fmt::Debug for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node#{}", self.0)
+    }
+}
+
+/// A backend's handle for an open file.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct FileHandle(pub u64);
+
+/// The file type bits of a mode (`S_IFMT`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum FileType {
+    Regular,
+    Directory,
+    Symlink,
+    CharDevice,
+    BlockDevice,
+    Fifo,
+    Socket,
+}
+
+impl FileType {
+    /// The type of a full mode word; `None` for an unknown `S_IFMT` value.
+    pub fn from_mode(mode: u32) -> Option<FileType> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => FileType::Regular,
+            libc::S_IFDIR => FileType::Directory,
+            libc::S_IFLNK => FileType::Symlink,
+            libc::S_IFCHR => FileType::CharDevice,
+            libc::S_IFBLK => FileType::BlockDevice,
+            libc::S_IFIFO => FileType::Fifo,
+            libc::S_IFSOCK => FileType::Socket,
+            _ => return None,
+        })
+    }
+
+    /// The `S_IFMT` bits of this type.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileType::Regular => libc::S_IFREG,
+            FileType::Directory => libc::S_IFDIR,
+            FileType::Symlink => libc::S_IFLNK,
+            FileType::CharDevice => libc::S_IFCHR,
+            FileType::BlockDevice => libc::S_IFBLK,
+            FileType::Fifo => libc::S_IFIFO,
+            FileType::Socket => libc::S_IFSOCK,
+        }
+    }
+
+    /// The `d_type` value `getdents64` reports for this type.
+    pub fn dtype(self) -> u8 {
+        match self {
+            FileType::Regular => libc::DT_REG,
+            FileType::Directory => libc::DT_DIR,
+            FileType::Symlink => libc::DT_LNK,
+            FileType::CharDevice => libc::DT_CHR,
+            FileType::BlockDevice => libc::DT_BLK,
+            FileType::Fifo => libc::DT_FIFO,
+            FileType::Socket => libc::DT_SOCK,
+        }
+    }
+}
+
+/// A point in time, as `struct timespec` (seconds may be negative).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Default, Hash)]
+pub struct Timespec {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Timespec {
+    /// The current wall-clock time.
+    pub fn now() -> Timespec {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+    }
+
+    /// Nanoseconds since the epoch, saturating; the compact form the inode
+    /// cache stores (covers the years 1678..2262).
+    pub fn as_nanos(self) -> i64 {
+        self.sec.saturating_mul(1_000_000_000).saturating_add(self.nsec as i64)
+    }
+
+    pub fn from_nanos(ns: i64) -> Timespec {
+        Timespec { sec: ns.div_euclid(1_000_000_000), nsec: ns.rem_euclid(1_000_000_000) as u32 }
+    }
+}
+
+/// Attributes of a node, as a backend reports them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Attr {
+    /// Inode number the user sees (`st_ino`).
+    pub ino: u64,
+    /// Full mode: type bits and permission bits.
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Device number of a device node, in the kernel's `dev_t` encoding.
+    pub rdev: u64,
+    pub size: u64,
+    /// 512-byte blocks allocated.
+    pub blocks: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    /// True when an ACL or another mechanism beyond the mode bits decides
+    /// access: the vfs then never takes the MAY_EXEC fast path for it.
+    pub has_acl: bool,
+}
+
+impl Attr {
+    pub fn file_type(&self) -> Option<FileType> {
+        FileType::from_mode(self.mode)
+    }
+    pub fn is_dir(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFDIR
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFLNK
+    }
+}
+
+/// What a lookup or a create returns: the node and its attributes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Entry {
+    pub node: NodeId,
+    pub attr: Attr,
+}
+
+/// One timestamp to set, as `utimensat` takes it (`UTIME_OMIT` is `None`
+/// in [`SetAttr`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TimeSet {
+    Now,
+    At(Timespec),
+}
+
+/// A change of attributes; `None` leaves a field alone.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct SetAttr {
+    /// Permission bits only (`07777`); the type never changes.
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+}
+
+/// Who a new node belongs to. The vfs decides (credentials, setgid
+/// directories); the backend records it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// One directory entry, as `getdents64` reports it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: u64,
+    pub kind: FileType,
+}
+
+/// File system statistics, as `statfs(2)`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct StatFs {
+    pub fs_type: i64,
+    pub bsize: u64,
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub namelen: u64,
+    pub frsize: u64,
+}
+
+/// `renameat2` flags the backends understand.
+pub const RENAME_NOREPLACE: u32 = 1;
+pub const RENAME_EXCHANGE: u32 = 2;
+
+/// How open a file (the access mode and `O_TRUNC`/`O_APPEND` bits of
+/// `open(2)`; creation and path-resolution flags are the vfs's business).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct OpenFlags(pub i32);
+
+/// A file system the vfs can mount. Methods take the parent's [`NodeId`]
+/// and a single name; see the module comment for what the vfs guarantees
+/// about names. Errors are errnos as Linux would return them.
+#[allow(unused_variables)]
+pub trait FileSystem: Send + Sync {
+    /// The root directory's node. Never forgotten.
+    fn root(&self) -> NodeId;
+
+    /// Find `name` in directory `parent`. `ENOENT` when it does not exist.
+    /// Each successful lookup is matched by one [`FileSystem::forget`].
+    fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Entry> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// The vfs drops `count` of the references that lookups and creates
+    /// handed out; at zero the backend may release the node.
+    fn forget(&self, node: NodeId, count: u64) {}
+
+    fn getattr(&self, node: NodeId) -> Result<Attr> {
+        Err(Errno::ENOSYS)
+    }
+
+    fn setattr(&self, node: NodeId, set: &SetAttr) -> Result<Attr> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// The body of a symlink.
+    fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// Open an existing regular file or directory. Backends refuse to open
+    /// device nodes, fifos and sockets (`EACCES`, or `ENXIO`).
+    fn open(&self, node: NodeId, flags: OpenFlags) -> Result<FileHandle> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// Create and open a regular file that must not exist yet.
+    fn create(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        mode: u32,
+        owner: Owner,
+        flags: OpenFlags,
+    ) -> Result<(Entry, FileHandle)> {
+        Err(Errno::ENOSYS)
+    }
+
+    fn read(&self, node: NodeId, fh: FileHandle, off: u64, buf: &mut [u8]) -> Result<usize> {
+        Err(Errno::ENOSYS)
+    }
+
+    fn write(&self, node: NodeId, fh: FileHandle, off: u64, data: &[u8]) -> Result<usize> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// Close what [`FileSystem::open`] or [`FileSystem::create`] opened.
+    fn release(&self, node: NodeId, fh: FileHandle) {}
+
+    fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, owner: Owner) -> Result<Entry> {
+        Err(Errno::ENOSYS)
+    }
+
+    fn symlink(&self, parent: NodeId, name: &[u8], target: &[u8], owner: Owner) -> Result<Entry> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// A new name `newname` in `newparent` for `node`.
+    fn link(&self, node: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// Remove a non-directory name.
+    fn unlink(&self, parent: NodeId, name: &[u8]) -> Result<()> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// Remove an empty directory.
+    fn rmdir(&self, parent: NodeId, name: &[u8]) -> Result<()> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// `renameat2` with [`RENAME_NOREPLACE`] / [`RENAME_EXCHANGE`].
+    fn rename(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        newparent: NodeId,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// Every entry of a directory except `.` and `..`.
+    fn readdir(&self, node: NodeId) -> Result<Vec<DirEntry>> {
+        Err(Errno::ENOSYS)
+    }
+
+    fn statfs(&self, node: NodeId) -> Result<StatFs> {
+        Err(Errno::ENOSYS)
+    }
+
+    /// A short name for logs and `statfs`-like reports ("memfs", "hostfs").
+    fn kind(&self) -> &'static str {
+        "unknown"
+    }
+}

@@ -1,0 +1,302 @@
+//! walkfs vfs core: Linux's pathname lookup (namei + dcache) as a library.
+//!
+//! A [`Vfs`] is a tree of mounted [`FileSystem`]s with a shared dentry and
+//! inode cache. A [`Ctx`] is one caller of it: credentials, a root, an fd
+//! table, and the POSIX-style calls (`faccessat`, `statx`, `openat`,
+//! `renameat2`, ...) with Linux's semantics and errnos.
+//!
+//! ```
+//! use walkfs_vfs::{Vfs, Options, Creds, AT_FDCWD};
+//! let vfs = Vfs::open_source("mem:", &Options::default()).unwrap();
+//! let ctx = vfs.context(Creds::root());
+//! ctx.mkdirat(AT_FDCWD, b"/usr", 0o755).unwrap();
+//! ctx.symlinkat(b"usr/lib", AT_FDCWD, b"/lib").unwrap();
+//! ctx.mkdirat(AT_FDCWD, b"/usr/lib", 0o755).unwrap();
+//! assert!(ctx.faccessat(AT_FDCWD, b"/lib/", libc::X_OK, 0).is_ok());
+//! assert_eq!(ctx.readlinkat(AT_FDCWD, b"/lib").unwrap(), b"usr/lib");
+//! ```
+//!
+//! The optimizations of the seeds are runtime switches ([`Options`]), all
+//! on by default: `fastpath` (lock-free walk of cached components),
+//! `fastperm` (MAY_EXEC fast path), `cache_symlinks` (bodies cached with
+//! their length), `negtimeout` (negative dentries).
+
+mod arena;
+mod dcache;
+mod file;
+mod namei;
+mod ops;
+mod options;
+mod perm;
+mod seqlock;
+mod stat;
+mod sync;
+mod writer;
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::{Mutex, RwLock};
+
+pub use ops::{Ctx, DirEntryOut, AT_FDCWD};
+pub use options::Options;
+pub use perm::Creds;
+pub use stat::{Statx, StatxTimestamp};
+pub use walkfs_fsapi::{
+    Errno, FileSystem, FileType, Result, StatFs, Timespec, NAME_MAX, PATH_MAX, RENAME_EXCHANGE,
+    RENAME_NOREPLACE,
+};
+
+use dcache::{DIdx, Dcache, D_MOUNTROOT};
+use writer::Writer;
+
+/// The live switches (readable lock-free by the walk).
+pub(crate) struct Switches {
+    pub fastpath: AtomicBool,
+    pub fastperm: AtomicBool,
+    pub cache_symlinks: AtomicBool,
+    /// Negative dentries: 0 = not kept, N ms, -1 = kept until evicted.
+    pub negtimeout: AtomicI64,
+    pub umask: std::sync::atomic::AtomicU32,
+    pub read_only: AtomicBool,
+}
+
+/// Counters of what the cache did, for `walkfs stats` and the benchmarks.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub slow_lookups: AtomicU64,
+    pub backend_lookups: AtomicU64,
+    pub negative_created: AtomicU64,
+    pub retries: AtomicU64,
+}
+
+pub(crate) struct Inner {
+    pub sw: Switches,
+    pub dc: Dcache,
+    pub w: Mutex<Writer>,
+    pub sbs: RwLock<Vec<Arc<dyn FileSystem>>>,
+    /// Bumped by every change to names, permissions or mounts made through
+    /// walkfs. A slow lookup that asked the backend without the writer lock
+    /// discards its answer if this moved meanwhile.
+    pub ns_gen: AtomicU64,
+    pub epoch: Instant,
+    pub root: DIdx,
+    pub files: file::Files,
+    pub counters: Counters,
+}
+
+/// A tree of mounted file systems with its caches. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Vfs {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// Sizes of the caches, for the memory benchmark and `walkfs stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub dentries: u32,
+    pub inodes: u32,
+    pub chunks: u32,
+    /// Bytes of memory the caches hold (slots allocated + hash tables).
+    pub bytes: usize,
+    pub slow_lookups: u64,
+    pub backend_lookups: u64,
+    pub negative_created: u64,
+    pub retries: u64,
+}
+
+impl Vfs {
+    /// A vfs whose root is `fs`.
+    pub fn new(fs: Arc<dyn FileSystem>, opts: &Options) -> Result<Vfs> {
+        let max = opts.max_dentries.clamp(1024, u32::MAX / 2);
+        let dc = Dcache::new(max);
+        let mut w = Writer::new(max);
+        let root_entry = walkfs_fsapi::Entry { node: fs.root(), attr: fs.getattr(fs.root())? };
+        if !root_entry.attr.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let ino = w.iget(&dc, 0, &root_entry).ok_or(Errno::ENOMEM)?;
+        // The root inode keeps the backend's implicit root reference.
+        w.take_forgets();
+        let root = w.d_make_root(&dc, ino, 0).ok_or(Errno::ENOMEM)?;
+        let inner = Inner {
+            sw: Switches {
+                fastpath: AtomicBool::new(opts.fastpath),
+                fastperm: AtomicBool::new(opts.fastperm),
+                cache_symlinks: AtomicBool::new(opts.cache_symlinks),
+                negtimeout: AtomicI64::new(opts.negtimeout_ms),
+                umask: std::sync::atomic::AtomicU32::new(opts.umask),
+                read_only: AtomicBool::new(opts.read_only),
+            },
+            files: file::Files::new(opts.max_files),
+            dc,
+            w: Mutex::new(w),
+            sbs: RwLock::new(vec![fs]),
+            ns_gen: AtomicU64::new(0),
+            epoch: Instant::now(),
+            root,
+            counters: Counters::default(),
+        };
+        Ok(Vfs { inner: Arc::new(inner) })
+    }
+
+    /// A vfs over `source`: `"mem:"` for an empty memfs, anything else a
+    /// host directory.
+    pub fn open_source(source: &str, opts: &Options) -> Result<Vfs> {
+        let fs: Arc<dyn FileSystem> = if source == "mem:" {
+            Arc::new(walkfs_memfs::MemFs::new())
+        } else {
+            Arc::new(walkfs_hostfs::HostFs::new(std::path::Path::new(source))?)
+        };
+        Vfs::new(fs, opts)
+    }
+
+    /// A caller with `creds`, whose `/` is the vfs root.
+    pub fn context(&self, creds: Creds) -> Ctx {
+        Ctx::new(self.clone(), creds)
+    }
+
+    /// Change a switch at run time (same names as [`Options`]).
+    pub fn set_option(&self, name: &str, value: &str) -> Result<()> {
+        let sw = &self.inner.sw;
+        let mut o = Options::default();
+        o.set(name, value)?;
+        match name {
+            "fastpath" => sw.fastpath.store(o.fastpath, Ordering::Relaxed),
+            "fastperm" => sw.fastperm.store(o.fastperm, Ordering::Relaxed),
+            "cache_symlinks" => sw.cache_symlinks.store(o.cache_symlinks, Ordering::Relaxed),
+            "negtimeout" | "ndentrytmo" => sw.negtimeout.store(o.negtimeout_ms, Ordering::Relaxed),
+            "umask" => sw.umask.store(o.umask, Ordering::Relaxed),
+            "ro" => sw.read_only.store(o.read_only, Ordering::Relaxed),
+            // Sizes are fixed when the vfs is built.
+            _ => return Err(Errno::EINVAL),
+        }
+        // Cached answers may depend on the old setting.
+        self.inner.ns_gen.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// The current options.
+    pub fn options(&self) -> Options {
+        let sw = &self.inner.sw;
+        Options {
+            fastpath: sw.fastpath.load(Ordering::Relaxed),
+            fastperm: sw.fastperm.load(Ordering::Relaxed),
+            cache_symlinks: sw.cache_symlinks.load(Ordering::Relaxed),
+            negtimeout_ms: sw.negtimeout.load(Ordering::Relaxed),
+            umask: sw.umask.load(Ordering::Relaxed),
+            read_only: sw.read_only.load(Ordering::Relaxed),
+            max_dentries: self.inner.w.lock().max_dentries,
+            max_files: self.inner.files.capacity(),
+        }
+    }
+
+    /// Mount `fs` on the directory `path` (resolved as root).
+    pub fn mount(&self, path: &[u8], fs: Arc<dyn FileSystem>) -> Result<()> {
+        let ctx = self.context(Creds::root());
+        let at = ctx.resolve_dir(AT_FDCWD, path)?;
+        let attr = fs.getattr(fs.root())?;
+        if !attr.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let inner = &self.inner;
+        let sb = {
+            let mut sbs = inner.sbs.write();
+            sbs.push(fs.clone());
+            sbs.len() - 1
+        };
+        let mut w = inner.w.lock();
+        if w.mounts.contains_key(&at) {
+            return Err(Errno::EBUSY);
+        }
+        let entry = walkfs_fsapi::Entry { node: fs.root(), attr };
+        let ino = w.iget(&inner.dc, sb, &entry).ok_or(Errno::ENOMEM)?;
+        w.take_forgets();
+        let root = w.d_make_root(&inner.dc, ino, D_MOUNTROOT).ok_or(Errno::ENOMEM)?;
+        w.get_dentry(&inner.dc, at);
+        w.mounts.insert(at, root);
+        w.mounted_on.insert(root, at);
+        w.set_dentry_flag(&inner.dc, at, dcache::D_MOUNTPOINT, 0);
+        inner.ns_gen.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Drop every unused cached dentry (what `echo 2 > drop_caches` does).
+    pub fn drop_caches(&self) {
+        let inner = &self.inner;
+        let mut w = inner.w.lock();
+        while w.evict(&inner.dc, 4096) > 0 {}
+        let f = w.take_forgets();
+        drop(w);
+        writer::send_forgets(&inner.sbs.read(), f);
+    }
+
+    pub fn cache_stats(&self) -> CacheStats {
+        let inner = &self.inner;
+        let w = inner.w.lock();
+        let dc = &inner.dc;
+        let c = &inner.counters;
+        CacheStats {
+            dentries: w.n_dentries,
+            inodes: w.n_inodes,
+            chunks: w.n_chunks,
+            bytes: dc.dentries.allocated_bytes()
+                + dc.inodes.allocated_bytes()
+                + dc.chunks.allocated_bytes()
+                + dc.buckets.len() * 4
+                + w.inode_bucket_bytes(),
+            slow_lookups: c.slow_lookups.load(Ordering::Relaxed),
+            backend_lookups: c.backend_lookups.load(Ordering::Relaxed),
+            negative_created: c.negative_created.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Inner {
+    pub fn sb(&self, idx: usize) -> Result<Arc<dyn FileSystem>> {
+        self.sbs.read().get(idx).cloned().ok_or(Errno::ESTALE)
+    }
+
+    /// Milliseconds since the vfs started (the clock of negative-dentry
+    /// expiry).
+    pub fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// The expiry to give a new negative dentry, or `None` when negative
+    /// dentries are off.
+    pub fn neg_expiry(&self) -> Option<u32> {
+        match self.sw.negtimeout.load(Ordering::Relaxed) {
+            0 => None,
+            t if t < 0 => Some(dcache::EXPIRY_FOREVER),
+            t => Some((self.now_ms().saturating_add(t as u64)).min(u32::MAX as u64 - 1) as u32),
+        }
+    }
+
+    /// Is a negative dentry with this expiry still good?
+    #[inline(always)]
+    pub fn neg_valid(&self, expiry: u32) -> bool {
+        let t = self.sw.negtimeout.load(Ordering::Relaxed);
+        if expiry == dcache::EXPIRY_FOREVER {
+            t != 0
+        } else {
+            t != 0 && self.now_ms() < expiry as u64
+        }
+    }
+
+    /// Record a change of the namespace made through walkfs.
+    pub fn changed(&self) {
+        self.ns_gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// Drop the writer lock and deliver what it queued for the backends.
+    pub fn unlock(&self, mut w: parking_lot::MutexGuard<'_, Writer>) {
+        let f = w.take_forgets();
+        drop(w);
+        if !f.is_empty() {
+            writer::send_forgets(&self.sbs.read(), f);
+        }
+    }
+}

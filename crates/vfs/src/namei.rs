@@ -1,0 +1,495 @@
+//! Pathname resolution (Linux's fs/namei.c), following path_resolution(7).
+//!
+//! [`Nameidata`] owns all walk state. The loop in [`Nameidata::walk`] reads
+//! like the common case: for each component, check search permission on the
+//! current directory and step into the child. The step is
+//! [`Nameidata::step_fast`] — hash lookup with seqcount validation, loads
+//! only: no lock, no reference count, no allocation, no atomic
+//! read-modify-write — whenever the child is cached. Everything else is an
+//! out-of-line function whose name says why it is slow: `lookup_slow` (a
+//! miss: asks the backend), `follow_link`, `cross_mount`, `dotdot_slow`.
+//!
+//! Internal retry: when a validation fails in a way a step cannot repair
+//! (the directory we stand in was renamed, removed or evicted under us),
+//! the step returns `ECHILD` (as Linux does) and the whole walk restarts.
+//! `ECHILD` never leaves this crate.
+
+use std::borrow::Cow;
+use std::sync::atomic::Ordering as AtomicOrdering;
+
+use walkfs_fsapi::{Errno, NodeId, Result, NAME_MAX, PATH_MAX};
+
+use crate::dcache::*;
+use crate::perm::{self, Creds, MAY_EXEC};
+use crate::sync::Ordering::Relaxed;
+use crate::Inner;
+
+/// Follow a trailing symlink.
+pub(crate) const LOOKUP_FOLLOW: u32 = 1;
+/// `RESOLVE_BENEATH`: `..` above the start, or an absolute path or
+/// symlink, is `EXDEV` instead of being clamped at the root.
+pub(crate) const LOOKUP_BENEATH: u32 = 2;
+
+/// Linux's MAXSYMLINKS.
+const MAX_SYMLINKS: u32 = 40;
+/// Internal "start again" signal.
+pub(crate) const RETRY: Errno = Errno::ECHILD;
+const MAX_RETRIES: u32 = 64;
+
+/// Where a walk stands: a dentry and what was read of it under one
+/// validated sequence count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Cur {
+    pub d: DIdx,
+    pub seq: u32,
+    pub flags: u32,
+    /// The inode (0 for a negative dentry, which a walk never stands on).
+    pub ino: IIdx,
+}
+
+impl Cur {
+    fn from_snap(s: DSnap) -> Cur {
+        Cur { d: s.idx, seq: s.seq, flags: s.flags, ino: s.target }
+    }
+    pub fn is_dir(&self) -> bool {
+        self.flags & D_DIR != 0
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.flags & D_SYMLINK != 0
+    }
+}
+
+/// The last component of a path resolved for a create/remove/rename.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Last {
+    Normal(Vec<u8>),
+    Dot,
+    DotDot,
+    /// The path was `/` (or only slashes).
+    Root,
+}
+
+/// What [`Nameidata::walk`] produced.
+pub(crate) enum Walked {
+    Found(Cur),
+    Parent { dir: Cur, last: Last, trailing: bool },
+}
+
+pub(crate) struct Nameidata<'a> {
+    pub vfs: &'a Inner,
+    pub creds: &'a Creds,
+    /// The walk's root: `/` and absolute symlinks start here, `..` stops
+    /// here.
+    pub root: DIdx,
+    /// Where relative paths start.
+    pub start: DIdx,
+    pub flags: u32,
+    pub depth: u32,
+    pub cur: Cur,
+}
+
+impl<'a> Nameidata<'a> {
+    pub fn new(vfs: &'a Inner, creds: &'a Creds, root: DIdx, start: DIdx, flags: u32) -> Self {
+        let cur = Cur { d: start, seq: 0, flags: 0, ino: 0 };
+        Nameidata { vfs, creds, root, start, flags, depth: 0, cur }
+    }
+
+    /// Resolve `path` completely (`want_parent` false) or up to its last
+    /// component. Restarts on internal retries; never returns `ECHILD`.
+    pub fn walk(&mut self, path: &[u8], want_parent: bool) -> Result<Walked> {
+        for _ in 0..MAX_RETRIES {
+            self.depth = 0;
+            match self.walk_once(path, want_parent) {
+                Err(RETRY) => {
+                    self.vfs.counters.retries.fetch_add(1, AtomicOrdering::Relaxed);
+                    continue;
+                }
+                r => return r,
+            }
+        }
+        Err(Errno::EAGAIN)
+    }
+
+    /// Resolve `path` and return the dentry it names.
+    pub fn walk_full(&mut self, path: &[u8]) -> Result<Cur> {
+        match self.walk(path, false)? {
+            Walked::Found(c) => Ok(c),
+            Walked::Parent { .. } => Err(Errno::EIO),
+        }
+    }
+
+    /// Stand on dentry `d` (validated now).
+    fn set_cur(&mut self, d: DIdx) -> Result<()> {
+        self.cur = Cur::from_snap(self.vfs.dc.snap(d).ok_or(RETRY)?);
+        Ok(())
+    }
+
+    fn jump_root(&mut self) -> Result<()> {
+        if self.flags & LOOKUP_BENEATH != 0 {
+            return Err(Errno::EXDEV);
+        }
+        self.set_cur(self.root)
+    }
+
+    fn walk_once(&mut self, path: &[u8], want_parent: bool) -> Result<Walked> {
+        if path.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if path.len() >= PATH_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        self.set_cur(self.start)?;
+        if path[0] == b'/' {
+            self.jump_root()?;
+        }
+        let mut buf: Cow<'_, [u8]> = Cow::Borrowed(path);
+        let mut pos = 0;
+        loop {
+            let p: &[u8] = &buf;
+            while pos < p.len() && p[pos] == b'/' {
+                pos += 1;
+            }
+            if pos == p.len() {
+                // Nothing but slashes left: the path named a directory.
+                return Ok(if want_parent {
+                    Walked::Parent { dir: self.cur, last: Last::Root, trailing: true }
+                } else {
+                    Walked::Found(self.cur)
+                });
+            }
+            let start = pos;
+            while pos < p.len() && p[pos] != b'/' {
+                pos += 1;
+            }
+            let name = &p[start..pos];
+            if name.len() > NAME_MAX {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            let mut q = pos;
+            while q < p.len() && p[q] == b'/' {
+                q += 1;
+            }
+            let is_last = q == p.len();
+            let trailing = is_last && pos < p.len();
+
+            self.may_lookup()?;
+            if want_parent && is_last {
+                let last = match name {
+                    b"." => Last::Dot,
+                    b".." => Last::DotDot,
+                    _ => Last::Normal(name.to_vec()),
+                };
+                return Ok(Walked::Parent { dir: self.cur, last, trailing });
+            }
+            let child = match name {
+                b"." => self.cur,
+                b".." => self.dotdot()?,
+                _ => self.step(name)?,
+            };
+            if child.is_symlink() && (!is_last || trailing || self.flags & LOOKUP_FOLLOW != 0) {
+                let rest = &p[pos..];
+                let next = self.follow_link(child, rest)?;
+                buf = Cow::Owned(next);
+                pos = 0;
+                continue;
+            }
+            if (!is_last || trailing) && !child.is_dir() {
+                return Err(Errno::ENOTDIR);
+            }
+            self.cur = child;
+            if is_last {
+                return Ok(Walked::Found(child));
+            }
+        }
+    }
+
+    /// One name in the directory we stand on, without the search
+    /// permission check (the caller's walk made it) and without following.
+    pub(crate) fn walk_nofollow_one(&mut self, name: &[u8]) -> Result<Cur> {
+        self.step(name)
+    }
+
+    /// Search permission on the directory we stand in (Linux's
+    /// `may_lookup`), asked before every component.
+    #[inline(always)]
+    fn may_lookup(&self) -> Result<()> {
+        let vfs = self.vfs;
+        if vfs.sw.fastperm.load(AtomicOrdering::Relaxed) {
+            if let Some(i) = vfs.dc.inode(self.cur.ino) {
+                // One load: the flag is set only while the mode grants exec
+                // to everyone and no ACL decides; chmod clears it.
+                if i.flags.load(Relaxed) & I_FASTEXEC != 0 {
+                    return Ok(());
+                }
+            }
+        }
+        self.may_lookup_slow()
+    }
+
+    #[inline(never)]
+    fn may_lookup_slow(&self) -> Result<()> {
+        let snap = self.vfs.dc.inode_snap(self.cur.ino).ok_or(RETRY)?;
+        perm::check(self.creds, &snap, MAY_EXEC)
+    }
+
+    /// One normal component: the fast path when the child is cached and
+    /// plain, the slow path otherwise.
+    #[inline(always)]
+    fn step(&mut self, name: &[u8]) -> Result<Cur> {
+        let hash = hash_name(name);
+        if self.vfs.sw.fastpath.load(AtomicOrdering::Relaxed) {
+            if let Some(r) = self.step_fast(name, hash) {
+                return r;
+            }
+        }
+        self.lookup_slow(name, hash)
+    }
+
+    /// The fast step: `Some` when answered from the cache with loads only.
+    ///
+    /// Invariant: the child was found while `self.cur` was still what its
+    /// sequence count had been sampled from (re-checked after the lookup),
+    /// so the child really was `name` in `cur` at one instant.
+    #[inline(always)]
+    fn step_fast(&self, name: &[u8], hash: u32) -> Option<Result<Cur>> {
+        let dc = &self.vfs.dc;
+        if self.cur.flags & D_DEAD != 0 {
+            return None;
+        }
+        let c = dc.d_lookup(self.cur.d, name, hash)?;
+        if dc.dentry(self.cur.d)?.seq.raw() != self.cur.seq {
+            return None;
+        }
+        if c.flags & D_NEGATIVE != 0 {
+            return if self.vfs.neg_valid(c.target) { Some(Err(Errno::ENOENT)) } else { None };
+        }
+        if c.flags & D_MOUNTPOINT != 0 {
+            return None;
+        }
+        Some(Ok(Cur::from_snap(c)))
+    }
+
+    /// A miss (or a mount point, an expired negative entry, a busy writer,
+    /// or the fast path switched off): look in the cache under the writer
+    /// lock, ask the backend if needed, and cache the answer.
+    #[inline(never)]
+    fn lookup_slow(&mut self, name: &[u8], hash: u32) -> Result<Cur> {
+        let vfs = self.vfs;
+        let dc = &vfs.dc;
+        vfs.counters.slow_lookups.fetch_add(1, AtomicOrdering::Relaxed);
+        let parent = self.cur;
+        // First, what the cache knows, with the lock held.
+        let gen = vfs.ns_gen.load(AtomicOrdering::Acquire);
+        {
+            let mut w = vfs.w.lock();
+            let d = dc.dentry(parent.d).ok_or(RETRY)?;
+            if d.seq.raw() != parent.seq {
+                return Err(RETRY);
+            }
+            if parent.flags & D_DEAD != 0 {
+                return Err(Errno::ENOENT);
+            }
+            if let Some(idx) = w.d_find(dc, parent.d, name, hash) {
+                let s = dc.snap(idx).ok_or(RETRY)?;
+                let fresh = s.flags & D_NEGATIVE == 0 || vfs.neg_valid(s.target);
+                if fresh {
+                    w.set_dentry_flag_hint(dc, idx);
+                    if s.flags & D_NEGATIVE != 0 {
+                        return Err(Errno::ENOENT);
+                    }
+                    if s.flags & D_MOUNTPOINT != 0 {
+                        return self.cross_mount(&w, idx);
+                    }
+                    return Ok(Cur::from_snap(dc.snap(idx).ok_or(RETRY)?));
+                }
+            }
+        }
+        // Ask the backend without the lock; discard the answer if the
+        // namespace changed meanwhile (it may predate a change of ours).
+        let snap = dc.inode_snap(parent.ino).ok_or(RETRY)?;
+        let fs = vfs.sb(snap.sb())?;
+        vfs.counters.backend_lookups.fetch_add(1, AtomicOrdering::Relaxed);
+        let res = fs.lookup(NodeId(snap.node), name);
+        let mut w = vfs.w.lock();
+        let stale = vfs.ns_gen.load(AtomicOrdering::Acquire) != gen
+            || dc.dentry(parent.d).map(|d| d.seq.raw()) != Some(parent.seq);
+        if stale {
+            if let Ok(e) = &res {
+                w.forgets.push((snap.sb(), e.node.0));
+            }
+            vfs.unlock(w);
+            return Err(RETRY);
+        }
+        let existing = w.d_find(dc, parent.d, name, hash);
+        let out = match res {
+            Ok(entry) => {
+                let ino = w.iget(dc, snap.sb(), &entry).ok_or(Errno::ENOMEM)?;
+                let idx = match existing {
+                    Some(idx) => {
+                        w.d_set_inode(dc, idx, ino);
+                        w.put_inode(dc, ino);
+                        Some(idx)
+                    }
+                    None => {
+                        let idx = w.d_add(dc, parent.d, name, hash, ino, 0);
+                        if idx.is_none() {
+                            w.put_inode(dc, ino);
+                        }
+                        idx
+                    }
+                };
+                match idx {
+                    Some(idx) => Ok(Cur::from_snap(dc.snap(idx).ok_or(RETRY)?)),
+                    None => Err(Errno::ENOMEM),
+                }
+            }
+            Err(Errno::ENOENT) => {
+                match (vfs.neg_expiry(), existing) {
+                    (Some(exp), Some(idx)) => w.d_set_negative(dc, idx, exp),
+                    (Some(exp), None) => {
+                        vfs.counters.negative_created.fetch_add(1, AtomicOrdering::Relaxed);
+                        let _ = w.d_add(dc, parent.d, name, hash, 0, exp);
+                    }
+                    (None, Some(idx)) => w.d_kill(dc, idx),
+                    (None, None) => {}
+                }
+                Err(Errno::ENOENT)
+            }
+            Err(e) => Err(e),
+        };
+        vfs.unlock(w);
+        out
+    }
+
+    /// Step from a mount point onto the root of what is mounted there
+    /// (repeatedly, for stacked mounts).
+    #[inline(never)]
+    fn cross_mount(&self, w: &crate::writer::Writer, mut d: DIdx) -> Result<Cur> {
+        while let Some(&root) = w.mounts.get(&d) {
+            d = root;
+        }
+        Ok(Cur::from_snap(self.vfs.dc.snap(d).ok_or(RETRY)?))
+    }
+
+    /// `..`: the parent, clamped at the walk's root, crossing mount roots.
+    #[inline(always)]
+    fn dotdot(&mut self) -> Result<Cur> {
+        let cur = self.cur;
+        if cur.d == self.root {
+            if self.flags & LOOKUP_BENEATH != 0 {
+                return Err(Errno::EXDEV);
+            }
+            return Ok(cur);
+        }
+        if cur.flags & D_MOUNTROOT == 0 && self.vfs.sw.fastpath.load(AtomicOrdering::Relaxed) {
+            let dc = &self.vfs.dc;
+            if let Some(s) = dc.snap(cur.d) {
+                if s.seq == cur.seq {
+                    // A child pins its parent, so the parent index is live.
+                    if let Some(p) = dc.snap(s.parent) {
+                        return Ok(Cur::from_snap(p));
+                    }
+                }
+            }
+        }
+        self.dotdot_slow()
+    }
+
+    #[inline(never)]
+    fn dotdot_slow(&mut self) -> Result<Cur> {
+        let vfs = self.vfs;
+        let dc = &vfs.dc;
+        let w = vfs.w.lock();
+        let mut d = self.cur.d;
+        if dc.dentry(d).map(|x| x.seq.raw()) != Some(self.cur.seq) {
+            return Err(RETRY);
+        }
+        loop {
+            if d == self.root {
+                if self.flags & LOOKUP_BENEATH != 0 {
+                    return Err(Errno::EXDEV);
+                }
+                return Ok(Cur::from_snap(dc.snap(d).ok_or(RETRY)?));
+            }
+            match w.mounted_on.get(&d) {
+                Some(&mp) => d = mp,
+                None => break,
+            }
+        }
+        let parent = dc.dentry(d).ok_or(RETRY)?.parent.load(Relaxed);
+        Ok(Cur::from_snap(dc.snap(parent).ok_or(RETRY)?))
+    }
+
+    /// Follow symlink `link` met with `rest` of the path still to walk:
+    /// returns the new path (body + rest) and moves to where it starts.
+    #[inline(never)]
+    fn follow_link(&mut self, link: Cur, rest: &[u8]) -> Result<Vec<u8>> {
+        self.depth += 1;
+        if self.depth > MAX_SYMLINKS {
+            return Err(Errno::ELOOP);
+        }
+        let body = get_link(self.vfs, link)?;
+        if body.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if body[0] == b'/' {
+            self.jump_root()?;
+        }
+        let mut next = Vec::with_capacity(body.len() + rest.len());
+        next.extend_from_slice(&body);
+        next.extend_from_slice(rest);
+        Ok(next)
+    }
+}
+
+impl crate::writer::Writer {
+    /// Note that a dentry was used (the eviction clock's second chance).
+    /// Not covered by the seqcount: readers never look at this bit.
+    pub(crate) fn set_dentry_flag_hint(&mut self, dc: &Dcache, idx: DIdx) {
+        if let Some(d) = dc.dentry(idx) {
+            d.flags.store(d.flags.load(Relaxed) | D_REFERENCED, Relaxed);
+        }
+    }
+}
+
+/// Copy a cached symlink body lock-free into `out`; `None` if it is not
+/// cached or a writer is busy with the inode.
+#[inline]
+pub(crate) fn read_cached_link(vfs: &Inner, ino: IIdx, out: &mut [u8]) -> Option<(usize, usize)> {
+    let i = vfs.dc.inode(ino)?;
+    let seq = i.seq.read_begin()?;
+    if i.flags.load(Relaxed) & I_CACHED_LINK == 0 {
+        return None;
+    }
+    let head = i.rdev.load(Relaxed);
+    let len = vfs.dc.chunks.get(head)?.len.load(Relaxed) as usize;
+    let n = vfs.dc.read_chunks(head, len, out)?;
+    if i.seq.read_retry(seq) {
+        return None;
+    }
+    Some((n, len))
+}
+
+/// The body of symlink `link`: from the inode cache when cached (and
+/// caching is on), else from the backend (and then cached).
+pub(crate) fn get_link(vfs: &Inner, link: Cur) -> Result<Vec<u8>> {
+    let cache = vfs.sw.cache_symlinks.load(AtomicOrdering::Relaxed);
+    if cache {
+        let mut buf = [0u8; PATH_MAX];
+        if let Some((n, len)) = read_cached_link(vfs, link.ino, &mut buf) {
+            if n == len {
+                return Ok(buf[..n].to_vec());
+            }
+        }
+    }
+    let snap = vfs.dc.inode_snap(link.ino).ok_or(RETRY)?;
+    let body = vfs.sb(snap.sb())?.readlink(NodeId(snap.node))?;
+    if cache {
+        let mut w = vfs.w.lock();
+        // Only cache what belongs to the inode we read it for.
+        if vfs.dc.inode(link.ino).map(|i| i.node.load(Relaxed)) == Some(snap.node) {
+            w.cache_link(&vfs.dc, link.ino, &body);
+        }
+    }
+    Ok(body)
+}

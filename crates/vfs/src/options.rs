@@ -1,0 +1,113 @@
+//! Options of a vfs, parsed from the `name=value,...` strings the C ABI,
+//! the CLI and mount options use.
+
+use walkfs_fsapi::{Errno, Result};
+
+/// Settings of a [`crate::Vfs`]. `Default` turns every optimization on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Lock-free walk of cached components (seed 001). Off: every
+    /// component takes the locked slow path.
+    pub fastpath: bool,
+    /// MAY_EXEC fast path for directories everyone may search (seed 002).
+    pub fastperm: bool,
+    /// Cache symlink bodies with their length (seed 000). Off: ask the
+    /// backend on every readlink and every link followed.
+    pub cache_symlinks: bool,
+    /// Negative dentries (seed 003): 0 = not kept, N ms, -1 = until
+    /// evicted or invalidated.
+    pub negtimeout_ms: i64,
+    /// Bound on cached dentries; unused ones are evicted past it.
+    pub max_dentries: u32,
+    /// Open files across all contexts.
+    pub max_files: u32,
+    /// Applied to the mode of everything created (none by default).
+    pub umask: u32,
+    /// Refuse every change with EROFS.
+    pub read_only: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            fastpath: true,
+            fastperm: true,
+            cache_symlinks: true,
+            negtimeout_ms: -1,
+            max_dentries: 1_000_000,
+            max_files: 65_536,
+            umask: 0,
+            read_only: false,
+        }
+    }
+}
+
+fn parse_bool(v: &str) -> Result<bool> {
+    match v {
+        "1" | "on" | "true" | "yes" | "" => Ok(true),
+        "0" | "off" | "false" | "no" => Ok(false),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+impl Options {
+    /// Parse `"negtimeout=-1,fastpath=1,..."`; empty or `None`-like strings
+    /// give the defaults. Unknown names are `EINVAL`.
+    pub fn parse(s: &str) -> Result<Options> {
+        let mut o = Options::default();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, value) = item.split_once('=').unwrap_or((item, ""));
+            o.set(name, value)?;
+        }
+        Ok(o)
+    }
+
+    /// Set one option by name.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        let num = |v: &str| v.parse::<i64>().map_err(|_| Errno::EINVAL);
+        match name {
+            "fastpath" => self.fastpath = parse_bool(value)?,
+            "fastperm" => self.fastperm = parse_bool(value)?,
+            "cache_symlinks" => self.cache_symlinks = parse_bool(value)?,
+            "negtimeout" | "ndentrytmo" => {
+                let v = num(value)?;
+                if v < -1 {
+                    return Err(Errno::EINVAL);
+                }
+                self.negtimeout_ms = v;
+            }
+            "max_dentries" => {
+                self.max_dentries = u32::try_from(num(value)?).map_err(|_| Errno::EINVAL)?;
+            }
+            "max_files" => self.max_files = u32::try_from(num(value)?).map_err(|_| Errno::EINVAL)?,
+            "umask" => {
+                let v = u32::from_str_radix(value, 8).map_err(|_| Errno::EINVAL)?;
+                if v > 0o777 {
+                    return Err(Errno::EINVAL);
+                }
+                self.umask = v;
+            }
+            "ro" => self.read_only = parse_bool(value)?,
+            "rw" => self.read_only = !parse_bool(value)?,
+            _ => return Err(Errno::EINVAL),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_rejects() {
+        let o = Options::parse("negtimeout=0, fastpath=0,umask=022").unwrap();
+        assert_eq!(o.negtimeout_ms, 0);
+        assert!(!o.fastpath);
+        assert_eq!(o.umask, 0o22);
+        assert_eq!(Options::parse("").unwrap(), Options::default());
+        assert_eq!(Options::parse("bogus=1"), Err(Errno::EINVAL));
+        assert_eq!(Options::parse("negtimeout=-2"), Err(Errno::EINVAL));
+        assert_eq!(Options::parse("ndentrytmo=5000").unwrap().negtimeout_ms, 5000);
+    }
+}

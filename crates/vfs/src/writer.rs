@@ -1,0 +1,587 @@
+//! Everything that changes the caches, done under the vfs writer lock
+//! (`Mutex<Writer>`). Each change to a dentry or inode a reader may see is
+//! bracketed by that object's seqcount (see `seqlock.rs`).
+//!
+//! Reference rules (what keeps a slot from being freed):
+//! - a cached child holds one reference on its parent dentry;
+//! - a positive dentry holds one reference on its inode;
+//! - open files, working directories and mounts hold one reference each on
+//!   their dentry and their inode;
+//! - an inode holds exactly one backend lookup reference, returned with
+//!   `forget` when the inode is freed.
+//!
+//! A dentry with no references is unused and may be evicted; a dead
+//! (removed) one is freed as soon as it is unused.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use walkfs_fsapi::{Attr, Entry, FileSystem};
+
+use crate::dcache::*;
+use crate::sync::Ordering::{Relaxed, Release};
+
+pub(crate) struct Writer {
+    free_dentry: DIdx,
+    next_dentry: DIdx,
+    pub n_dentries: u32,
+    pub max_dentries: u32,
+    free_inode: IIdx,
+    next_inode: IIdx,
+    pub n_inodes: u32,
+    free_chunk: u32,
+    next_chunk: u32,
+    pub n_chunks: u32,
+    inode_buckets: Vec<IIdx>,
+    /// Mount point dentry -> root dentry of what is mounted there.
+    pub mounts: HashMap<DIdx, DIdx>,
+    /// Root dentry of a mounted file system -> its mount point.
+    pub mounted_on: HashMap<DIdx, DIdx>,
+    clock: DIdx,
+    /// Backend nodes to `forget` once the lock is dropped.
+    pub forgets: Vec<(usize, u64)>,
+}
+
+impl Writer {
+    pub fn new(max_dentries: u32) -> Writer {
+        Writer {
+            free_dentry: 0,
+            next_dentry: 1,
+            n_dentries: 0,
+            max_dentries,
+            free_inode: 0,
+            next_inode: 1,
+            n_inodes: 0,
+            free_chunk: 0,
+            next_chunk: 1,
+            n_chunks: 0,
+            inode_buckets: vec![0; (max_dentries as usize).next_power_of_two().max(1024)],
+            mounts: HashMap::new(),
+            mounted_on: HashMap::new(),
+            clock: 1,
+            forgets: Vec::new(),
+        }
+    }
+
+    pub fn inode_bucket_bytes(&self) -> usize {
+        self.inode_buckets.len() * std::mem::size_of::<IIdx>()
+    }
+
+    // ---- chunks -------------------------------------------------------
+
+    /// Store `bytes` in a new chunk chain; its head, or 0 if the arena is
+    /// full.
+    pub fn store_chunks(&mut self, dc: &Dcache, bytes: &[u8]) -> u32 {
+        let mut head = 0;
+        let mut prev: Option<&Chunk> = None;
+        for part in bytes.chunks(CHUNK_BYTES) {
+            let idx = if self.free_chunk != 0 {
+                let i = self.free_chunk;
+                self.free_chunk = dc.chunks.get(i).map_or(0, |c| c.next.load(Relaxed));
+                i
+            } else {
+                let i = self.next_chunk;
+                self.next_chunk += 1;
+                i
+            };
+            let Some(c) = dc.chunks.get_or_alloc(idx) else {
+                self.free_chunks(dc, head);
+                return 0;
+            };
+            self.n_chunks += 1;
+            for (i, w) in c.data.iter().enumerate() {
+                let mut b = [0u8; 8];
+                let lo = (i * 8).min(part.len());
+                let hi = (i * 8 + 8).min(part.len());
+                b[..hi - lo].copy_from_slice(&part[lo..hi]);
+                w.store(u64::from_le_bytes(b), Relaxed);
+            }
+            c.next.store(0, Relaxed);
+            c.len.store(bytes.len() as u32, Relaxed);
+            match prev {
+                Some(p) => p.next.store(idx, Relaxed),
+                None => head = idx,
+            }
+            prev = Some(c);
+        }
+        head
+    }
+
+    pub fn free_chunks(&mut self, dc: &Dcache, mut head: u32) {
+        while head != 0 {
+            let Some(c) = dc.chunks.get(head) else { return };
+            let next = c.next.load(Relaxed);
+            c.next.store(self.free_chunk, Relaxed);
+            self.free_chunk = head;
+            self.n_chunks -= 1;
+            head = next;
+        }
+    }
+
+    // ---- dentries -----------------------------------------------------
+
+    /// A fresh, unhashed dentry slot (evicting unused ones past the bound).
+    fn alloc_dentry(&mut self, dc: &Dcache) -> Option<DIdx> {
+        if self.n_dentries >= self.max_dentries {
+            self.evict(dc, 64);
+        }
+        let idx = if self.free_dentry != 0 {
+            let i = self.free_dentry;
+            self.free_dentry = dc.dentry(i)?.next.load(Relaxed);
+            i
+        } else {
+            let i = self.next_dentry;
+            dc.dentries.get_or_alloc(i)?;
+            self.next_dentry += 1;
+            i
+        };
+        self.n_dentries += 1;
+        Some(idx)
+    }
+
+    /// Create and hash a dentry `name` under `parent`: positive on `inode`,
+    /// or negative with `expiry` when `inode` is 0. Publishes it with a
+    /// release store of the bucket head, after every field is written.
+    pub fn d_add(
+        &mut self,
+        dc: &Dcache,
+        parent: DIdx,
+        name: &[u8],
+        hash: u32,
+        inode: IIdx,
+        expiry: u32,
+    ) -> Option<DIdx> {
+        let long = if name.len() > INLINE_NAME {
+            let c = self.store_chunks(dc, name);
+            if c == 0 {
+                return None;
+            }
+            c
+        } else {
+            0
+        };
+        let Some(idx) = self.alloc_dentry(dc) else {
+            self.free_chunks(dc, long);
+            return None;
+        };
+        let d = dc.dentry(idx)?;
+        d.seq.write_begin();
+        let words = if long != 0 { [long, 0, 0, 0] } else { pack_name(name) };
+        for (slot, w) in d.name.iter().zip(words) {
+            slot.store(w, Relaxed);
+        }
+        d.parent.store(parent, Relaxed);
+        d.hash.store(hash, Relaxed);
+        d.refs.store(0, Relaxed);
+        let kind = if inode != 0 { self.type_flags(dc, inode) } else { D_NEGATIVE };
+        d.target.store(if inode != 0 { inode } else { expiry }, Relaxed);
+        d.flags.store(D_ALLOCATED | D_HASHED | kind | ((name.len() as u32) << 24), Relaxed);
+        self.get_dentry(dc, parent);
+        self.hash_insert(dc, idx, parent, hash);
+        d.seq.write_end();
+        Some(idx)
+    }
+
+    /// The dentry type bits for an inode.
+    fn type_flags(&self, dc: &Dcache, inode: IIdx) -> u32 {
+        let mode = dc.inode(inode).map_or(0, |i| i.mode.load(Relaxed));
+        match mode & libc::S_IFMT {
+            libc::S_IFDIR => D_DIR,
+            libc::S_IFLNK => D_SYMLINK,
+            _ => 0,
+        }
+    }
+
+    /// The root dentry of a superblock: hashed nowhere, its own parent.
+    pub fn d_make_root(&mut self, dc: &Dcache, inode: IIdx, extra: u32) -> Option<DIdx> {
+        let idx = self.alloc_dentry(dc)?;
+        let d = dc.dentry(idx)?;
+        d.seq.write_begin();
+        d.parent.store(idx, Relaxed);
+        d.hash.store(0, Relaxed);
+        d.target.store(inode, Relaxed);
+        d.refs.store(1, Relaxed); // never evicted
+        for w in &d.name {
+            w.store(0, Relaxed);
+        }
+        d.flags.store(D_ALLOCATED | D_DIR | extra, Relaxed);
+        d.seq.write_end();
+        Some(idx)
+    }
+
+    fn hash_insert(&mut self, dc: &Dcache, idx: DIdx, parent: DIdx, hash: u32) {
+        let b = &dc.buckets[bucket_of(parent, hash, dc.mask)];
+        if let Some(d) = dc.dentry(idx) {
+            d.next.store(b.load(Relaxed), Relaxed);
+        }
+        b.store(idx, Release);
+    }
+
+    fn hash_remove(&mut self, dc: &Dcache, idx: DIdx) {
+        let Some(d) = dc.dentry(idx) else { return };
+        let b = &dc.buckets[bucket_of(d.parent.load(Relaxed), d.hash.load(Relaxed), dc.mask)];
+        let next = d.next.load(Relaxed);
+        let mut cur = b.load(Relaxed);
+        if cur == idx {
+            b.store(next, Release);
+            return;
+        }
+        while cur != 0 {
+            let Some(c) = dc.dentry(cur) else { return };
+            let n = c.next.load(Relaxed);
+            if n == idx {
+                c.next.store(next, Release);
+                return;
+            }
+            cur = n;
+        }
+    }
+
+    /// Find `name` under `parent` with the lock held (authoritative, no
+    /// chain budget).
+    pub fn d_find(&self, dc: &Dcache, parent: DIdx, name: &[u8], hash: u32) -> Option<DIdx> {
+        let mut idx = dc.buckets[bucket_of(parent, hash, dc.mask)].load(Relaxed);
+        while idx != 0 {
+            let d = dc.dentry(idx)?;
+            let flags = d.flags.load(Relaxed);
+            if flags & D_HASHED != 0
+                && d.parent.load(Relaxed) == parent
+                && d.hash.load(Relaxed) == hash
+                && name_len(flags) == name.len()
+                && dc.name_of(idx) == name
+            {
+                return Some(idx);
+            }
+            idx = d.next.load(Relaxed);
+        }
+        None
+    }
+
+    pub fn get_dentry(&mut self, dc: &Dcache, idx: DIdx) {
+        if let Some(d) = dc.dentry(idx) {
+            d.refs.store(d.refs.load(Relaxed) + 1, Relaxed);
+        }
+    }
+
+    /// Drop a reference; a dead dentry is freed when it becomes unused.
+    pub fn put_dentry(&mut self, dc: &Dcache, idx: DIdx) {
+        let Some(d) = dc.dentry(idx) else { return };
+        let refs = d.refs.load(Relaxed).saturating_sub(1);
+        d.refs.store(refs, Relaxed);
+        if refs == 0 && d.flags.load(Relaxed) & D_DEAD != 0 {
+            self.free_dentry(dc, idx);
+        }
+    }
+
+    /// Free an unused dentry: unhash it, release its inode, name and
+    /// parent, and put the slot on the free list. The seqcount bump makes
+    /// every reader still holding the index retry.
+    fn free_dentry(&mut self, dc: &Dcache, idx: DIdx) {
+        let Some(d) = dc.dentry(idx) else { return };
+        let flags = d.flags.load(Relaxed);
+        if flags & D_ALLOCATED == 0 {
+            return;
+        }
+        if flags & D_HASHED != 0 {
+            self.hash_remove(dc, idx);
+        }
+        d.seq.write_begin();
+        let parent = d.parent.load(Relaxed);
+        let target = d.target.load(Relaxed);
+        let long = (name_len(flags) > INLINE_NAME).then(|| d.name[0].load(Relaxed));
+        d.flags.store(0, Relaxed);
+        d.parent.store(0, Relaxed);
+        d.target.store(0, Relaxed);
+        d.seq.write_end();
+        if let Some(c) = long {
+            self.free_chunks(dc, c);
+        }
+        if flags & D_NEGATIVE == 0 && target != 0 {
+            self.put_inode(dc, target);
+        }
+        d.next.store(self.free_dentry, Relaxed);
+        self.free_dentry = idx;
+        self.n_dentries -= 1;
+        if parent != idx && parent != 0 {
+            self.put_dentry(dc, parent);
+            // A parent left unused by its last child stays cached; the
+            // clock will find it when memory is needed.
+        }
+    }
+
+    /// Mark a dentry removed from the namespace: unhashed, dead, and freed
+    /// once unused. Readers that had it see the seqcount move.
+    pub fn d_kill(&mut self, dc: &Dcache, idx: DIdx) {
+        let Some(d) = dc.dentry(idx) else { return };
+        let flags = d.flags.load(Relaxed);
+        if flags & D_HASHED != 0 {
+            self.hash_remove(dc, idx);
+        }
+        d.seq.write_begin();
+        d.flags.store((flags & !D_HASHED) | D_DEAD, Relaxed);
+        d.seq.write_end();
+        if d.refs.load(Relaxed) == 0 {
+            self.free_dentry(dc, idx);
+        }
+    }
+
+    /// Turn a dentry negative in place (unlink, or a refreshed miss).
+    pub fn d_set_negative(&mut self, dc: &Dcache, idx: DIdx, expiry: u32) {
+        let Some(d) = dc.dentry(idx) else { return };
+        let flags = d.flags.load(Relaxed);
+        let old = d.target.load(Relaxed);
+        d.seq.write_begin();
+        d.flags.store((flags & !(D_DIR | D_SYMLINK)) | D_NEGATIVE, Relaxed);
+        d.target.store(expiry, Relaxed);
+        d.seq.write_end();
+        if flags & D_NEGATIVE == 0 && old != 0 {
+            self.put_inode(dc, old);
+        }
+    }
+
+    /// Point a (negative or stale) dentry at `inode`, which gains a
+    /// reference.
+    pub fn d_set_inode(&mut self, dc: &Dcache, idx: DIdx, inode: IIdx) {
+        let Some(d) = dc.dentry(idx) else { return };
+        let flags = d.flags.load(Relaxed);
+        let old = d.target.load(Relaxed);
+        let kind = self.type_flags(dc, inode);
+        self.get_inode(dc, inode);
+        d.seq.write_begin();
+        d.flags.store((flags & !(D_NEGATIVE | D_DIR | D_SYMLINK)) | kind, Relaxed);
+        d.target.store(inode, Relaxed);
+        d.seq.write_end();
+        if flags & D_NEGATIVE == 0 && old != 0 {
+            self.put_inode(dc, old);
+        }
+    }
+
+    /// Move a dentry to a new (parent, name): rename.
+    pub fn d_move(&mut self, dc: &Dcache, idx: DIdx, parent: DIdx, name: &[u8], hash: u32) {
+        let Some(d) = dc.dentry(idx) else { return };
+        let flags = d.flags.load(Relaxed);
+        let old_parent = d.parent.load(Relaxed);
+        let old_long = (name_len(flags) > INLINE_NAME).then(|| d.name[0].load(Relaxed));
+        let long = if name.len() > INLINE_NAME { self.store_chunks(dc, name) } else { 0 };
+        if name.len() > INLINE_NAME && long == 0 {
+            // No room for the name: forget the dentry instead of moving it.
+            self.d_kill(dc, idx);
+            return;
+        }
+        if flags & D_HASHED != 0 {
+            self.hash_remove(dc, idx);
+        }
+        d.seq.write_begin();
+        let words = if long != 0 { [long, 0, 0, 0] } else { pack_name(name) };
+        for (slot, w) in d.name.iter().zip(words) {
+            slot.store(w, Relaxed);
+        }
+        d.parent.store(parent, Relaxed);
+        d.hash.store(hash, Relaxed);
+        d.flags.store((flags & 0x00ff_ffff) | D_HASHED | ((name.len() as u32) << 24), Relaxed);
+        self.hash_insert(dc, idx, parent, hash);
+        d.seq.write_end();
+        if let Some(c) = old_long {
+            self.free_chunks(dc, c);
+        }
+        if old_parent != parent {
+            self.get_dentry(dc, parent);
+            self.put_dentry(dc, old_parent);
+        }
+    }
+
+    pub fn set_dentry_flag(&mut self, dc: &Dcache, idx: DIdx, set: u32, clear: u32) {
+        if let Some(d) = dc.dentry(idx) {
+            d.seq.write_begin();
+            d.flags.store((d.flags.load(Relaxed) | set) & !clear, Relaxed);
+            d.seq.write_end();
+        }
+    }
+
+    /// Evict up to `want` unused dentries with a clock sweep over the
+    /// slots: a referenced one gets a second chance.
+    pub fn evict(&mut self, dc: &Dcache, want: u32) -> u32 {
+        let mut freed = 0;
+        let mut scanned = 0;
+        let limit = self.next_dentry.saturating_mul(2);
+        while freed < want && scanned < limit {
+            scanned += 1;
+            if self.clock >= self.next_dentry {
+                self.clock = 1;
+            }
+            let idx = self.clock;
+            self.clock += 1;
+            let Some(d) = dc.dentry(idx) else { continue };
+            let flags = d.flags.load(Relaxed);
+            if flags & D_ALLOCATED == 0 || d.refs.load(Relaxed) != 0 || flags & (D_MOUNTPOINT | D_MOUNTROOT) != 0 {
+                continue;
+            }
+            if flags & D_REFERENCED != 0 {
+                d.flags.store(flags & !D_REFERENCED, Relaxed);
+                continue;
+            }
+            self.free_dentry(dc, idx);
+            freed += 1;
+        }
+        freed
+    }
+
+    // ---- inodes -------------------------------------------------------
+
+    fn inode_bucket(&self, sb: usize, node: u64) -> usize {
+        let h = (node ^ ((sb as u64) << 48)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h >> 32) as usize & (self.inode_buckets.len() - 1)
+    }
+
+    /// The inode for backend entry `e` of superblock `sb`, created or
+    /// refreshed. Returns it with one new reference for the caller. The
+    /// backend's lookup reference is kept once per inode: a duplicate is
+    /// queued for `forget`.
+    pub fn iget(&mut self, dc: &Dcache, sb: usize, e: &Entry) -> Option<IIdx> {
+        let b = self.inode_bucket(sb, e.node.0);
+        let mut idx = self.inode_buckets[b];
+        while idx != 0 {
+            let i = dc.inode(idx)?;
+            if i.node.load(Relaxed) == e.node.0 && (i.flags.load(Relaxed) >> SB_SHIFT) as usize == sb {
+                self.forgets.push((sb, e.node.0));
+                self.refresh(dc, idx, &e.attr);
+                self.get_inode(dc, idx);
+                return Some(idx);
+            }
+            idx = i.next.load(Relaxed);
+        }
+        let idx = if self.free_inode != 0 {
+            let i = self.free_inode;
+            self.free_inode = dc.inode(i)?.next.load(Relaxed);
+            i
+        } else {
+            let i = self.next_inode;
+            dc.inodes.get_or_alloc(i)?;
+            self.next_inode += 1;
+            i
+        };
+        self.n_inodes += 1;
+        let i = dc.inode(idx)?;
+        i.seq.write_begin();
+        i.flags.store(I_ALLOCATED | ((sb as u32) << SB_SHIFT), Relaxed);
+        i.node.store(e.node.0, Relaxed);
+        i.refs.store(1, Relaxed);
+        i.rdev.store(0, Relaxed);
+        store_attr(i, &e.attr);
+        i.seq.write_end();
+        i.next.store(self.inode_buckets[b], Relaxed);
+        self.inode_buckets[b] = idx;
+        Some(idx)
+    }
+
+    /// Replace an inode's attributes with fresher ones from the backend.
+    /// A changed symlink body (size or ctime moved) drops the cached body.
+    pub fn refresh(&mut self, dc: &Dcache, idx: IIdx, attr: &Attr) {
+        let Some(i) = dc.inode(idx) else { return };
+        let flags = i.flags.load(Relaxed);
+        let link_changed = flags & I_CACHED_LINK != 0
+            && (i.size.load(Relaxed) != attr.size || i.ctime.load(Relaxed) != attr.ctime.as_nanos());
+        i.seq.write_begin();
+        if link_changed {
+            self.drop_link_locked(dc, i);
+        }
+        store_attr(i, attr);
+        i.seq.write_end();
+    }
+
+    /// Mark the attributes stale: the next stat refreshes them.
+    pub fn mark_stale(&mut self, dc: &Dcache, idx: IIdx) {
+        if let Some(i) = dc.inode(idx) {
+            i.seq.write_begin();
+            i.flags.store(i.flags.load(Relaxed) | I_STALE, Relaxed);
+            i.seq.write_end();
+        }
+    }
+
+    /// Cache a symlink body with its length.
+    pub fn cache_link(&mut self, dc: &Dcache, idx: IIdx, body: &[u8]) {
+        let Some(i) = dc.inode(idx) else { return };
+        if i.flags.load(Relaxed) & I_CACHED_LINK != 0 {
+            return;
+        }
+        let head = self.store_chunks(dc, body);
+        if head == 0 {
+            return;
+        }
+        i.seq.write_begin();
+        i.rdev.store(head, Relaxed);
+        i.flags.store(i.flags.load(Relaxed) | I_CACHED_LINK, Relaxed);
+        i.seq.write_end();
+    }
+
+    /// Drop a cached symlink body (caller is inside the inode's write
+    /// section).
+    fn drop_link_locked(&mut self, dc: &Dcache, i: &Inode) {
+        let flags = i.flags.load(Relaxed);
+        if flags & I_CACHED_LINK != 0 {
+            let head = i.rdev.load(Relaxed);
+            i.flags.store(flags & !I_CACHED_LINK, Relaxed);
+            i.rdev.store(0, Relaxed);
+            self.free_chunks(dc, head);
+        }
+    }
+
+    pub fn get_inode(&mut self, dc: &Dcache, idx: IIdx) {
+        if let Some(i) = dc.inode(idx) {
+            i.refs.store(i.refs.load(Relaxed) + 1, Relaxed);
+        }
+    }
+
+    /// Drop a reference; at zero the inode is freed and its backend node
+    /// queued for `forget`.
+    pub fn put_inode(&mut self, dc: &Dcache, idx: IIdx) {
+        let Some(i) = dc.inode(idx) else { return };
+        let refs = i.refs.load(Relaxed).saturating_sub(1);
+        i.refs.store(refs, Relaxed);
+        if refs != 0 {
+            return;
+        }
+        let flags = i.flags.load(Relaxed);
+        let sb = (flags >> SB_SHIFT) as usize;
+        let node = i.node.load(Relaxed);
+        // Unlink from the node hash chain.
+        let b = self.inode_bucket(sb, node);
+        let next = i.next.load(Relaxed);
+        if self.inode_buckets[b] == idx {
+            self.inode_buckets[b] = next;
+        } else {
+            let mut cur = self.inode_buckets[b];
+            while cur != 0 {
+                let Some(c) = dc.inode(cur) else { break };
+                if c.next.load(Relaxed) == idx {
+                    c.next.store(next, Relaxed);
+                    break;
+                }
+                cur = c.next.load(Relaxed);
+            }
+        }
+        i.seq.write_begin();
+        self.drop_link_locked(dc, i);
+        i.flags.store(0, Relaxed);
+        i.node.store(0, Relaxed);
+        i.seq.write_end();
+        i.next.store(self.free_inode, Relaxed);
+        self.free_inode = idx;
+        self.n_inodes -= 1;
+        self.forgets.push((sb, node));
+    }
+
+    /// Send the queued `forget`s (call after dropping the lock).
+    pub fn take_forgets(&mut self) -> Vec<(usize, u64)> {
+        std::mem::take(&mut self.forgets)
+    }
+}
+
+/// Deliver queued forgets to their backends.
+pub(crate) fn send_forgets(sbs: &[Arc<dyn FileSystem>], forgets: Vec<(usize, u64)>) {
+    for (sb, node) in forgets {
+        if let Some(fs) = sbs.get(sb) {
+            fs.forget(walkfs_fsapi::NodeId(node), 1);
+        }
+    }
+}

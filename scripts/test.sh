@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Run every walkfs test on a fresh Debian machine: installs what the tests
+# need (Debian packages, the Rust toolchain's components), builds, tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v cc >/dev/null || need_apt+=(gcc)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+command -v make >/dev/null || need_apt+=(make)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
+fi
+if ! command -v cargo >/dev/null; then
+    echo "cargo not found: install Rust (rustup) first" >&2
+    exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+echo "== format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+echo "== unit, semantics, differential and concurrency tests"
+cargo test --workspace --release 2>&1 | tee target/test.log
+
+if [ -x scripts/test-capi.sh ]; then
+    echo "== C ABI: build, install, compile a C program against it"
+    bash scripts/test-capi.sh
+fi
+
+if [ "${WALKFS_SKIP_LOOM:-0}" != 1 ]; then
+    echo "== loom model of the seqlock protocol"
+    RUSTFLAGS="--cfg loom" cargo test -p walkfs-vfs --lib --release --target-dir target/loom loom 2>&1 | tail -3
+fi
