@@ -25,16 +25,57 @@ macro_rules! errnos {
 }
 
 errnos!(
-    EPERM, ENOENT, ESRCH, EINTR, EIO, ENXIO, E2BIG, EBADF, EAGAIN, ENOMEM, EACCES, EFAULT,
-    EBUSY, EEXIST, EXDEV, ENODEV, ENOTDIR, EISDIR, EINVAL, ENFILE, EMFILE, ETXTBSY, EFBIG,
-    ENOSPC, ESPIPE, EROFS, EMLINK, ERANGE, ENAMETOOLONG, ENOSYS, ENOTEMPTY, ELOOP, ENODATA,
-    EOPNOTSUPP, EOVERFLOW, ENOTCONN, ESTALE, EDQUOT, ECHILD, EPROTO, EMSGSIZE,
+    EPERM,
+    ENOENT,
+    ESRCH,
+    EINTR,
+    EIO,
+    ENXIO,
+    E2BIG,
+    EBADF,
+    EAGAIN,
+    ENOMEM,
+    EACCES,
+    EFAULT,
+    EBUSY,
+    EEXIST,
+    EXDEV,
+    ENODEV,
+    ENOTDIR,
+    EISDIR,
+    EINVAL,
+    ENFILE,
+    EMFILE,
+    ETXTBSY,
+    EFBIG,
+    ENOSPC,
+    ESPIPE,
+    EROFS,
+    EMLINK,
+    ERANGE,
+    ENAMETOOLONG,
+    ENOSYS,
+    ENOTEMPTY,
+    ELOOP,
+    ENODATA,
+    EOPNOTSUPP,
+    EOVERFLOW,
+    ENOTCONN,
+    ESTALE,
+    EDQUOT,
+    ECHILD,
+    EPROTO,
+    EMSGSIZE,
 );
 
 impl Errno {
     /// The errno the calling thread's last libc call set.
     pub fn last() -> Errno {
-        Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+        Errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        )
     }
 
     /// Turn a libc-style return value (-1 and errno on failure) into a

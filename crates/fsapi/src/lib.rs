@@ -107,17 +107,25 @@ impl Timespec {
         let d = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        Timespec { sec: d.as_secs() as i64, nsec: d.subsec_nanos() }
+        Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
     }
 
     /// Nanoseconds since the epoch, saturating; the compact form the inode
     /// cache stores (covers the years 1678..2262).
     pub fn as_nanos(self) -> i64 {
-        self.sec.saturating_mul(1_000_000_000).saturating_add(self.nsec as i64)
+        self.sec
+            .saturating_mul(1_000_000_000)
+            .saturating_add(self.nsec as i64)
     }
 
     pub fn from_nanos(ns: i64) -> Timespec {
-        Timespec { sec: ns.div_euclid(1_000_000_000), nsec: ns.rem_euclid(1_000_000_000) as u32 }
+        Timespec {
+            sec: ns.div_euclid(1_000_000_000),
+            nsec: ns.rem_euclid(1_000_000_000) as u32,
+        }
     }
 }
 

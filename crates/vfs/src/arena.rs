@@ -21,7 +21,10 @@ impl<T: Default> Arena<T> {
     /// An arena for at most `capacity` slots (index 0 included).
     pub fn new(capacity: u32) -> Arena<T> {
         let nseg = (capacity as usize).div_ceil(SEG).max(1);
-        Arena { segs: (0..nseg).map(|_| OnceLock::new()).collect(), capacity }
+        Arena {
+            segs: (0..nseg).map(|_| OnceLock::new()).collect(),
+            capacity,
+        }
     }
 
     /// The slot at `idx`, if its segment exists. Lock-free: two dependent
@@ -50,7 +53,8 @@ impl<T: Default> Arena<T> {
     /// Bytes of slot memory allocated so far.
     pub fn allocated_bytes(&self) -> usize {
         let segs = self.segs.iter().filter(|s| s.get().is_some()).count();
-        segs * SEG * std::mem::size_of::<T>() + self.segs.len() * std::mem::size_of::<OnceLock<Box<[T]>>>()
+        segs * SEG * std::mem::size_of::<T>()
+            + self.segs.len() * std::mem::size_of::<OnceLock<Box<[T]>>>()
     }
 }
 

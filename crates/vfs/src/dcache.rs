@@ -229,7 +229,9 @@ impl Dcache {
     pub fn new(max_dentries: u32) -> Dcache {
         let nb = (max_dentries as usize).next_power_of_two().max(1024);
         // Room for pinned dentries above the soft bound.
-        let cap = max_dentries.saturating_add(max_dentries / 4).saturating_add(4096);
+        let cap = max_dentries
+            .saturating_add(max_dentries / 4)
+            .saturating_add(4096);
         Dcache {
             dentries: Arena::new(cap),
             inodes: Arena::new(cap),
@@ -261,7 +263,13 @@ impl Dcache {
         if d.seq.read_retry(seq) {
             return None;
         }
-        Some(DSnap { idx, seq, flags, target, parent })
+        Some(DSnap {
+            idx,
+            seq,
+            flags,
+            target,
+            parent,
+        })
     }
 
     /// Find the child `name` of `parent` in the hash table, lock-free.
@@ -273,8 +281,13 @@ impl Dcache {
     /// matched the name at one instant.
     #[inline(always)]
     pub fn d_lookup(&self, parent: DIdx, name: &[u8], hash: u32) -> Option<DSnap> {
-        let packed = if name.len() <= INLINE_NAME { Some(pack_name(name)) } else { None };
-        let mut idx = self.buckets[bucket_of(parent, hash, self.mask)].load(crate::sync::Ordering::Acquire);
+        let packed = if name.len() <= INLINE_NAME {
+            Some(pack_name(name))
+        } else {
+            None
+        };
+        let mut idx =
+            self.buckets[bucket_of(parent, hash, self.mask)].load(crate::sync::Ordering::Acquire);
         // Chains are short; a chain longer than this is being rewritten
         // under us (or is pathological): let the slow path decide.
         let mut budget = 32;
@@ -303,7 +316,13 @@ impl Dcache {
                     return None;
                 }
                 if ok {
-                    return Some(DSnap { idx, seq, flags, target, parent });
+                    return Some(DSnap {
+                        idx,
+                        seq,
+                        flags,
+                        target,
+                        parent,
+                    });
                 }
             }
             idx = next;
@@ -314,7 +333,9 @@ impl Dcache {
     /// Compare a chunk chain with `name` (lock-free; the caller validates).
     fn chunks_equal(&self, mut c: u32, name: &[u8]) -> bool {
         for part in name.chunks(CHUNK_BYTES) {
-            let Some(ch) = self.chunks.get(c) else { return false };
+            let Some(ch) = self.chunks.get(c) else {
+                return false;
+            };
             for (i, w) in part.chunks(8).enumerate() {
                 let mut b = [0u8; 8];
                 b[..w.len()].copy_from_slice(w);
@@ -379,7 +400,9 @@ impl Dcache {
     /// The name of dentry `idx` (slow path; caller holds the writer lock or
     /// tolerates a stale answer).
     pub fn name_of(&self, idx: DIdx) -> Vec<u8> {
-        let Some(d) = self.dentry(idx) else { return Vec::new() };
+        let Some(d) = self.dentry(idx) else {
+            return Vec::new();
+        };
         let len = name_len(d.flags.load(Relaxed));
         if len <= INLINE_NAME {
             let mut out = Vec::with_capacity(len);
@@ -389,7 +412,9 @@ impl Dcache {
             out
         } else {
             let mut out = vec![0u8; len];
-            let n = self.read_chunks(d.name[0].load(Relaxed), len, &mut out).unwrap_or(0);
+            let n = self
+                .read_chunks(d.name[0].load(Relaxed), len, &mut out)
+                .unwrap_or(0);
             out.truncate(n);
             out
         }
@@ -421,7 +446,6 @@ pub(crate) fn store_attr(ino: &Inode, attr: &Attr) {
     ino.flags.store(flags, Relaxed);
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,7 +461,10 @@ mod tests {
     fn packing_and_hashing() {
         assert_eq!(pack_name(b"ab"), [0x6261, 0, 0, 0]);
         assert_ne!(hash_name(b"usr"), hash_name(b"lib"));
-        assert_eq!(hash_name(b"x86_64-linux-gnu"), hash_name(b"x86_64-linux-gnu"));
+        assert_eq!(
+            hash_name(b"x86_64-linux-gnu"),
+            hash_name(b"x86_64-linux-gnu")
+        );
         assert_eq!(dev_from_u32(dev_to_u32(libc::makedev(8, 1))), (8, 1));
     }
 }

@@ -40,7 +40,10 @@ pub(crate) struct Files {
 
 impl Files {
     pub fn new(max: u32) -> Files {
-        Files { slots: Arena::new(max.saturating_add(1)), free: Mutex::new((Vec::new(), 1)) }
+        Files {
+            slots: Arena::new(max.saturating_add(1)),
+            free: Mutex::new((Vec::new(), 1)),
+        }
     }
 
     pub fn capacity(&self) -> u32 {
@@ -96,13 +99,19 @@ pub(crate) struct FdTable {
 
 impl FdTable {
     pub fn new(max: usize) -> FdTable {
-        FdTable { slots: (0..max).map(|_| AtomicU32::new(0)).collect(), lock: Mutex::new(()) }
+        FdTable {
+            slots: (0..max).map(|_| AtomicU32::new(0)).collect(),
+            lock: Mutex::new(()),
+        }
     }
 
     /// The file behind `fd`, lock-free.
     #[inline(always)]
     pub fn get(&self, fd: i32) -> Option<u32> {
-        let f = self.slots.get(usize::try_from(fd).ok()?)?.load(crate::sync::Ordering::Acquire);
+        let f = self
+            .slots
+            .get(usize::try_from(fd).ok()?)?
+            .load(crate::sync::Ordering::Acquire);
         (f != 0).then_some(f)
     }
 
@@ -121,7 +130,10 @@ impl FdTable {
     /// Empty slot `fd`, returning the file it held.
     pub fn remove(&self, fd: i32) -> Result<u32> {
         let _g = self.lock.lock();
-        let s = self.slots.get(usize::try_from(fd).map_err(|_| Errno::EBADF)?).ok_or(Errno::EBADF)?;
+        let s = self
+            .slots
+            .get(usize::try_from(fd).map_err(|_| Errno::EBADF)?)
+            .ok_or(Errno::EBADF)?;
         let f = s.load(Relaxed);
         if f == 0 {
             return Err(Errno::EBADF);
@@ -133,6 +145,10 @@ impl FdTable {
     /// Every open file (for closing a context).
     pub fn drain(&self) -> Vec<u32> {
         let _g = self.lock.lock();
-        self.slots.iter().map(|s| s.swap(0, Relaxed)).filter(|&f| f != 0).collect()
+        self.slots
+            .iter()
+            .map(|s| s.swap(0, Relaxed))
+            .filter(|&f| f != 0)
+            .collect()
     }
 }

@@ -112,7 +112,10 @@ impl Vfs {
         let max = opts.max_dentries.clamp(1024, u32::MAX / 2);
         let dc = Dcache::new(max);
         let mut w = Writer::new(max);
-        let root_entry = walkfs_fsapi::Entry { node: fs.root(), attr: fs.getattr(fs.root())? };
+        let root_entry = walkfs_fsapi::Entry {
+            node: fs.root(),
+            attr: fs.getattr(fs.root())?,
+        };
         if !root_entry.attr.is_dir() {
             return Err(Errno::ENOTDIR);
         }
@@ -138,7 +141,9 @@ impl Vfs {
             root,
             counters: Counters::default(),
         };
-        Ok(Vfs { inner: Arc::new(inner) })
+        Ok(Vfs {
+            inner: Arc::new(inner),
+        })
     }
 
     /// A vfs over `source`: `"mem:"` for an empty memfs, anything else a
@@ -210,10 +215,15 @@ impl Vfs {
         if w.mounts.contains_key(&at) {
             return Err(Errno::EBUSY);
         }
-        let entry = walkfs_fsapi::Entry { node: fs.root(), attr };
+        let entry = walkfs_fsapi::Entry {
+            node: fs.root(),
+            attr,
+        };
         let ino = w.iget(&inner.dc, sb, &entry).ok_or(Errno::ENOMEM)?;
         w.take_forgets();
-        let root = w.d_make_root(&inner.dc, ino, D_MOUNTROOT).ok_or(Errno::ENOMEM)?;
+        let root = w
+            .d_make_root(&inner.dc, ino, D_MOUNTROOT)
+            .ok_or(Errno::ENOMEM)?;
         w.get_dentry(&inner.dc, at);
         w.mounts.insert(at, root);
         w.mounted_on.insert(root, at);

@@ -49,7 +49,12 @@ pub(crate) struct Cur {
 
 impl Cur {
     fn from_snap(s: DSnap) -> Cur {
-        Cur { d: s.idx, seq: s.seq, flags: s.flags, ino: s.target }
+        Cur {
+            d: s.idx,
+            seq: s.seq,
+            flags: s.flags,
+            ino: s.target,
+        }
     }
     pub fn is_dir(&self) -> bool {
         self.flags & D_DIR != 0
@@ -72,7 +77,11 @@ pub(crate) enum Last {
 /// What [`Nameidata::walk`] produced.
 pub(crate) enum Walked {
     Found(Cur),
-    Parent { dir: Cur, last: Last, trailing: bool },
+    Parent {
+        dir: Cur,
+        last: Last,
+        trailing: bool,
+    },
 }
 
 pub(crate) struct Nameidata<'a> {
@@ -90,8 +99,21 @@ pub(crate) struct Nameidata<'a> {
 
 impl<'a> Nameidata<'a> {
     pub fn new(vfs: &'a Inner, creds: &'a Creds, root: DIdx, start: DIdx, flags: u32) -> Self {
-        let cur = Cur { d: start, seq: 0, flags: 0, ino: 0 };
-        Nameidata { vfs, creds, root, start, flags, depth: 0, cur }
+        let cur = Cur {
+            d: start,
+            seq: 0,
+            flags: 0,
+            ino: 0,
+        };
+        Nameidata {
+            vfs,
+            creds,
+            root,
+            start,
+            flags,
+            depth: 0,
+            cur,
+        }
     }
 
     /// Resolve `path` completely (`want_parent` false) or up to its last
@@ -101,7 +123,10 @@ impl<'a> Nameidata<'a> {
             self.depth = 0;
             match self.walk_once(path, want_parent) {
                 Err(RETRY) => {
-                    self.vfs.counters.retries.fetch_add(1, AtomicOrdering::Relaxed);
+                    self.vfs
+                        .counters
+                        .retries
+                        .fetch_add(1, AtomicOrdering::Relaxed);
                     continue;
                 }
                 r => return r,
@@ -152,7 +177,11 @@ impl<'a> Nameidata<'a> {
             if pos == p.len() {
                 // Nothing but slashes left: the path named a directory.
                 return Ok(if want_parent {
-                    Walked::Parent { dir: self.cur, last: Last::Root, trailing: true }
+                    Walked::Parent {
+                        dir: self.cur,
+                        last: Last::Root,
+                        trailing: true,
+                    }
                 } else {
                     Walked::Found(self.cur)
                 });
@@ -179,7 +208,11 @@ impl<'a> Nameidata<'a> {
                     b".." => Last::DotDot,
                     _ => Last::Normal(name.to_vec()),
                 };
-                return Ok(Walked::Parent { dir: self.cur, last, trailing });
+                return Ok(Walked::Parent {
+                    dir: self.cur,
+                    last,
+                    trailing,
+                });
             }
             let child = match name {
                 b"." => self.cur,
@@ -261,7 +294,11 @@ impl<'a> Nameidata<'a> {
             return None;
         }
         if c.flags & D_NEGATIVE != 0 {
-            return if self.vfs.neg_valid(c.target) { Some(Err(Errno::ENOENT)) } else { None };
+            return if self.vfs.neg_valid(c.target) {
+                Some(Err(Errno::ENOENT))
+            } else {
+                None
+            };
         }
         if c.flags & D_MOUNTPOINT != 0 {
             return None;
@@ -276,7 +313,9 @@ impl<'a> Nameidata<'a> {
     fn lookup_slow(&mut self, name: &[u8], hash: u32) -> Result<Cur> {
         let vfs = self.vfs;
         let dc = &vfs.dc;
-        vfs.counters.slow_lookups.fetch_add(1, AtomicOrdering::Relaxed);
+        vfs.counters
+            .slow_lookups
+            .fetch_add(1, AtomicOrdering::Relaxed);
         let parent = self.cur;
         // First, what the cache knows, with the lock held.
         let gen = vfs.ns_gen.load(AtomicOrdering::Acquire);
@@ -308,7 +347,9 @@ impl<'a> Nameidata<'a> {
         // namespace changed meanwhile (it may predate a change of ours).
         let snap = dc.inode_snap(parent.ino).ok_or(RETRY)?;
         let fs = vfs.sb(snap.sb())?;
-        vfs.counters.backend_lookups.fetch_add(1, AtomicOrdering::Relaxed);
+        vfs.counters
+            .backend_lookups
+            .fetch_add(1, AtomicOrdering::Relaxed);
         let res = fs.lookup(NodeId(snap.node), name);
         let mut w = vfs.w.lock();
         let stale = vfs.ns_gen.load(AtomicOrdering::Acquire) != gen
@@ -347,7 +388,9 @@ impl<'a> Nameidata<'a> {
                 match (vfs.neg_expiry(), existing) {
                     (Some(exp), Some(idx)) => w.d_set_negative(dc, idx, exp),
                     (Some(exp), None) => {
-                        vfs.counters.negative_created.fetch_add(1, AtomicOrdering::Relaxed);
+                        vfs.counters
+                            .negative_created
+                            .fetch_add(1, AtomicOrdering::Relaxed);
                         let _ = w.d_add(dc, parent.d, name, hash, 0, exp);
                     }
                     (None, Some(idx)) => w.d_kill(dc, idx),

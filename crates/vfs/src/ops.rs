@@ -69,7 +69,12 @@ impl Drop for Ctx {
 
 impl Ctx {
     pub(crate) fn new(vfs: Vfs, creds: Creds) -> Ctx {
-        Ctx { vfs, creds, fds: FdTable::new(MAX_FDS), beneath: false }
+        Ctx {
+            vfs,
+            creds,
+            fds: FdTable::new(MAX_FDS),
+            beneath: false,
+        }
     }
 
     pub fn vfs(&self) -> &Vfs {
@@ -136,19 +141,33 @@ impl Ctx {
             if !empty_ok {
                 return Err(Errno::ENOENT);
             }
-            let d = if dirfd == AT_FDCWD { self.inner().root } else { self.fd_dentry(dirfd)? };
+            let d = if dirfd == AT_FDCWD {
+                self.inner().root
+            } else {
+                self.fd_dentry(dirfd)?
+            };
             let s = self.inner().dc.snap(d).ok_or(RETRY)?;
-            return Ok(Cur { d, seq: s.seq, flags: s.flags, ino: s.target });
+            return Ok(Cur {
+                d,
+                seq: s.seq,
+                flags: s.flags,
+                ino: s.target,
+            });
         }
         let start = self.start_of(dirfd, path)?;
-        self.nd(start, if follow { LOOKUP_FOLLOW } else { 0 }).walk_full(path)
+        self.nd(start, if follow { LOOKUP_FOLLOW } else { 0 })
+            .walk_full(path)
     }
 
     /// Resolve all but the last component.
     fn lookup_parent(&self, dirfd: i32, path: &[u8]) -> Result<(Cur, Last, bool)> {
         let start = self.start_of(dirfd, path)?;
         match self.nd(start, 0).walk(path, true)? {
-            Walked::Parent { dir, last, trailing } => Ok((dir, last, trailing)),
+            Walked::Parent {
+                dir,
+                last,
+                trailing,
+            } => Ok((dir, last, trailing)),
             Walked::Found(_) => Err(Errno::EIO),
         }
     }
@@ -213,7 +232,10 @@ impl Ctx {
     /// `faccessat2(dirfd, path, mode, flags)`; flags `AT_EACCESS`,
     /// `AT_SYMLINK_NOFOLLOW`, `AT_EMPTY_PATH`.
     pub fn faccessat(&self, dirfd: i32, path: &[u8], mode: i32, flags: i32) -> Result<()> {
-        check_at_flags(flags, libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+        check_at_flags(
+            flags,
+            libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH,
+        )?;
         if mode & !7 != 0 {
             return Err(Errno::EINVAL);
         }
@@ -225,7 +247,10 @@ impl Ctx {
             }
             let s = self.inner().dc.inode_snap(c.ino).ok_or(RETRY)?;
             if mode & libc::W_OK != 0
-                && matches!(FileType::from_mode(s.mode), Some(FileType::Regular | FileType::Directory | FileType::Symlink))
+                && matches!(
+                    FileType::from_mode(s.mode),
+                    Some(FileType::Regular | FileType::Directory | FileType::Symlink)
+                )
             {
                 self.check_writable()?;
             }
@@ -274,7 +299,9 @@ impl Ctx {
                 | libc::AT_NO_AUTOMOUNT
                 | libc::AT_STATX_SYNC_TYPE,
         )?;
-        if flags & libc::AT_STATX_SYNC_TYPE == libc::AT_STATX_SYNC_TYPE || mask & (libc::STATX__RESERVED as u32) != 0 {
+        if flags & libc::AT_STATX_SYNC_TYPE == libc::AT_STATX_SYNC_TYPE
+            || mask & (libc::STATX__RESERVED as u32) != 0
+        {
             return Err(Errno::EINVAL);
         }
         if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 && dirfd != AT_FDCWD {
@@ -289,8 +316,13 @@ impl Ctx {
 
     /// `fstatat(dirfd, path, flags)` (`AT_SYMLINK_NOFOLLOW`, `AT_EMPTY_PATH`).
     pub fn fstatat(&self, dirfd: i32, path: &[u8], flags: i32) -> Result<libc::stat> {
-        check_at_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH | libc::AT_NO_AUTOMOUNT)?;
-        Ok(self.statx(dirfd, path, flags, libc::STATX_BASIC_STATS)?.to_stat())
+        check_at_flags(
+            flags,
+            libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH | libc::AT_NO_AUTOMOUNT,
+        )?;
+        Ok(self
+            .statx(dirfd, path, flags, libc::STATX_BASIC_STATS)?
+            .to_stat())
     }
 
     /// `statx` of an open descriptor: fd -> file -> inode with loads only.
@@ -300,9 +332,13 @@ impl Ctx {
         for _ in 0..64 {
             let f = self.fds.get(fd).ok_or(Errno::EBADF)?;
             let file = inner.files.slots.get(f).ok_or(Errno::EBADF)?;
-            let Some(seq) = file.seq.read_begin() else { continue };
+            let Some(seq) = file.seq.read_begin() else {
+                continue;
+            };
             let ino = file.inode.load(Relaxed);
-            let Some(s) = inner.dc.inode_snap(ino) else { continue };
+            let Some(s) = inner.dc.inode_snap(ino) else {
+                continue;
+            };
             if file.seq.read_retry(seq) {
                 continue;
             }
@@ -347,7 +383,13 @@ impl Ctx {
 
     /// Find (or create) what `openat` opens. Returns the dentry and, if it
     /// was created, the backend handle the create opened.
-    fn open_lookup(&self, dirfd: i32, path: &[u8], flags: i32, mode: u32) -> Result<(Cur, Option<FileHandle>)> {
+    fn open_lookup(
+        &self,
+        dirfd: i32,
+        path: &[u8],
+        flags: i32,
+        mode: u32,
+    ) -> Result<(Cur, Option<FileHandle>)> {
         let nofollow = flags & libc::O_NOFOLLOW != 0;
         if flags & libc::O_CREAT == 0 || flags & libc::O_PATH != 0 {
             let c = self.lookup_at(dirfd, path, !nofollow, false)?;
@@ -411,7 +453,11 @@ impl Ctx {
     /// `lookup_parent` starting at a dentry (a symlink's directory).
     fn lookup_parent_from(&self, dir: Cur, path: &[u8]) -> Result<(Cur, Last, bool)> {
         match self.nd(dir.d, 0).walk(path, true)? {
-            Walked::Parent { dir, last, trailing } => Ok((dir, last, trailing)),
+            Walked::Parent {
+                dir,
+                last,
+                trailing,
+            } => Ok((dir, last, trailing)),
             Walked::Found(_) => Err(Errno::EIO),
         }
     }
@@ -434,7 +480,13 @@ impl Ctx {
         {
             mode &= !libc::S_ISGID;
         }
-        (Owner { uid: self.creds.uid, gid }, mode)
+        (
+            Owner {
+                uid: self.creds.uid,
+                gid,
+            },
+            mode,
+        )
     }
 
     /// `may_create`: write (and search) permission on a live directory.
@@ -447,7 +499,13 @@ impl Ctx {
         Ok(ds)
     }
 
-    fn create_file(&self, dir: Cur, name: &[u8], mode: u32, flags: i32) -> Result<(Cur, FileHandle)> {
+    fn create_file(
+        &self,
+        dir: Cur,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+    ) -> Result<(Cur, FileHandle)> {
         self.check_writable()?;
         let ds = self.may_create(dir)?;
         let (owner, mode) = self.new_owner(&ds, mode, false);
@@ -498,7 +556,11 @@ impl Ctx {
             if want & MAY_WRITE != 0 {
                 self.check_writable()?;
             }
-            let trunc = if flags & libc::O_TRUNC != 0 && s.is_reg() { libc::O_TRUNC } else { 0 };
+            let trunc = if flags & libc::O_TRUNC != 0 && s.is_reg() {
+                libc::O_TRUNC
+            } else {
+                0
+            };
             let fs = inner.sb(s.sb())?;
             let fh = fs.open(NodeId(s.node), OpenFlags(acc | trunc))?;
             if trunc != 0 {
@@ -535,7 +597,9 @@ impl Ctx {
     /// Drop an open file: its backend handle and its references.
     fn release_file(&self, f: u32) {
         let inner = self.inner();
-        let Some(file) = inner.files.slots.get(f) else { return };
+        let Some(file) = inner.files.slots.get(f) else {
+            return;
+        };
         let d = file.dentry.load(Relaxed);
         let ino = file.inode.load(Relaxed);
         let fh = file.fh.load(Relaxed);
@@ -568,7 +632,10 @@ impl Ctx {
         if file.fh.load(Relaxed) == NO_HANDLE {
             return Err(Errno::EBADF);
         }
-        let s = inner.dc.inode_snap(file.inode.load(Relaxed)).ok_or(Errno::EAGAIN)?;
+        let s = inner
+            .dc
+            .inode_snap(file.inode.load(Relaxed))
+            .ok_or(Errno::EAGAIN)?;
         Ok((file, s, file.flags.load(Relaxed)))
     }
 
@@ -647,7 +714,10 @@ impl Ctx {
             }
             _ => return Err(Errno::EINVAL),
         };
-        let new = base.checked_add(off).filter(|&p| p >= 0).ok_or(Errno::EINVAL)?;
+        let new = base
+            .checked_add(off)
+            .filter(|&p| p >= 0)
+            .ok_or(Errno::EINVAL)?;
         *pos = new as u64;
         if whence == libc::SEEK_SET && new == 0 {
             *file.dir.lock() = None;
@@ -664,19 +734,35 @@ impl Ctx {
         if file.fh.load(Relaxed) == NO_HANDLE {
             return Err(Errno::EBADF);
         }
-        let s = inner.dc.inode_snap(file.inode.load(Relaxed)).ok_or(Errno::EAGAIN)?;
+        let s = inner
+            .dc
+            .inode_snap(file.inode.load(Relaxed))
+            .ok_or(Errno::EAGAIN)?;
         if !s.is_dir() {
             return Err(Errno::ENOTDIR);
         }
         let d = file.dentry.load(Relaxed);
-        if inner.dc.dentry(d).map(|x| x.flags.load(Relaxed) & D_DEAD != 0).unwrap_or(true) {
+        if inner
+            .dc
+            .dentry(d)
+            .map(|x| x.flags.load(Relaxed) & D_DEAD != 0)
+            .unwrap_or(true)
+        {
             return Err(Errno::ENOENT);
         }
         let mut listing = file.dir.lock();
         if listing.is_none() {
             let mut all = vec![
-                DirEntry { name: b".".to_vec(), ino: s.ino, kind: FileType::Directory },
-                DirEntry { name: b"..".to_vec(), ino: s.ino, kind: FileType::Directory },
+                DirEntry {
+                    name: b".".to_vec(),
+                    ino: s.ino,
+                    kind: FileType::Directory,
+                },
+                DirEntry {
+                    name: b"..".to_vec(),
+                    ino: s.ino,
+                    kind: FileType::Directory,
+                },
             ];
             all.extend(inner.sb(s.sb())?.readdir(NodeId(s.node))?);
             *listing = Some(all);
@@ -694,12 +780,20 @@ impl Ctx {
         if len < 0 {
             return Err(Errno::EINVAL);
         }
-        let (file, s, flags) = self.io_file(fd).map_err(|e| if e == Errno::EBADF { Errno::EBADF } else { e })?;
+        let (file, s, flags) =
+            self.io_file(fd)
+                .map_err(|e| if e == Errno::EBADF { Errno::EBADF } else { e })?;
         if flags as i32 & O_ACCMODE == libc::O_RDONLY || !s.is_reg() {
             return Err(Errno::EINVAL);
         }
         let inner = self.inner();
-        let attr = inner.sb(s.sb())?.setattr(NodeId(s.node), &SetAttr { size: Some(len as u64), ..SetAttr::default() })?;
+        let attr = inner.sb(s.sb())?.setattr(
+            NodeId(s.node),
+            &SetAttr {
+                size: Some(len as u64),
+                ..SetAttr::default()
+            },
+        )?;
         let mut w = inner.w.lock();
         w.refresh(&inner.dc, file.inode.load(Relaxed), &attr);
         Ok(())
@@ -749,7 +843,15 @@ impl Ctx {
                 };
                 w.mark_stale(dc, dir.ino);
                 let s = dc.snap(idx).ok_or(Errno::EAGAIN)?;
-                Ok((Cur { d: idx, seq: s.seq, flags: s.flags, ino: s.target }, t))
+                Ok((
+                    Cur {
+                        d: idx,
+                        seq: s.seq,
+                        flags: s.flags,
+                        ino: s.target,
+                    },
+                    t,
+                ))
             }
             Ok((None, _)) => Err(Errno::EIO),
             Err(e) => {
@@ -768,15 +870,19 @@ impl Ctx {
     pub fn mkdirat(&self, dirfd: i32, path: &[u8], mode: u32) -> Result<()> {
         retry(|| {
             let (dir, last, _trailing) = self.lookup_parent(dirfd, path)?;
-            let Last::Normal(name) = last else { return Err(Errno::EEXIST) };
+            let Last::Normal(name) = last else {
+                return Err(Errno::EEXIST);
+            };
             if self.lookup_child(dir, &name)?.is_some() {
                 return Err(Errno::EEXIST);
             }
             self.check_writable()?;
             let ds = self.may_create(dir)?;
             let (owner, mode) = self.new_owner(&ds, mode, true);
-            self.modify(dir, &name, |fs| Ok((Some(fs.mkdir(NodeId(ds.node), &name, mode, owner)?), ())))
-                .map(drop)
+            self.modify(dir, &name, |fs| {
+                Ok((Some(fs.mkdir(NodeId(ds.node), &name, mode, owner)?), ()))
+            })
+            .map(drop)
         })
     }
 
@@ -785,7 +891,9 @@ impl Ctx {
     /// `filename_create` gives them.
     fn create_target(&self, dirfd: i32, path: &[u8]) -> Result<(Cur, Vec<u8>)> {
         let (dir, last, trailing) = self.lookup_parent(dirfd, path)?;
-        let Last::Normal(name) = last else { return Err(Errno::EEXIST) };
+        let Last::Normal(name) = last else {
+            return Err(Errno::EEXIST);
+        };
         if self.lookup_child(dir, &name)?.is_some() {
             return Err(Errno::EEXIST);
         }
@@ -808,18 +916,28 @@ impl Ctx {
             let (dir, name) = self.create_target(newdirfd, linkpath)?;
             let ds = self.may_create(dir)?;
             let (owner, _) = self.new_owner(&ds, 0o777, false);
-            self.modify(dir, &name, |fs| Ok((Some(fs.symlink(NodeId(ds.node), &name, target, owner)?), ())))
-                .map(drop)
+            self.modify(dir, &name, |fs| {
+                Ok((Some(fs.symlink(NodeId(ds.node), &name, target, owner)?), ()))
+            })
+            .map(drop)
         })
     }
 
     /// `linkat(olddirfd, oldpath, newdirfd, newpath, flags)`; flags
     /// `AT_SYMLINK_FOLLOW`, `AT_EMPTY_PATH`.
-    pub fn linkat(&self, olddirfd: i32, oldpath: &[u8], newdirfd: i32, newpath: &[u8], flags: i32) -> Result<()> {
+    pub fn linkat(
+        &self,
+        olddirfd: i32,
+        oldpath: &[u8],
+        newdirfd: i32,
+        newpath: &[u8],
+        flags: i32,
+    ) -> Result<()> {
         check_at_flags(flags, libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH)?;
         retry(|| {
             let follow = flags & libc::AT_SYMLINK_FOLLOW != 0;
-            let old = self.lookup_at(olddirfd, oldpath, follow, flags & libc::AT_EMPTY_PATH != 0)?;
+            let old =
+                self.lookup_at(olddirfd, oldpath, follow, flags & libc::AT_EMPTY_PATH != 0)?;
             let (dir, name) = self.create_target(newdirfd, newpath)?;
             let inner = self.inner();
             let os = inner.dc.inode_snap(old.ino).ok_or(RETRY)?;
@@ -832,7 +950,9 @@ impl Ctx {
             if os.is_dir() {
                 return Err(Errno::EPERM);
             }
-            let (_, ()) = self.modify(dir, &name, |fs| Ok((Some(fs.link(NodeId(os.node), NodeId(ds.node), &name)?), ())))?;
+            let (_, ()) = self.modify(dir, &name, |fs| {
+                Ok((Some(fs.link(NodeId(os.node), NodeId(ds.node), &name)?), ()))
+            })?;
             let mut w = inner.w.lock();
             w.mark_stale(&inner.dc, old.ino);
             Ok(())
@@ -845,7 +965,8 @@ impl Ctx {
         if self.creds.owns(s.uid) {
             return Ok(());
         }
-        let setid = s.mode & libc::S_ISUID != 0 || s.mode & (libc::S_ISGID | 0o010) == libc::S_ISGID | 0o010;
+        let setid = s.mode & libc::S_ISUID != 0
+            || s.mode & (libc::S_ISGID | 0o010) == libc::S_ISGID | 0o010;
         if !s.is_reg() || setid || perm::check(&self.creds, s, MAY_READ | MAY_WRITE).is_err() {
             return Err(Errno::EPERM);
         }
@@ -884,7 +1005,10 @@ impl Ctx {
         let inner = self.inner();
         let dc = &inner.dc;
         let hash = hash_name(name);
-        let ino = dc.dentry(victim).map(|d| d.target.load(Relaxed)).unwrap_or(0);
+        let ino = dc
+            .dentry(victim)
+            .map(|d| d.target.load(Relaxed))
+            .unwrap_or(0);
         if ino != 0 {
             w.mark_stale(dc, ino);
         }
@@ -926,7 +1050,11 @@ impl Ctx {
             if inner.dc.dentry(victim.d).map(|d| d.seq.raw()) != Some(victim.seq) {
                 return Err(RETRY);
             }
-            let r = if rmdir { fs.rmdir(NodeId(ds.node), &name) } else { fs.unlink(NodeId(ds.node), &name) };
+            let r = if rmdir {
+                fs.rmdir(NodeId(ds.node), &name)
+            } else {
+                fs.unlink(NodeId(ds.node), &name)
+            };
             inner.changed();
             match r {
                 Ok(()) | Err(Errno::ENOENT) => self.forget_name(&mut w, dir, &name, victim.d),
@@ -956,7 +1084,14 @@ impl Ctx {
 
     /// `renameat2(olddirfd, oldpath, newdirfd, newpath, flags)`; flags
     /// `RENAME_NOREPLACE`, `RENAME_EXCHANGE`.
-    pub fn renameat2(&self, olddirfd: i32, oldpath: &[u8], newdirfd: i32, newpath: &[u8], flags: u32) -> Result<()> {
+    pub fn renameat2(
+        &self,
+        olddirfd: i32,
+        oldpath: &[u8],
+        newdirfd: i32,
+        newpath: &[u8],
+        flags: u32,
+    ) -> Result<()> {
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
             || flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0
         {
@@ -973,7 +1108,9 @@ impl Ctx {
             if ods.sb() != nds.sb() {
                 return Err(Errno::EXDEV);
             }
-            let Last::Normal(oname) = olast else { return Err(Errno::EBUSY) };
+            let Last::Normal(oname) = olast else {
+                return Err(Errno::EBUSY);
+            };
             let nname = match nlast {
                 Last::Normal(n) => n,
                 _ if flags & RENAME_NOREPLACE != 0 => return Err(Errno::EEXIST),
@@ -1001,7 +1138,11 @@ impl Ctx {
             }
             if let Some(n) = new {
                 if self.is_ancestor(n.d, odir.d) {
-                    return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
+                    return Err(if exchange {
+                        Errno::EINVAL
+                    } else {
+                        Errno::ENOTEMPTY
+                    });
                 }
                 if n.ino == old.ino {
                     return Ok(()); // the same file: nothing to do
@@ -1102,7 +1243,13 @@ impl Ctx {
             if !self.creds.is_root() && !self.creds.in_group(s.gid) {
                 mode &= !libc::S_ISGID;
             }
-            self.setattr(c, &SetAttr { mode: Some(mode), ..SetAttr::default() })
+            self.setattr(
+                c,
+                &SetAttr {
+                    mode: Some(mode),
+                    ..SetAttr::default()
+                },
+            )
         })
     }
 
@@ -1116,7 +1263,9 @@ impl Ctx {
             self.check_writable()?;
             let cr = &self.creds;
             let uid_ok = uid == u32::MAX || uid == s.uid && cr.uid == s.uid || cr.is_root();
-            let gid_ok = gid == u32::MAX || cr.is_root() || cr.uid == s.uid && (gid == s.gid || cr.in_group(gid));
+            let gid_ok = gid == u32::MAX
+                || cr.is_root()
+                || cr.uid == s.uid && (gid == s.gid || cr.in_group(gid));
             if !uid_ok || !gid_ok {
                 return Err(Errno::EPERM);
             }
@@ -1132,10 +1281,20 @@ impl Ctx {
                 0
             } else {
                 (s.mode & libc::S_ISUID)
-                    | if s.mode & (libc::S_ISGID | 0o010) == libc::S_ISGID | 0o010 { libc::S_ISGID } else { 0 }
+                    | if s.mode & (libc::S_ISGID | 0o010) == libc::S_ISGID | 0o010 {
+                        libc::S_ISGID
+                    } else {
+                        0
+                    }
             };
             if kill != 0 && (set.uid.is_some() || set.gid.is_some()) {
-                self.setattr(c, &SetAttr { mode: Some(s.mode & 0o7777 & !kill), ..SetAttr::default() })?;
+                self.setattr(
+                    c,
+                    &SetAttr {
+                        mode: Some(s.mode & 0o7777 & !kill),
+                        ..SetAttr::default()
+                    },
+                )?;
             }
             Ok(())
         })
@@ -1143,7 +1302,13 @@ impl Ctx {
 
     /// `utimensat(dirfd, path, [atime, mtime], flags)`; `None` is
     /// `UTIME_OMIT`.
-    pub fn utimensat(&self, dirfd: i32, path: &[u8], times: [Option<TimeSet>; 2], flags: i32) -> Result<()> {
+    pub fn utimensat(
+        &self,
+        dirfd: i32,
+        path: &[u8],
+        times: [Option<TimeSet>; 2],
+        flags: i32,
+    ) -> Result<()> {
         check_at_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
         retry(|| {
             let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
@@ -1160,7 +1325,14 @@ impl Ctx {
                 }
                 perm::check(&self.creds, &s, MAY_WRITE)?;
             }
-            self.setattr(c, &SetAttr { atime: times[0], mtime: times[1], ..SetAttr::default() })
+            self.setattr(
+                c,
+                &SetAttr {
+                    atime: times[0],
+                    mtime: times[1],
+                    ..SetAttr::default()
+                },
+            )
         })
     }
 

@@ -79,7 +79,9 @@ impl Options {
             "max_dentries" => {
                 self.max_dentries = u32::try_from(num(value)?).map_err(|_| Errno::EINVAL)?;
             }
-            "max_files" => self.max_files = u32::try_from(num(value)?).map_err(|_| Errno::EINVAL)?,
+            "max_files" => {
+                self.max_files = u32::try_from(num(value)?).map_err(|_| Errno::EINVAL)?
+            }
             "umask" => {
                 let v = u32::from_str_radix(value, 8).map_err(|_| Errno::EINVAL)?;
                 if v > 0o777 {
@@ -108,6 +110,9 @@ mod tests {
         assert_eq!(Options::parse("").unwrap(), Options::default());
         assert_eq!(Options::parse("bogus=1"), Err(Errno::EINVAL));
         assert_eq!(Options::parse("negtimeout=-2"), Err(Errno::EINVAL));
-        assert_eq!(Options::parse("ndentrytmo=5000").unwrap().negtimeout_ms, 5000);
+        assert_eq!(
+            Options::parse("ndentrytmo=5000").unwrap().negtimeout_ms,
+            5000
+        );
     }
 }

@@ -21,7 +21,11 @@ pub struct Creds {
 
 impl Creds {
     pub fn root() -> Creds {
-        Creds { uid: 0, gid: 0, groups: Vec::new() }
+        Creds {
+            uid: 0,
+            gid: 0,
+            groups: Vec::new(),
+        }
     }
 
     /// The calling process's own effective ids and groups.
@@ -81,12 +85,21 @@ mod tests {
     use super::*;
 
     fn snap(mode: u32, uid: u32, gid: u32) -> InodeSnap {
-        InodeSnap { mode, uid, gid, ..InodeSnap::default() }
+        InodeSnap {
+            mode,
+            uid,
+            gid,
+            ..InodeSnap::default()
+        }
     }
 
     #[test]
     fn owner_group_other() {
-        let u = Creds { uid: 1000, gid: 100, groups: vec![200] };
+        let u = Creds {
+            uid: 1000,
+            gid: 100,
+            groups: vec![200],
+        };
         let f = snap(libc::S_IFREG | 0o640, 1000, 100);
         assert!(check(&u, &f, MAY_READ | MAY_WRITE).is_ok());
         assert_eq!(check(&u, &f, MAY_EXEC), Err(Errno::EACCES));
@@ -102,7 +115,10 @@ mod tests {
     fn root_overrides_but_not_exec_of_non_executables() {
         let r = Creds::root();
         assert!(check(&r, &snap(libc::S_IFREG, 5, 5), MAY_READ | MAY_WRITE).is_ok());
-        assert_eq!(check(&r, &snap(libc::S_IFREG | 0o644, 5, 5), MAY_EXEC), Err(Errno::EACCES));
+        assert_eq!(
+            check(&r, &snap(libc::S_IFREG | 0o644, 5, 5), MAY_EXEC),
+            Err(Errno::EACCES)
+        );
         assert!(check(&r, &snap(libc::S_IFREG | 0o001, 5, 5), MAY_EXEC).is_ok());
         assert!(check(&r, &snap(libc::S_IFDIR, 5, 5), MAY_EXEC).is_ok());
     }

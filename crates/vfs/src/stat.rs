@@ -65,7 +65,11 @@ impl Statx {
     /// `stx_mask` says what is valid.
     #[inline(always)]
     pub(crate) fn build(s: &InodeSnap, _mask: u32) -> Statx {
-        let (rmaj, rmin) = if s.is_symlink() { (0, 0) } else { dev_from_u32(s.rdev) };
+        let (rmaj, rmin) = if s.is_symlink() {
+            (0, 0)
+        } else {
+            dev_from_u32(s.rdev)
+        };
         let mut st = Statx {
             stx_mask: libc::STATX_BASIC_STATS,
             stx_blksize: 4096,

@@ -166,16 +166,28 @@ impl Writer {
         };
         let d = dc.dentry(idx)?;
         d.seq.write_begin();
-        let words = if long != 0 { [long, 0, 0, 0] } else { pack_name(name) };
+        let words = if long != 0 {
+            [long, 0, 0, 0]
+        } else {
+            pack_name(name)
+        };
         for (slot, w) in d.name.iter().zip(words) {
             slot.store(w, Relaxed);
         }
         d.parent.store(parent, Relaxed);
         d.hash.store(hash, Relaxed);
         d.refs.store(0, Relaxed);
-        let kind = if inode != 0 { self.type_flags(dc, inode) } else { D_NEGATIVE };
-        d.target.store(if inode != 0 { inode } else { expiry }, Relaxed);
-        d.flags.store(D_ALLOCATED | D_HASHED | kind | ((name.len() as u32) << 24), Relaxed);
+        let kind = if inode != 0 {
+            self.type_flags(dc, inode)
+        } else {
+            D_NEGATIVE
+        };
+        d.target
+            .store(if inode != 0 { inode } else { expiry }, Relaxed);
+        d.flags.store(
+            D_ALLOCATED | D_HASHED | kind | ((name.len() as u32) << 24),
+            Relaxed,
+        );
         self.get_dentry(dc, parent);
         self.hash_insert(dc, idx, parent, hash);
         d.seq.write_end();
@@ -331,7 +343,8 @@ impl Writer {
         let flags = d.flags.load(Relaxed);
         let old = d.target.load(Relaxed);
         d.seq.write_begin();
-        d.flags.store((flags & !(D_DIR | D_SYMLINK)) | D_NEGATIVE, Relaxed);
+        d.flags
+            .store((flags & !(D_DIR | D_SYMLINK)) | D_NEGATIVE, Relaxed);
         d.target.store(expiry, Relaxed);
         d.seq.write_end();
         if flags & D_NEGATIVE == 0 && old != 0 {
@@ -348,7 +361,8 @@ impl Writer {
         let kind = self.type_flags(dc, inode);
         self.get_inode(dc, inode);
         d.seq.write_begin();
-        d.flags.store((flags & !(D_NEGATIVE | D_DIR | D_SYMLINK)) | kind, Relaxed);
+        d.flags
+            .store((flags & !(D_NEGATIVE | D_DIR | D_SYMLINK)) | kind, Relaxed);
         d.target.store(inode, Relaxed);
         d.seq.write_end();
         if flags & D_NEGATIVE == 0 && old != 0 {
@@ -362,7 +376,11 @@ impl Writer {
         let flags = d.flags.load(Relaxed);
         let old_parent = d.parent.load(Relaxed);
         let old_long = (name_len(flags) > INLINE_NAME).then(|| d.name[0].load(Relaxed));
-        let long = if name.len() > INLINE_NAME { self.store_chunks(dc, name) } else { 0 };
+        let long = if name.len() > INLINE_NAME {
+            self.store_chunks(dc, name)
+        } else {
+            0
+        };
         if name.len() > INLINE_NAME && long == 0 {
             // No room for the name: forget the dentry instead of moving it.
             self.d_kill(dc, idx);
@@ -372,13 +390,20 @@ impl Writer {
             self.hash_remove(dc, idx);
         }
         d.seq.write_begin();
-        let words = if long != 0 { [long, 0, 0, 0] } else { pack_name(name) };
+        let words = if long != 0 {
+            [long, 0, 0, 0]
+        } else {
+            pack_name(name)
+        };
         for (slot, w) in d.name.iter().zip(words) {
             slot.store(w, Relaxed);
         }
         d.parent.store(parent, Relaxed);
         d.hash.store(hash, Relaxed);
-        d.flags.store((flags & 0x00ff_ffff) | D_HASHED | ((name.len() as u32) << 24), Relaxed);
+        d.flags.store(
+            (flags & 0x00ff_ffff) | D_HASHED | ((name.len() as u32) << 24),
+            Relaxed,
+        );
         self.hash_insert(dc, idx, parent, hash);
         d.seq.write_end();
         if let Some(c) = old_long {
@@ -393,7 +418,8 @@ impl Writer {
     pub fn set_dentry_flag(&mut self, dc: &Dcache, idx: DIdx, set: u32, clear: u32) {
         if let Some(d) = dc.dentry(idx) {
             d.seq.write_begin();
-            d.flags.store((d.flags.load(Relaxed) | set) & !clear, Relaxed);
+            d.flags
+                .store((d.flags.load(Relaxed) | set) & !clear, Relaxed);
             d.seq.write_end();
         }
     }
@@ -413,7 +439,10 @@ impl Writer {
             self.clock += 1;
             let Some(d) = dc.dentry(idx) else { continue };
             let flags = d.flags.load(Relaxed);
-            if flags & D_ALLOCATED == 0 || d.refs.load(Relaxed) != 0 || flags & (D_MOUNTPOINT | D_MOUNTROOT) != 0 {
+            if flags & D_ALLOCATED == 0
+                || d.refs.load(Relaxed) != 0
+                || flags & (D_MOUNTPOINT | D_MOUNTROOT) != 0
+            {
                 continue;
             }
             if flags & D_REFERENCED != 0 {
@@ -442,7 +471,9 @@ impl Writer {
         let mut idx = self.inode_buckets[b];
         while idx != 0 {
             let i = dc.inode(idx)?;
-            if i.node.load(Relaxed) == e.node.0 && (i.flags.load(Relaxed) >> SB_SHIFT) as usize == sb {
+            if i.node.load(Relaxed) == e.node.0
+                && (i.flags.load(Relaxed) >> SB_SHIFT) as usize == sb
+            {
                 self.forgets.push((sb, e.node.0));
                 self.refresh(dc, idx, &e.attr);
                 self.get_inode(dc, idx);
@@ -463,7 +494,8 @@ impl Writer {
         self.n_inodes += 1;
         let i = dc.inode(idx)?;
         i.seq.write_begin();
-        i.flags.store(I_ALLOCATED | ((sb as u32) << SB_SHIFT), Relaxed);
+        i.flags
+            .store(I_ALLOCATED | ((sb as u32) << SB_SHIFT), Relaxed);
         i.node.store(e.node.0, Relaxed);
         i.refs.store(1, Relaxed);
         i.rdev.store(0, Relaxed);
@@ -480,7 +512,8 @@ impl Writer {
         let Some(i) = dc.inode(idx) else { return };
         let flags = i.flags.load(Relaxed);
         let link_changed = flags & I_CACHED_LINK != 0
-            && (i.size.load(Relaxed) != attr.size || i.ctime.load(Relaxed) != attr.ctime.as_nanos());
+            && (i.size.load(Relaxed) != attr.size
+                || i.ctime.load(Relaxed) != attr.ctime.as_nanos());
         i.seq.write_begin();
         if link_changed {
             self.drop_link_locked(dc, i);
@@ -510,7 +543,8 @@ impl Writer {
         }
         i.seq.write_begin();
         i.rdev.store(head, Relaxed);
-        i.flags.store(i.flags.load(Relaxed) | I_CACHED_LINK, Relaxed);
+        i.flags
+            .store(i.flags.load(Relaxed) | I_CACHED_LINK, Relaxed);
         i.seq.write_end();
     }
 

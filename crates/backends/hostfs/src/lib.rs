@@ -30,7 +30,8 @@ use walkfs_fsapi::{
 
 const ROOT: u64 = 1;
 const LOOKUP_FLAGS: i32 = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-const RESOLVE: u64 = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_SYMLINKS;
+const RESOLVE: u64 =
+    libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_SYMLINKS;
 
 struct HostNode {
     fd: Arc<OwnedFd>,
@@ -63,7 +64,8 @@ impl HostFs {
     /// Export `dir`. Fails with the errno of opening it (ENOTDIR if it is
     /// not a directory).
     pub fn new(dir: &Path) -> Result<HostFs> {
-        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|_| Errno::EINVAL)?;
+        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+            .map_err(|_| Errno::EINVAL)?;
         let cwd = libc::AT_FDCWD;
         // SAFETY: AT_FDCWD is always a valid directory handle for *at calls.
         let cwd = unsafe { BorrowedFd::borrow_raw(cwd) };
@@ -71,8 +73,18 @@ impl HostFs {
         let proc_fd = sys::openat(cwd, b"/proc/self/fd", libc::O_PATH | libc::O_DIRECTORY, 0)?;
         let attr = sys::statx(root.as_fd())?;
         let key = (sys::dev_of(root.as_fd())?, attr.ino);
-        let mut nodes = Nodes { next: ROOT + 1, ..Nodes::default() };
-        nodes.by_id.insert(ROOT, HostNode { fd: Arc::new(root), key, lookups: 1 });
+        let mut nodes = Nodes {
+            next: ROOT + 1,
+            ..Nodes::default()
+        };
+        nodes.by_id.insert(
+            ROOT,
+            HostNode {
+                fd: Arc::new(root),
+                key,
+                lookups: 1,
+            },
+        );
         nodes.by_key.insert(key, ROOT);
         Ok(HostFs {
             nodes: RwLock::new(nodes),
@@ -86,7 +98,12 @@ impl HostFs {
     }
 
     fn fd(&self, node: NodeId) -> Result<Arc<OwnedFd>> {
-        self.nodes.read().by_id.get(&node.0).map(|n| n.fd.clone()).ok_or(Errno::ESTALE)
+        self.nodes
+            .read()
+            .by_id
+            .get(&node.0)
+            .map(|n| n.fd.clone())
+            .ok_or(Errno::ESTALE)
     }
 
     /// Register a freshly opened `O_PATH` descriptor as a node (or count one
@@ -98,14 +115,27 @@ impl HostFs {
         if let Some(&id) = nodes.by_key.get(&key) {
             if let Some(n) = nodes.by_id.get_mut(&id) {
                 n.lookups += 1;
-                return Ok(Entry { node: NodeId(id), attr });
+                return Ok(Entry {
+                    node: NodeId(id),
+                    attr,
+                });
             }
         }
         let id = nodes.next;
         nodes.next += 1;
-        nodes.by_id.insert(id, HostNode { fd: Arc::new(fd), key, lookups: 1 });
+        nodes.by_id.insert(
+            id,
+            HostNode {
+                fd: Arc::new(fd),
+                key,
+                lookups: 1,
+            },
+        );
         nodes.by_key.insert(key, id);
-        Ok(Entry { node: NodeId(id), attr })
+        Ok(Entry {
+            node: NodeId(id),
+            attr,
+        })
     }
 
     /// Re-open a held node for I/O, refusing anything but regular files and
@@ -118,7 +148,12 @@ impl HostFs {
             _ => return Err(Errno::EACCES),
         }
         let name = sys::fd_name(fd.as_raw_fd());
-        sys::openat(self.proc_fd.as_fd(), &name, flags & !(libc::O_CREAT | libc::O_EXCL), 0)
+        sys::openat(
+            self.proc_fd.as_fd(),
+            &name,
+            flags & !(libc::O_CREAT | libc::O_EXCL),
+            0,
+        )
     }
 
     fn new_handle(&self, fd: OwnedFd) -> FileHandle {
@@ -142,7 +177,11 @@ impl HostFs {
         // chown clears set-id bits, and the umask strips bits: put the mode
         // the vfs asked for back whenever either may have changed it.
         if let Some(mode) = mode {
-            if mode & self.umask != 0 || mode & 0o7000 != 0 || owner.uid != self.euid || owner.gid != self.egid {
+            if mode & self.umask != 0
+                || mode & 0o7000 != 0
+                || owner.uid != self.euid
+                || owner.gid != self.egid
+            {
                 sys::fchmodat(self.proc_fd.as_fd(), &sys::fd_name(fd.as_raw_fd()), mode)?;
             }
         }
@@ -158,7 +197,8 @@ impl HostFs {
 /// Names the vfs hands down are single components; refuse anything else
 /// even so, since this is the layer that touches the host.
 fn check_name(name: &[u8]) -> Result<()> {
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
         return Err(Errno::EINVAL);
     }
     if name.len() > walkfs_fsapi::NAME_MAX {
@@ -169,9 +209,18 @@ fn check_name(name: &[u8]) -> Result<()> {
 
 fn timespec(t: Option<TimeSet>) -> libc::timespec {
     match t {
-        None => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
-        Some(TimeSet::Now) => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
-        Some(TimeSet::At(ts)) => libc::timespec { tv_sec: ts.sec, tv_nsec: ts.nsec as i64 },
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(TimeSet::Now) => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Some(TimeSet::At(ts)) => libc::timespec {
+            tv_sec: ts.sec,
+            tv_nsec: ts.nsec as i64,
+        },
     }
 }
 
@@ -216,7 +265,11 @@ impl FileSystem for HostFs {
         let fd = self.fd(node)?;
         let name = sys::fd_name(fd.as_raw_fd());
         if set.uid.is_some() || set.gid.is_some() {
-            sys::fchownat_empty(fd.as_fd(), set.uid.unwrap_or(u32::MAX), set.gid.unwrap_or(u32::MAX))?;
+            sys::fchownat_empty(
+                fd.as_fd(),
+                set.uid.unwrap_or(u32::MAX),
+                set.gid.unwrap_or(u32::MAX),
+            )?;
         }
         if let Some(mode) = set.mode {
             if sys::statx(fd.as_fd())?.is_symlink() {
@@ -229,14 +282,24 @@ impl FileSystem for HostFs {
             sys::ftruncate(file.as_fd(), size)?;
         }
         if set.atime.is_some() || set.mtime.is_some() {
-            sys::utimensat(self.proc_fd.as_fd(), &name, &[timespec(set.atime), timespec(set.mtime)])?;
+            sys::utimensat(
+                self.proc_fd.as_fd(),
+                &name,
+                &[timespec(set.atime), timespec(set.mtime)],
+            )?;
         }
         sys::statx(fd.as_fd())
     }
 
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
         let fd = self.fd(node)?;
-        sys::readlinkat_empty(fd.as_fd()).map_err(|e| if e == Errno::ENOENT { Errno::EINVAL } else { e })
+        sys::readlinkat_empty(fd.as_fd()).map_err(|e| {
+            if e == Errno::ENOENT {
+                Errno::EINVAL
+            } else {
+                e
+            }
+        })
     }
 
     fn open(&self, node: NodeId, flags: OpenFlags) -> Result<FileHandle> {
@@ -258,7 +321,12 @@ impl FileSystem for HostFs {
         let dir = self.fd(parent)?;
         let how = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | (flags.0 & libc::O_ACCMODE);
         let file = sys::openat2(dir.as_fd(), name, how, mode & 0o7777, RESOLVE)?;
-        let path = sys::openat(self.proc_fd.as_fd(), &sys::fd_name(file.as_raw_fd()), libc::O_PATH, 0)?;
+        let path = sys::openat(
+            self.proc_fd.as_fd(),
+            &sys::fd_name(file.as_raw_fd()),
+            libc::O_PATH,
+            0,
+        )?;
         self.settle_new(&path, Some(mode & 0o7777), owner)?;
         let entry = self.register(path)?;
         Ok((entry, self.new_handle(file)))
@@ -303,7 +371,13 @@ impl FileSystem for HostFs {
         match sys::linkat(fd.as_fd(), b"", dir.as_fd(), newname, libc::AT_EMPTY_PATH) {
             Err(Errno::ENOENT) | Err(Errno::EPERM) if !sys::statx(fd.as_fd())?.is_symlink() => {
                 let name = sys::fd_name(fd.as_raw_fd());
-                sys::linkat(self.proc_fd.as_fd(), &name, dir.as_fd(), newname, libc::AT_SYMLINK_FOLLOW)?
+                sys::linkat(
+                    self.proc_fd.as_fd(),
+                    &name,
+                    dir.as_fd(),
+                    newname,
+                    libc::AT_SYMLINK_FOLLOW,
+                )?
             }
             r => r?,
         }
@@ -383,7 +457,10 @@ mod tests {
         let root = fs.root();
         // The link itself is found, not what it points to.
         assert!(fs.lookup(root, b"out").unwrap().attr.is_symlink());
-        assert_eq!(fs.readlink(fs.lookup(root, b"out").unwrap().node).unwrap(), b"/etc");
+        assert_eq!(
+            fs.readlink(fs.lookup(root, b"out").unwrap().node).unwrap(),
+            b"/etc"
+        );
         assert_eq!(fs.lookup(root, b".."), Err(Errno::EINVAL));
         assert_eq!(fs.lookup(root, b"a/b"), Err(Errno::EINVAL));
         // Hard links share a node.
@@ -396,21 +473,30 @@ mod tests {
     #[test]
     fn special_files_are_never_opened() {
         let tmp = tempfile::tempdir().unwrap();
-        let fifo = std::ffi::CString::new(tmp.path().join("p").as_os_str().as_encoded_bytes()).unwrap();
+        let fifo =
+            std::ffi::CString::new(tmp.path().join("p").as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: valid C string.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) }, 0);
         let fs = HostFs::new(tmp.path()).unwrap();
         let p = fs.lookup(fs.root(), b"p").unwrap();
         // Opening a fifo for reading would block forever; we refuse instead.
-        assert_eq!(fs.open(p.node, OpenFlags(libc::O_RDONLY)), Err(Errno::EACCES));
+        assert_eq!(
+            fs.open(p.node, OpenFlags(libc::O_RDONLY)),
+            Err(Errno::EACCES)
+        );
     }
 
     #[test]
     fn create_sets_exact_mode_and_owner() {
         let tmp = tempfile::tempdir().unwrap();
         let fs = HostFs::new(tmp.path()).unwrap();
-        let owner = Owner { uid: sys::geteuid(), gid: sys::getegid() };
-        let (e, fh) = fs.create(fs.root(), b"n", 0o666, owner, OpenFlags(libc::O_RDWR)).unwrap();
+        let owner = Owner {
+            uid: sys::geteuid(),
+            gid: sys::getegid(),
+        };
+        let (e, fh) = fs
+            .create(fs.root(), b"n", 0o666, owner, OpenFlags(libc::O_RDWR))
+            .unwrap();
         assert_eq!(e.attr.mode & 0o7777, 0o666);
         assert_eq!(fs.write(e.node, fh, 0, b"abc").unwrap(), 3);
         let mut buf = [0u8; 3];

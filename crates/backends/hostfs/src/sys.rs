@@ -20,7 +20,13 @@ fn owned(fd: libc::c_int) -> Result<OwnedFd> {
 /// `openat2(dir, name, flags, mode, resolve)`, falling back to `openat` on
 /// kernels without openat2 (single names without `/` cannot leave `dir`
 /// anyway; the resolve flags are a second fence).
-pub fn openat2(dir: BorrowedFd, name: &[u8], flags: i32, mode: u32, resolve: u64) -> Result<OwnedFd> {
+pub fn openat2(
+    dir: BorrowedFd,
+    name: &[u8],
+    flags: i32,
+    mode: u32,
+    resolve: u64,
+) -> Result<OwnedFd> {
     let c = cstr(name)?;
     // SAFETY: open_how is a plain C struct for which all-zero is valid.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
@@ -69,7 +75,10 @@ pub fn statx(fd: BorrowedFd) -> Result<Attr> {
         )
     };
     Errno::result(r)?;
-    let ts = |t: libc::statx_timestamp| Timespec { sec: t.tv_sec, nsec: t.tv_nsec };
+    let ts = |t: libc::statx_timestamp| Timespec {
+        sec: t.tv_sec,
+        nsec: t.tv_nsec,
+    };
     Ok(Attr {
         ino: st.stx_ino,
         mode: st.stx_mode as u32,
@@ -92,7 +101,13 @@ pub fn dev_of(fd: BorrowedFd) -> Result<u64> {
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: as in `statx`.
     let r = unsafe {
-        libc::statx(fd.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW, 0, &mut st)
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            0,
+            &mut st,
+        )
     };
     Errno::result(r)?;
     Ok(libc::makedev(st.stx_dev_major, st.stx_dev_minor))
@@ -102,7 +117,12 @@ pub fn readlinkat_empty(fd: BorrowedFd) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; walkfs_fsapi::PATH_MAX];
     // SAFETY: `buf` is writable for its whole length.
     let n = unsafe {
-        libc::readlinkat(fd.as_raw_fd(), c"".as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+        libc::readlinkat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
     };
     let n = Errno::result(n)? as usize;
     buf.truncate(n);
@@ -131,7 +151,14 @@ pub fn renameat2(od: BorrowedFd, on: &[u8], nd: BorrowedFd, nn: &[u8], flags: u3
     let (o, n) = (cstr(on)?, cstr(nn)?);
     // SAFETY: valid C strings and fds.
     let r = unsafe {
-        libc::syscall(libc::SYS_renameat2, od.as_raw_fd(), o.as_ptr(), nd.as_raw_fd(), n.as_ptr(), flags)
+        libc::syscall(
+            libc::SYS_renameat2,
+            od.as_raw_fd(),
+            o.as_ptr(),
+            nd.as_raw_fd(),
+            n.as_ptr(),
+            flags,
+        )
     };
     Errno::result(r).map(drop)
 }
@@ -139,14 +166,28 @@ pub fn renameat2(od: BorrowedFd, on: &[u8], nd: BorrowedFd, nn: &[u8], flags: u3
 pub fn linkat(od: BorrowedFd, on: &[u8], nd: BorrowedFd, nn: &[u8], flags: i32) -> Result<()> {
     let (o, n) = (cstr(on)?, cstr(nn)?);
     // SAFETY: valid C strings and fds.
-    let r = unsafe { libc::linkat(od.as_raw_fd(), o.as_ptr(), nd.as_raw_fd(), n.as_ptr(), flags) };
+    let r = unsafe {
+        libc::linkat(
+            od.as_raw_fd(),
+            o.as_ptr(),
+            nd.as_raw_fd(),
+            n.as_ptr(),
+            flags,
+        )
+    };
     Errno::result(r).map(drop)
 }
 
 pub fn fchownat_empty(fd: BorrowedFd, uid: u32, gid: u32) -> Result<()> {
     // SAFETY: valid empty path; AT_EMPTY_PATH acts on `fd` itself.
     let r = unsafe {
-        libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW)
+        libc::fchownat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            uid,
+            gid,
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
     };
     Errno::result(r).map(drop)
 }
@@ -160,7 +201,8 @@ pub fn fchmodat(dir: BorrowedFd, name: &[u8], mode: u32) -> Result<()> {
 pub fn utimensat(dir: BorrowedFd, name: &[u8], times: &[libc::timespec; 2]) -> Result<()> {
     let c = cstr(name)?;
     // SAFETY: valid C string, `times` points at two timespecs.
-    Errno::result(unsafe { libc::utimensat(dir.as_raw_fd(), c.as_ptr(), times.as_ptr(), 0) }).map(drop)
+    Errno::result(unsafe { libc::utimensat(dir.as_raw_fd(), c.as_ptr(), times.as_ptr(), 0) })
+        .map(drop)
 }
 
 pub fn ftruncate(fd: BorrowedFd, size: u64) -> Result<()> {
@@ -199,7 +241,12 @@ pub fn getdents(fd: BorrowedFd) -> Result<Vec<(Vec<u8>, u64, u8)>> {
     loop {
         // SAFETY: `buf` is writable for its length.
         let n = unsafe {
-            libc::syscall(libc::SYS_getdents64, fd.as_raw_fd(), buf.as_mut_ptr(), buf.len())
+            libc::syscall(
+                libc::SYS_getdents64,
+                fd.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
         };
         let n = Errno::result(n)? as usize;
         if n == 0 {

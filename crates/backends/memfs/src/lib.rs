@@ -85,7 +85,12 @@ impl MemFs {
             },
         );
         MemFs {
-            tree: Mutex::new(Tree { nodes, next_ino: ROOT + 1, handles: HashMap::new(), next_fh: 1 }),
+            tree: Mutex::new(Tree {
+                nodes,
+                next_ino: ROOT + 1,
+                handles: HashMap::new(),
+                next_fh: 1,
+            }),
         }
     }
 
@@ -93,11 +98,20 @@ impl MemFs {
     /// vfs never opens one). `mode` includes the type bits.
     pub fn mknod(&self, parent: NodeId, name: &[u8], mode: u32, rdev: u64) -> Result<Entry> {
         let mut t = self.tree.lock();
-        let e = t.new_child(parent.0, name, mode, Owner { uid: 0, gid: 0 }, Body::Special)?;
+        let e = t.new_child(
+            parent.0,
+            name,
+            mode,
+            Owner { uid: 0, gid: 0 },
+            Body::Special,
+        )?;
         if let Some(n) = t.nodes.get_mut(&e.node.0) {
             n.attr.rdev = rdev;
         }
-        Ok(Entry { node: e.node, attr: t.node(e.node.0)?.attr })
+        Ok(Entry {
+            node: e.node,
+            attr: t.node(e.node.0)?.attr,
+        })
     }
 }
 
@@ -165,13 +179,24 @@ impl Tree {
             ctime: now,
             ..Attr::default()
         };
-        self.nodes.insert(ino, Node { attr, body, lookups: 1, opens: 0 });
+        self.nodes.insert(
+            ino,
+            Node {
+                attr,
+                body,
+                lookups: 1,
+                opens: 0,
+            },
+        );
         self.dir_mut(parent)?.insert(name.to_vec(), ino);
         if is_dir {
             self.node_mut(parent)?.attr.nlink += 1;
         }
         self.touch_dir(parent);
-        Ok(Entry { node: NodeId(ino), attr })
+        Ok(Entry {
+            node: NodeId(ino),
+            attr,
+        })
     }
 
     /// Drop a node that nothing refers to any more.
@@ -190,7 +215,11 @@ impl Tree {
         let now = Timespec::now();
         let child = self.node_mut(ino)?;
         let was_dir = matches!(child.body, Body::Dir(_));
-        child.attr.nlink = if was_dir { 0 } else { child.attr.nlink.saturating_sub(1) };
+        child.attr.nlink = if was_dir {
+            0
+        } else {
+            child.attr.nlink.saturating_sub(1)
+        };
         child.attr.ctime = now;
         if was_dir {
             self.node_mut(parent)?.attr.nlink -= 1;
@@ -226,7 +255,10 @@ impl FileSystem for MemFs {
         let ino = *t.dir(parent.0)?.get(name).ok_or(Errno::ENOENT)?;
         let n = t.node_mut(ino)?;
         n.lookups += 1;
-        Ok(Entry { node: NodeId(ino), attr: n.attr })
+        Ok(Entry {
+            node: NodeId(ino),
+            attr: n.attr,
+        })
     }
 
     fn forget(&self, node: NodeId, count: u64) {
@@ -313,7 +345,13 @@ impl FileSystem for MemFs {
         _flags: OpenFlags,
     ) -> Result<(Entry, FileHandle)> {
         let mut t = self.tree.lock();
-        let e = t.new_child(parent.0, name, libc::S_IFREG | (mode & 0o7777), owner, Body::File(Vec::new()))?;
+        let e = t.new_child(
+            parent.0,
+            name,
+            libc::S_IFREG | (mode & 0o7777),
+            owner,
+            Body::File(Vec::new()),
+        )?;
         t.node_mut(e.node.0)?.opens += 1;
         let fh = t.next_fh;
         t.next_fh += 1;
@@ -370,12 +408,24 @@ impl FileSystem for MemFs {
 
     fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, owner: Owner) -> Result<Entry> {
         let mut t = self.tree.lock();
-        t.new_child(parent.0, name, libc::S_IFDIR | (mode & 0o7777), owner, Body::Dir(BTreeMap::new()))
+        t.new_child(
+            parent.0,
+            name,
+            libc::S_IFDIR | (mode & 0o7777),
+            owner,
+            Body::Dir(BTreeMap::new()),
+        )
     }
 
     fn symlink(&self, parent: NodeId, name: &[u8], target: &[u8], owner: Owner) -> Result<Entry> {
         let mut t = self.tree.lock();
-        t.new_child(parent.0, name, libc::S_IFLNK | 0o777, owner, Body::Symlink(target.to_vec()))
+        t.new_child(
+            parent.0,
+            name,
+            libc::S_IFLNK | 0o777,
+            owner,
+            Body::Symlink(target.to_vec()),
+        )
     }
 
     fn link(&self, node: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {
@@ -478,7 +528,11 @@ impl FileSystem for MemFs {
         let mut out = Vec::with_capacity(dir.len());
         for (name, &ino) in dir {
             let kind = t.node(ino)?.attr.file_type().unwrap_or(FileType::Regular);
-            out.push(DirEntry { name: name.clone(), ino, kind });
+            out.push(DirEntry {
+                name: name.clone(),
+                ino,
+                kind,
+            });
         }
         Ok(out)
     }
@@ -509,7 +563,9 @@ mod tests {
     fn create_lookup_unlink_frees_node() {
         let fs = MemFs::new();
         let root = fs.root();
-        let (e, fh) = fs.create(root, b"f", 0o644, ROOT_OWNER, OpenFlags(libc::O_RDWR)).unwrap();
+        let (e, fh) = fs
+            .create(root, b"f", 0o644, ROOT_OWNER, OpenFlags(libc::O_RDWR))
+            .unwrap();
         assert_eq!(fs.write(e.node, fh, 0, b"hello").unwrap(), 5);
         assert_eq!(fs.lookup(root, b"f").unwrap().attr.size, 5);
         fs.unlink(root, b"f").unwrap();
@@ -531,7 +587,10 @@ mod tests {
         fs.create(r, b"f", 0o644, ROOT_OWNER, OpenFlags(0)).unwrap();
         assert_eq!(fs.rename(r, b"f", r, b"d", 0), Err(Errno::EISDIR));
         assert_eq!(fs.rename(r, b"d", r, b"f", 0), Err(Errno::ENOTDIR));
-        assert_eq!(fs.rename(r, b"f", r, b"d", RENAME_NOREPLACE), Err(Errno::EEXIST));
+        assert_eq!(
+            fs.rename(r, b"f", r, b"d", RENAME_NOREPLACE),
+            Err(Errno::EEXIST)
+        );
         fs.mkdir(r, b"e", 0o755, ROOT_OWNER).unwrap();
         assert_eq!(fs.rename(r, b"e", r, b"d", 0), Err(Errno::ENOTEMPTY));
         fs.rename(r, b"e", d.node, b"sub", 0).unwrap();
@@ -545,7 +604,12 @@ mod tests {
     #[test]
     fn special_files_are_never_opened() {
         let fs = MemFs::new();
-        let e = fs.mknod(fs.root(), b"fifo", libc::S_IFIFO | 0o666, 0).unwrap();
-        assert_eq!(fs.open(e.node, OpenFlags(libc::O_RDONLY)), Err(Errno::EACCES));
+        let e = fs
+            .mknod(fs.root(), b"fifo", libc::S_IFIFO | 0o666, 0)
+            .unwrap();
+        assert_eq!(
+            fs.open(e.node, OpenFlags(libc::O_RDONLY)),
+            Err(Errno::EACCES)
+        );
     }
 }
