@@ -1,0 +1,371 @@
+//! Property-generated sequences of calls, run directly on the kernel (in a
+//! chrooted `kernel-twin` process) and through walkfs over hostfs on a twin
+//! directory: every result and errno, and the final trees, must be equal.
+//! Run as root (CI is): the twin needs chroot and setresuid.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{chown, symlink, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use proptest::prelude::*;
+use walkfs_difftest::{snapshot, walkfs_exec, Op, Outcome, Who};
+use walkfs_vfs::{Creds, Options, Vfs};
+
+const NAMES: &[&str] = &[
+    "a", "b", "f", "p", "x", "w", "l", "dl", "u", "g", "n", "m", "loop", ".", "..",
+];
+const MODES: &[u32] = &[
+    0o755, 0o700, 0o644, 0o600, 0o000, 0o711, 0o777, 0o555, 0o2775, 0o640,
+];
+const IDS: &[u32] = &[0, 1000, 1001, u32::MAX];
+
+fn is_root() -> bool {
+    // SAFETY: no failure mode.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The same starting tree in `dir`: directories, files, symlinks (one
+/// dangling, one looping), a private directory, one owned by the user.
+fn seed(dir: &Path) {
+    let mk = |p: &str, mode: u32| {
+        std::fs::create_dir(dir.join(p)).unwrap();
+        std::fs::set_permissions(dir.join(p), std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let file = |p: &str, data: &[u8], mode: u32| {
+        std::fs::write(dir.join(p), data).unwrap();
+        std::fs::set_permissions(dir.join(p), std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    mk("a", 0o755);
+    mk("a/b", 0o755);
+    file("a/b/f", b"abc", 0o644);
+    mk("p", 0o700);
+    file("p/x", b"secret", 0o644);
+    mk("w", 0o777);
+    file("f", b"root file", 0o644);
+    mk("u", 0o755);
+    file("u/g", b"users", 0o640);
+    chown(dir.join("u"), Some(1000), Some(1000)).unwrap();
+    chown(dir.join("u/g"), Some(1000), Some(1000)).unwrap();
+    symlink("a/b", dir.join("l")).unwrap();
+    symlink("nowhere", dir.join("dl")).unwrap();
+    symlink("loop", dir.join("loop")).unwrap();
+    symlink("/a/b/f", dir.join("a/abs")).unwrap();
+}
+
+fn path() -> impl Strategy<Value = Vec<u8>> {
+    (
+        any::<bool>(),
+        prop::collection::vec(prop::sample::select(NAMES), 1..4),
+        prop::bool::weighted(0.15),
+    )
+        .prop_map(|(abs, comps, trailing)| {
+            let mut p = if abs { "/".to_string() } else { String::new() };
+            p.push_str(&comps.join("/"));
+            if trailing {
+                p.push('/');
+            }
+            p.into_bytes()
+        })
+}
+
+fn mode() -> impl Strategy<Value = u32> {
+    prop::sample::select(MODES)
+}
+
+fn open_flags() -> impl Strategy<Value = i32> {
+    let acc = prop::sample::select(vec![libc::O_RDONLY, libc::O_WRONLY, libc::O_RDWR]);
+    let extra = prop::collection::vec(
+        prop::sample::select(vec![
+            libc::O_CREAT,
+            libc::O_EXCL,
+            libc::O_TRUNC,
+            libc::O_DIRECTORY,
+            libc::O_NOFOLLOW,
+            libc::O_APPEND,
+            libc::O_PATH,
+        ]),
+        0..3,
+    );
+    (acc, extra).prop_map(|(a, e)| e.into_iter().fold(a, |f, x| f | x))
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let slot = 0usize..6;
+    let dir = prop::option::weighted(0.15, 0usize..6);
+    prop_oneof![
+        4 => (dir.clone(), path(), 0i32..8, any::<bool>())
+            .prop_map(|(dir, path, mode, nofollow)| Op::Access { dir, path, mode, nofollow }),
+        3 => (dir.clone(), path(), any::<bool>()).prop_map(|(dir, path, nofollow)| Op::Stat { dir, path, nofollow }),
+        2 => path().prop_map(|path| Op::Readlink { path }),
+        4 => (dir, path(), open_flags(), mode()).prop_map(|(dir, path, flags, mode)| Op::Open { dir, path, flags, mode }),
+        1 => slot.clone().prop_map(|slot| Op::Close { slot }),
+        2 => (slot.clone(), 0usize..64, any::<u8>()).prop_map(|(slot, len, byte)| Op::Write { slot, len, byte }),
+        2 => (slot.clone(), 0u64..40, 0usize..64).prop_map(|(slot, off, len)| Op::Pread { slot, off, len }),
+        1 => slot.clone().prop_map(|slot| Op::Fstat { slot }),
+        1 => (slot, -1i64..50).prop_map(|(slot, len)| Op::Ftruncate { slot, len }),
+        3 => (path(), mode()).prop_map(|(path, mode)| Op::Mkdir { path, mode }),
+        3 => (path(), any::<bool>()).prop_map(|(path, rmdir)| Op::Unlink { path, rmdir }),
+        3 => (path(), path(), prop::sample::select(vec![0u32, 1, 2, 3]))
+            .prop_map(|(old, new, flags)| Op::Rename { old, new, flags }),
+        2 => (path(), path()).prop_map(|(target, path)| Op::Symlink { target, path }),
+        2 => (path(), path(), any::<bool>()).prop_map(|(old, new, follow)| Op::Link { old, new, follow }),
+        2 => (path(), mode(), any::<bool>()).prop_map(|(path, mode, nofollow)| Op::Chmod { path, mode, nofollow }),
+        1 => (path(), prop::sample::select(IDS), prop::sample::select(IDS), any::<bool>())
+            .prop_map(|(path, uid, gid, nofollow)| Op::Chown { path, uid, gid, nofollow }),
+        2 => path().prop_map(|path| Op::List { path }),
+    ]
+}
+
+/// Run `ops` on the kernel in `dir` as `who`.
+fn run_kernel(dir: &Path, who: &Who, ops: &[Op]) -> Vec<Outcome> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kernel-twin"))
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn kernel-twin");
+    {
+        let mut stdin = child.stdin.take().expect("stdin");
+        writeln!(stdin, "{}", serde_json::to_string(who).unwrap()).unwrap();
+        for op in ops {
+            writeln!(stdin, "{}", serde_json::to_string(op).unwrap()).unwrap();
+        }
+    }
+    let out = BufReader::new(child.stdout.take().expect("stdout"));
+    let res: Vec<Outcome> = out
+        .lines()
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    assert!(child.wait().unwrap().success(), "kernel-twin failed");
+    res
+}
+
+/// Run `ops` on both sides and compare everything.
+fn differential(who: &Who, ops: &[Op], opts: &str) -> Result<(), TestCaseError> {
+    let kdir = tempfile::tempdir().unwrap();
+    let wdir = tempfile::tempdir().unwrap();
+    seed(kdir.path());
+    seed(wdir.path());
+    let kernel = run_kernel(kdir.path(), who, ops);
+    let vfs = Vfs::open_source(
+        wdir.path().to_str().unwrap(),
+        &Options::parse(opts).unwrap(),
+    )
+    .unwrap();
+    let ctx = vfs.context(Creds {
+        uid: who.uid,
+        gid: who.gid,
+        groups: who.groups.clone(),
+    });
+    let mut fds = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let w = walkfs_exec(&ctx, op, &mut fds);
+        prop_assert_eq!(
+            &kernel[i],
+            &w,
+            "op #{} {:?} (kernel left, walkfs right)",
+            i,
+            op
+        );
+        // Every answer is also asked again, now warm in the cache.
+        if matches!(
+            op,
+            Op::Access { .. } | Op::Stat { .. } | Op::Readlink { .. }
+        ) {
+            let again = walkfs_exec(&ctx, op, &mut fds);
+            prop_assert_eq!(&w, &again, "cached answer differs for op #{} {:?}", i, op);
+        }
+    }
+    drop(ctx);
+    prop_assert_eq!(
+        snapshot(kdir.path()),
+        snapshot(wdir.path()),
+        "final trees differ"
+    );
+    Ok(())
+}
+
+fn cases() -> u32 {
+    std::env::var("WALKFS_DIFF_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(192)
+}
+
+const ROOT: fn() -> Who = || Who {
+    uid: 0,
+    gid: 0,
+    groups: vec![],
+};
+const USER: fn() -> Who = || Who {
+    uid: 1000,
+    gid: 1000,
+    groups: vec![1001],
+};
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn same_as_kernel_as_root(ops in prop::collection::vec(op(), 1..40)) {
+        if !is_root() { return Ok(()); }
+        differential(&ROOT(), &ops, "")?;
+    }
+
+    #[test]
+    fn same_as_kernel_as_user(ops in prop::collection::vec(op(), 1..40)) {
+        if !is_root() { return Ok(()); }
+        differential(&USER(), &ops, "")?;
+    }
+
+    #[test]
+    fn same_as_kernel_with_every_optimization_off(ops in prop::collection::vec(op(), 1..30)) {
+        if !is_root() { return Ok(()); }
+        differential(&USER(), &ops, "fastpath=0,fastperm=0,cache_symlinks=0,negtimeout=0")?;
+    }
+}
+
+/// The semantics list of path_resolution(7), as fixed cases.
+#[test]
+fn fixed_semantics_cases() {
+    if !is_root() {
+        eprintln!("skipped: the differential tests need root (chroot, setresuid)");
+        return;
+    }
+    let p = |s: &str| s.as_bytes().to_vec();
+    let ops = vec![
+        Op::Access {
+            dir: None,
+            path: p("/loop"),
+            mode: 0,
+            nofollow: false,
+        },
+        Op::Access {
+            dir: None,
+            path: p("/dl"),
+            mode: 0,
+            nofollow: false,
+        },
+        Op::Access {
+            dir: None,
+            path: p("/dl"),
+            mode: 0,
+            nofollow: true,
+        },
+        Op::Access {
+            dir: None,
+            path: p("/l/../b/f"),
+            mode: 4,
+            nofollow: false,
+        },
+        Op::Access {
+            dir: None,
+            path: p("/l/../../f"),
+            mode: 4,
+            nofollow: false,
+        },
+        Op::Access {
+            dir: None,
+            path: p("/f/"),
+            mode: 0,
+            nofollow: false,
+        },
+        Op::Stat {
+            dir: None,
+            path: p("/l/"),
+            nofollow: true,
+        },
+        Op::Access {
+            dir: None,
+            path: p("/p/x"),
+            mode: 4,
+            nofollow: false,
+        },
+        Op::Access {
+            dir: None,
+            path: p("/../../a/./b/f"),
+            mode: 0,
+            nofollow: false,
+        },
+        Op::Access {
+            dir: None,
+            path: p("/a/abs"),
+            mode: 4,
+            nofollow: false,
+        },
+        Op::Mkdir {
+            path: p("/dl"),
+            mode: 0o755,
+        },
+        Op::Mkdir {
+            path: p("/n/"),
+            mode: 0o755,
+        },
+        Op::Symlink {
+            target: p("x"),
+            path: p("/m/"),
+        },
+        Op::Open {
+            dir: None,
+            path: p("/dl"),
+            flags: libc::O_CREAT | libc::O_WRONLY,
+            mode: 0o644,
+        },
+        Op::Open {
+            dir: None,
+            path: p("/l"),
+            flags: libc::O_RDONLY | libc::O_NOFOLLOW,
+            mode: 0,
+        },
+        Op::Open {
+            dir: None,
+            path: p("/l"),
+            flags: libc::O_PATH | libc::O_NOFOLLOW,
+            mode: 0,
+        },
+        Op::Rename {
+            old: p("/a"),
+            new: p("/a/b/z"),
+            flags: 0,
+        },
+        Op::Rename {
+            old: p("/a/b/f"),
+            new: p("/f/"),
+            flags: 0,
+        },
+        Op::Unlink {
+            path: p("/a/."),
+            rmdir: true,
+        },
+        Op::Unlink {
+            path: p("/a/.."),
+            rmdir: true,
+        },
+        Op::Link {
+            old: p("/a"),
+            new: p("/ln"),
+            follow: false,
+        },
+        Op::Link {
+            old: p("/u/g"),
+            new: p("/w/ln"),
+            follow: false,
+        },
+        Op::Chmod {
+            path: p("/l"),
+            mode: 0o700,
+            nofollow: true,
+        },
+        Op::Chown {
+            path: p("/u/g"),
+            uid: 1001,
+            gid: u32::MAX,
+            nofollow: false,
+        },
+    ];
+    for who in [ROOT(), USER()] {
+        differential(&who, &ops, "").unwrap();
+    }
+}
