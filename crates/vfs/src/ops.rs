@@ -405,8 +405,14 @@ impl Ctx {
                 None => self.lookup_parent(dirfd_path.0, &dirfd_path.1)?,
                 Some(d) => self.lookup_parent_from(d, &dirfd_path.1)?,
             };
+            // Linux: a trailing slash is EISDIR before anything is looked
+            // up; `.`, `..` and `/` name the directory itself.
+            if trailing && matches!(last, Last::Normal(_)) {
+                return Err(Errno::EISDIR);
+            }
             let name = match last {
                 Last::Normal(n) => n,
+                _ if flags & libc::O_EXCL != 0 => return Err(Errno::EEXIST),
                 _ => return Err(Errno::EISDIR),
             };
             match self.lookup_child(dir, &name)? {
@@ -433,15 +439,9 @@ impl Ctx {
                     if c.is_dir() {
                         return Err(Errno::EISDIR);
                     }
-                    if trailing {
-                        return Err(Errno::ENOTDIR);
-                    }
                     return Ok((c, None));
                 }
                 None => {
-                    if trailing {
-                        return Err(Errno::EISDIR);
-                    }
                     let (c, fh) = self.create_file(dir, &name, mode, flags)?;
                     return Ok((c, Some(fh)));
                 }
@@ -489,6 +489,35 @@ impl Ctx {
         )
     }
 
+    /// Linux's `setattr_should_drop_suidgid`: a write or truncate by a
+    /// caller without `CAP_FSETID` drops set-user-id, and set-group-id when
+    /// group-executable or not the caller's group.
+    fn kill_privs(&self, ino: IIdx) -> Result<()> {
+        if self.creds.is_root() {
+            return Ok(());
+        }
+        let s = self.inner().dc.inode_snap(ino).ok_or(Errno::EAGAIN)?;
+        if !s.is_reg() || s.mode & (libc::S_ISUID | libc::S_ISGID) == 0 {
+            return Ok(());
+        }
+        let mut kill = s.mode & libc::S_ISUID;
+        if s.mode & libc::S_ISGID != 0 && (s.mode & 0o010 != 0 || !self.creds.in_group(s.gid)) {
+            kill |= libc::S_ISGID;
+        }
+        if kill == 0 {
+            return Ok(());
+        }
+        let inner = self.inner();
+        let set = SetAttr {
+            mode: Some(s.mode & 0o7777 & !kill),
+            ..SetAttr::default()
+        };
+        let attr = inner.sb(s.sb())?.setattr(NodeId(s.node), &set)?;
+        let mut w = inner.w.lock();
+        w.refresh(&inner.dc, ino, &attr);
+        Ok(())
+    }
+
     /// `may_create`: write (and search) permission on a live directory.
     fn may_create(&self, dir: Cur) -> Result<InodeSnap> {
         let ds = self.inner().dc.inode_snap(dir.ino).ok_or(RETRY)?;
@@ -528,11 +557,11 @@ impl Ctx {
         } else if let Some(fh) = created {
             fh.0
         } else {
-            if s.is_symlink() {
-                return Err(Errno::ELOOP);
-            }
             if flags & libc::O_DIRECTORY != 0 && !s.is_dir() {
                 return Err(Errno::ENOTDIR);
+            }
+            if s.is_symlink() {
+                return Err(Errno::ELOOP);
             }
             let acc = flags & O_ACCMODE;
             let mut want = match acc {
@@ -567,6 +596,7 @@ impl Ctx {
                 let mut w = inner.w.lock();
                 w.mark_stale(&inner.dc, c.ino);
                 drop(w);
+                self.kill_privs(c.ino)?;
             }
             fh.0
         };
@@ -686,6 +716,9 @@ impl Ctx {
         } else {
             off.unwrap_or(*pos)
         };
+        if !data.is_empty() {
+            self.kill_privs(ino)?;
+        }
         let n = fs.write(NodeId(s.node), fh, at, data)?;
         if off.is_none() || flags as i32 & libc::O_APPEND != 0 && off.is_none() {
             *pos = at + n as u64;
@@ -787,6 +820,7 @@ impl Ctx {
             return Err(Errno::EINVAL);
         }
         let inner = self.inner();
+        self.kill_privs(file.inode.load(Relaxed))?;
         let attr = inner.sb(s.sb())?.setattr(
             NodeId(s.node),
             &SetAttr {

@@ -369,3 +369,44 @@ fn fixed_semantics_cases() {
         differential(&who, &ops, "").unwrap();
     }
 }
+
+/// Found by the property test: a user's write to its own set-group-id,
+/// group-executable file drops the bit (the kernel's file_remove_privs).
+#[test]
+fn write_by_user_drops_setgid() {
+    if !is_root() {
+        return;
+    }
+    let ops = vec![
+        Op::Open {
+            dir: None,
+            path: b"g".to_vec(),
+            flags: libc::O_CREAT | libc::O_WRONLY,
+            mode: 0o2775,
+        },
+        Op::Write {
+            slot: 0,
+            len: 1,
+            byte: 0,
+        },
+        Op::Stat {
+            dir: None,
+            path: b"g".to_vec(),
+            nofollow: false,
+        },
+        Op::Open {
+            dir: None,
+            path: b"h".to_vec(),
+            flags: libc::O_CREAT | libc::O_WRONLY,
+            mode: 0o4755,
+        },
+        Op::Ftruncate { slot: 1, len: 3 },
+        Op::Stat {
+            dir: None,
+            path: b"h".to_vec(),
+            nofollow: false,
+        },
+    ];
+    differential(&USER(), &ops, "").unwrap();
+    differential(&ROOT(), &ops, "").unwrap();
+}
