@@ -251,10 +251,30 @@ impl Dcache {
         self.inodes.get(idx)
     }
 
-    /// A validated snapshot of dentry `idx`, or `None` if a writer is busy
-    /// with it.
+    /// A validated snapshot of dentry `idx`, waiting out a writer for a
+    /// bounded time.
     #[inline(always)]
     pub fn snap(&self, idx: DIdx) -> Option<DSnap> {
+        if let Some(s) = self.snap_once(idx) {
+            return Some(s);
+        }
+        self.snap_spin(idx)
+    }
+
+    #[inline(never)]
+    fn snap_spin(&self, idx: DIdx) -> Option<DSnap> {
+        self.dentry(idx)?;
+        for _ in 0..10_000 {
+            std::hint::spin_loop();
+            if let Some(s) = self.snap_once(idx) {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    #[inline(always)]
+    fn snap_once(&self, idx: DIdx) -> Option<DSnap> {
         let d = self.dentry(idx)?;
         let seq = d.seq.read_begin()?;
         let flags = d.flags.load(Relaxed);
@@ -370,10 +390,31 @@ impl Dcache {
         Some(n)
     }
 
-    /// A consistent copy of inode `idx`'s attributes, or `None` if a writer
-    /// is busy with it.
+    /// A consistent copy of inode `idx`'s attributes, waiting out a writer
+    /// for a bounded time; `None` if one stayed busy with it (or `idx` is
+    /// out of range).
     #[inline(always)]
     pub fn inode_snap(&self, idx: IIdx) -> Option<InodeSnap> {
+        if let Some(s) = self.inode_snap_once(idx) {
+            return Some(s);
+        }
+        self.inode_snap_spin(idx)
+    }
+
+    #[inline(never)]
+    fn inode_snap_spin(&self, idx: IIdx) -> Option<InodeSnap> {
+        self.inode(idx)?;
+        for _ in 0..10_000 {
+            std::hint::spin_loop();
+            if let Some(s) = self.inode_snap_once(idx) {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    #[inline(always)]
+    fn inode_snap_once(&self, idx: IIdx) -> Option<InodeSnap> {
         let i = self.inode(idx)?;
         let seq = i.seq.read_begin()?;
         let s = InodeSnap {

@@ -209,7 +209,23 @@ impl Ctx {
     #[inline(never)]
     fn refresh_attrs(&self, ino: IIdx, s: InodeSnap) -> Result<InodeSnap> {
         let inner = self.inner();
-        let attr = inner.sb(s.sb())?.getattr(NodeId(s.node))?;
+        let attr = match inner.sb(s.sb())?.getattr(NodeId(s.node)) {
+            Ok(a) => a,
+            // The inode was retired under us (a concurrent unlink released
+            // it): walk again rather than report the backend's ESTALE.
+            Err(e)
+                if inner.dc.inode(ino).map(|i| i.node.load(Relaxed)) != Some(s.node)
+                    || inner
+                        .dc
+                        .inode(ino)
+                        .map(|i| i.flags.load(Relaxed) & I_ALLOCATED)
+                        == Some(0) =>
+            {
+                let _ = e;
+                return Err(RETRY);
+            }
+            Err(e) => return Err(e),
+        };
         let w = inner.w.lock();
         if inner.dc.inode(ino).map(|i| i.node.load(Relaxed)) == Some(s.node) {
             let mut w = w;
@@ -343,7 +359,10 @@ impl Ctx {
                 continue;
             }
             if s.flags & I_STALE != 0 {
-                return Ok(Statx::build(&self.refresh_attrs(ino, s)?, mask));
+                match self.refresh_attrs(ino, s) {
+                    Err(RETRY) => continue,
+                    r => return Ok(Statx::build(&r?, mask)),
+                }
             }
             return Ok(Statx::build(&s, mask));
         }
@@ -377,8 +396,14 @@ impl Ctx {
         if flags & libc::O_PATH == 0 && flags & O_ACCMODE == O_ACCMODE {
             return Err(Errno::EINVAL);
         }
-        let (cur, created) = retry(|| self.open_lookup(dirfd, path, flags, mode))?;
-        self.open_cur(cur, flags, created)
+        retry(|| {
+            let (cur, created) = self.open_lookup(dirfd, path, flags, mode)?;
+            match self.open_cur(cur, flags, created) {
+                // Never look up again after creating: O_EXCL would then fail.
+                Err(RETRY) if created.is_some() => Err(Errno::EAGAIN),
+                r => r,
+            }
+        })
     }
 
     /// Find (or create) what `openat` opens. Returns the dentry and, if it
@@ -548,7 +573,7 @@ impl Ctx {
     /// Open the file at `c` for the descriptor table.
     fn open_cur(&self, c: Cur, flags: i32, created: Option<FileHandle>) -> Result<i32> {
         let inner = self.inner();
-        let s = inner.dc.inode_snap(c.ino).ok_or(Errno::EAGAIN)?;
+        let s = inner.dc.inode_snap(c.ino).ok_or(RETRY)?;
         let fh = if flags & libc::O_PATH != 0 {
             if flags & libc::O_DIRECTORY != 0 && !s.is_dir() {
                 return Err(Errno::ENOTDIR);
@@ -608,7 +633,7 @@ impl Ctx {
                 if fh != NO_HANDLE {
                     inner.sb(s.sb())?.release(NodeId(s.node), FileHandle(fh));
                 }
-                return Err(Errno::EAGAIN);
+                return Err(RETRY);
             }
             w.get_dentry(&inner.dc, c.d);
             w.get_inode(&inner.dc, c.ino);
