@@ -39,6 +39,7 @@ use std::time::Instant;
 
 use parking_lot::{Mutex, RwLock};
 
+pub use namei::slow_permission_checks;
 pub use ops::{Ctx, DirEntryOut, AT_FDCWD};
 pub use options::Options;
 pub use perm::Creds;

@@ -36,6 +36,19 @@ const MAX_SYMLINKS: u32 = 40;
 pub(crate) const RETRY: Errno = Errno::ECHILD;
 const MAX_RETRIES: u32 = 64;
 
+thread_local! {
+    /// Times this thread ran the general permission routine for a search
+    /// check (what the MAY_EXEC fast path saves). Thread-local, so counting
+    /// costs no shared cache line.
+    static PERM_SLOW: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How often the calling thread's walks ran the general permission check
+/// (for tests and benchmarks of the `fastperm` switch).
+pub fn slow_permission_checks() -> u64 {
+    PERM_SLOW.with(|c| c.get())
+}
+
 /// Where a walk stands: a dentry and what was read of it under one
 /// validated sequence count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,6 +274,7 @@ impl<'a> Nameidata<'a> {
 
     #[inline(never)]
     fn may_lookup_slow(&self) -> Result<()> {
+        PERM_SLOW.with(|c| c.set(c.get() + 1));
         let snap = self.vfs.dc.inode_snap(self.cur.ino).ok_or(RETRY)?;
         perm::check(self.creds, &snap, MAY_EXEC)
     }

@@ -1,0 +1,182 @@
+//! Every optimization switch changes what walkfs does, visibly.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use walkfs_fsapi::{Attr, Entry, NodeId, Owner};
+use walkfs_vfs::{slow_permission_checks, Creds, Errno, FileSystem, Options, Vfs, AT_FDCWD};
+
+fn host_vfs(opts: &str) -> (tempfile::TempDir, Vfs) {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("usr/lib")).unwrap();
+    std::fs::write(tmp.path().join("usr/lib/crt.o"), b"x").unwrap();
+    std::os::unix::fs::symlink("usr/lib", tmp.path().join("lib")).unwrap();
+    let vfs =
+        Vfs::open_source(tmp.path().to_str().unwrap(), &Options::parse(opts).unwrap()).unwrap();
+    (tmp, vfs)
+}
+
+#[test]
+fn negtimeout_decides_whether_host_creations_are_seen() {
+    // -1: the negative entry stands until invalidated.
+    let (tmp, vfs) = host_vfs("negtimeout=-1");
+    let ctx = vfs.context(Creds::root());
+    assert_eq!(
+        ctx.faccessat(AT_FDCWD, b"/usr/new.h", 0, 0),
+        Err(Errno::ENOENT)
+    );
+    std::fs::write(tmp.path().join("usr/new.h"), b"").unwrap();
+    assert_eq!(
+        ctx.faccessat(AT_FDCWD, b"/usr/new.h", 0, 0),
+        Err(Errno::ENOENT)
+    );
+    vfs.drop_caches();
+    assert_eq!(ctx.faccessat(AT_FDCWD, b"/usr/new.h", 0, 0), Ok(()));
+
+    // 0: no negative entries, the host's creation is seen at once.
+    let (tmp, vfs) = host_vfs("negtimeout=0");
+    let ctx = vfs.context(Creds::root());
+    assert_eq!(
+        ctx.faccessat(AT_FDCWD, b"/usr/new.h", 0, 0),
+        Err(Errno::ENOENT)
+    );
+    std::fs::write(tmp.path().join("usr/new.h"), b"").unwrap();
+    assert_eq!(ctx.faccessat(AT_FDCWD, b"/usr/new.h", 0, 0), Ok(()));
+    assert_eq!(vfs.cache_stats().negative_created, 0);
+
+    // N ms: seen once the entry expires.
+    let (tmp, vfs) = host_vfs("negtimeout=150");
+    let ctx = vfs.context(Creds::root());
+    assert_eq!(
+        ctx.faccessat(AT_FDCWD, b"/usr/new.h", 0, 0),
+        Err(Errno::ENOENT)
+    );
+    std::fs::write(tmp.path().join("usr/new.h"), b"").unwrap();
+    assert_eq!(
+        ctx.faccessat(AT_FDCWD, b"/usr/new.h", 0, 0),
+        Err(Errno::ENOENT)
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(ctx.faccessat(AT_FDCWD, b"/usr/new.h", 0, 0), Ok(()));
+}
+
+#[test]
+fn fastpath_off_sends_every_component_to_the_slow_path() {
+    for (opts, slow) in [("fastpath=1", false), ("fastpath=0", true)] {
+        let (_tmp, vfs) = host_vfs(opts);
+        let ctx = vfs.context(Creds::root());
+        ctx.faccessat(AT_FDCWD, b"/usr/lib/crt.o", 0, 0).unwrap();
+        let before = vfs.cache_stats();
+        for _ in 0..10 {
+            ctx.faccessat(AT_FDCWD, b"/usr/lib/crt.o", 0, 0).unwrap();
+        }
+        let after = vfs.cache_stats();
+        assert_eq!(
+            after.backend_lookups, before.backend_lookups,
+            "{opts}: warm walks ask the backend"
+        );
+        let slow_steps = after.slow_lookups - before.slow_lookups;
+        assert_eq!(slow_steps, if slow { 30 } else { 0 }, "{opts}");
+    }
+}
+
+#[test]
+fn fastperm_skips_the_permission_routine() {
+    for (opts, expect) in [("fastperm=1", 0), ("fastperm=0", 3)] {
+        let (_tmp, vfs) = host_vfs(opts);
+        let ctx = vfs.context(Creds {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![],
+        });
+        ctx.faccessat(AT_FDCWD, b"/usr/lib/crt.o", libc::R_OK, 0)
+            .unwrap();
+        let before = slow_permission_checks();
+        ctx.faccessat(AT_FDCWD, b"/usr/lib/crt.o", libc::R_OK, 0)
+            .unwrap();
+        assert_eq!(slow_permission_checks() - before, expect, "{opts}");
+    }
+    // A directory that does not grant search to everyone always takes the
+    // general routine, and its answer is the same either way.
+    let (tmp, vfs) = host_vfs("fastperm=1");
+    std::fs::create_dir(tmp.path().join("private")).unwrap();
+    std::fs::write(tmp.path().join("private/x"), b"").unwrap();
+    let p = tmp.path().join("private");
+    std::process::Command::new("chmod")
+        .arg("0700")
+        .arg(&p)
+        .status()
+        .unwrap();
+    let ctx = vfs.context(Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    });
+    assert_eq!(
+        ctx.faccessat(AT_FDCWD, b"/private/x", 0, 0),
+        Err(Errno::EACCES)
+    );
+}
+
+/// memfs, counting the `readlink` calls that reach it.
+struct CountingFs {
+    inner: walkfs_memfs::MemFs,
+    readlinks: AtomicU64,
+}
+
+impl FileSystem for CountingFs {
+    fn root(&self) -> NodeId {
+        self.inner.root()
+    }
+    fn lookup(&self, p: NodeId, n: &[u8]) -> walkfs_vfs::Result<Entry> {
+        self.inner.lookup(p, n)
+    }
+    fn forget(&self, n: NodeId, c: u64) {
+        self.inner.forget(n, c)
+    }
+    fn getattr(&self, n: NodeId) -> walkfs_vfs::Result<Attr> {
+        self.inner.getattr(n)
+    }
+    fn readlink(&self, n: NodeId) -> walkfs_vfs::Result<Vec<u8>> {
+        self.readlinks.fetch_add(1, Ordering::Relaxed);
+        self.inner.readlink(n)
+    }
+    fn mkdir(&self, p: NodeId, n: &[u8], m: u32, o: Owner) -> walkfs_vfs::Result<Entry> {
+        self.inner.mkdir(p, n, m, o)
+    }
+    fn symlink(&self, p: NodeId, n: &[u8], t: &[u8], o: Owner) -> walkfs_vfs::Result<Entry> {
+        self.inner.symlink(p, n, t, o)
+    }
+}
+
+#[test]
+fn cache_symlinks_decides_whether_bodies_are_reread() {
+    for (opts, expect) in [("cache_symlinks=1", 1), ("cache_symlinks=0", 20)] {
+        let fs = Arc::new(CountingFs {
+            inner: walkfs_memfs::MemFs::new(),
+            readlinks: AtomicU64::new(0),
+        });
+        let vfs = Vfs::new(fs.clone(), &Options::parse(opts).unwrap()).unwrap();
+        let ctx = vfs.context(Creds::root());
+        ctx.mkdirat(AT_FDCWD, b"/usr", 0o755).unwrap();
+        ctx.symlinkat(b"usr", AT_FDCWD, b"/lib").unwrap();
+        for _ in 0..10 {
+            assert_eq!(ctx.readlinkat(AT_FDCWD, b"/lib").unwrap(), b"usr");
+            assert_eq!(ctx.faccessat(AT_FDCWD, b"/lib/", 0, 0), Ok(()));
+        }
+        assert_eq!(fs.readlinks.load(Ordering::Relaxed), expect, "{opts}");
+    }
+}
+
+#[test]
+fn switches_change_at_run_time_and_unknown_names_are_rejected() {
+    let (_tmp, vfs) = host_vfs("");
+    assert_eq!(vfs.options(), Options::default());
+    vfs.set_option("fastpath", "0").unwrap();
+    vfs.set_option("negtimeout", "0").unwrap();
+    assert!(!vfs.options().fastpath);
+    assert_eq!(vfs.options().negtimeout_ms, 0);
+    assert_eq!(vfs.set_option("warp", "9"), Err(Errno::EINVAL));
+    assert_eq!(vfs.set_option("max_dentries", "5"), Err(Errno::EINVAL));
+}
