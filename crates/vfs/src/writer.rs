@@ -55,7 +55,9 @@ impl Writer {
             free_chunk: 0,
             next_chunk: 1,
             n_chunks: 0,
-            inode_buckets: vec![0; (max_dentries as usize).next_power_of_two().max(1024)],
+            // Load factor 2: the chains are walked only under the lock, on a
+            // miss, and the table costs every cached inode.
+            inode_buckets: vec![0; ((max_dentries as usize).next_power_of_two() / 2).max(1024)],
             mounts: HashMap::new(),
             mounted_on: HashMap::new(),
             clock: 1,

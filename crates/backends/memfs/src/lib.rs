@@ -385,7 +385,7 @@ impl FileSystem for MemFs {
                 }
                 data[start..end].copy_from_slice(src);
                 n.attr.size = data.len() as u64;
-                n.attr.blocks = (n.attr.size + 511) / 512;
+                n.attr.blocks = n.attr.size.div_ceil(512);
                 let now = Timespec::now();
                 n.attr.mtime = now;
                 n.attr.ctime = now;
