@@ -118,6 +118,29 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Ops whose paths often start in or cross the mount on `/m`.
+fn op_in_mount() -> impl Strategy<Value = Op> {
+    op().prop_map(|mut op| {
+        let m = |p: &mut Vec<u8>| {
+            let prefix: &[u8] = if p.first() == Some(&b'/') {
+                b"/m"
+            } else {
+                b"m/"
+            };
+            p.splice(0..0, prefix.iter().copied());
+        };
+        match &mut op {
+            Op::Access { path, .. } | Op::Stat { path, .. } | Op::Readlink { path } => m(path),
+            Op::Open { path, .. } | Op::Mkdir { path, .. } | Op::Unlink { path, .. } => m(path),
+            Op::Chmod { path, .. } | Op::List { path } | Op::Symlink { path, .. } => m(path),
+            Op::Chown { path, .. } => m(path),
+            Op::Rename { old, .. } | Op::Link { old, .. } => m(old),
+            _ => {}
+        }
+        op
+    })
+}
+
 /// Run `ops` on the kernel in `dir` as `who`.
 fn run_kernel(dir: &Path, who: &Who, ops: &[Op]) -> Vec<Outcome> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kernel-twin"))
@@ -142,18 +165,74 @@ fn run_kernel(dir: &Path, who: &Who, ops: &[Op]) -> Vec<Outcome> {
     res
 }
 
+/// A bind mount that is undone when dropped.
+struct BindMount(std::path::PathBuf);
+
+impl BindMount {
+    fn new(from: &Path, to: &Path) -> BindMount {
+        let (f, t) = (cpath(from), cpath(to));
+        // SAFETY: valid C strings; a plain bind mount.
+        let r = unsafe {
+            libc::mount(
+                f.as_ptr(),
+                t.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0, "bind mount: {}", std::io::Error::last_os_error());
+        BindMount(to.to_path_buf())
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        // SAFETY: valid C string.
+        unsafe { libc::umount2(cpath(&self.0).as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+fn cpath(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
+}
+
 /// Run `ops` on both sides and compare everything.
 fn differential(who: &Who, ops: &[Op], opts: &str) -> Result<(), TestCaseError> {
+    differential_mounts(who, ops, opts, false)
+}
+
+/// As [`differential`]; with `mounted`, a second seeded tree is mounted on
+/// `/m` (a bind mount for the kernel, a second hostfs for walkfs).
+fn differential_mounts(
+    who: &Who,
+    ops: &[Op],
+    opts: &str,
+    mounted: bool,
+) -> Result<(), TestCaseError> {
     let kdir = tempfile::tempdir().unwrap();
     let wdir = tempfile::tempdir().unwrap();
+    let (kdir2, wdir2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     seed(kdir.path());
     seed(wdir.path());
+    let mount = mounted.then(|| {
+        seed(kdir2.path());
+        seed(wdir2.path());
+        std::fs::create_dir(kdir.path().join("m")).unwrap();
+        std::fs::create_dir(wdir.path().join("m")).unwrap();
+        BindMount::new(kdir2.path(), &kdir.path().join("m"))
+    });
     let kernel = run_kernel(kdir.path(), who, ops);
+    drop(mount);
     let vfs = Vfs::open_source(
         wdir.path().to_str().unwrap(),
         &Options::parse(opts).unwrap(),
     )
     .unwrap();
+    if mounted {
+        let fs = walkfs_hostfs::HostFs::new(wdir2.path()).unwrap();
+        vfs.mount(b"/m", std::sync::Arc::new(fs)).unwrap();
+    }
     let ctx = vfs.context(Creds {
         uid: who.uid,
         gid: who.gid,
@@ -184,6 +263,13 @@ fn differential(who: &Who, ops: &[Op], opts: &str) -> Result<(), TestCaseError> 
         snapshot(wdir.path()),
         "final trees differ"
     );
+    if mounted {
+        prop_assert_eq!(
+            snapshot(kdir2.path()),
+            snapshot(wdir2.path()),
+            "final mounted trees differ"
+        );
+    }
     Ok(())
 }
 
@@ -218,6 +304,12 @@ proptest! {
     fn same_as_kernel_as_user(ops in prop::collection::vec(op(), 1..40)) {
         if !is_root() { return Ok(()); }
         differential(&USER(), &ops, "")?;
+    }
+
+    #[test]
+    fn same_as_kernel_across_mounts(ops in prop::collection::vec(op_in_mount(), 1..30)) {
+        if !is_root() { return Ok(()); }
+        differential_mounts(&USER(), &ops, "", true)?;
     }
 
     #[test]
@@ -409,4 +501,72 @@ fn write_by_user_drops_setgid() {
     ];
     differential(&USER(), &ops, "").unwrap();
     differential(&ROOT(), &ops, "").unwrap();
+}
+
+/// Mounts: `..` out of a mount root, EXDEV across mounts, EBUSY on the
+/// mount point.
+#[test]
+fn fixed_mount_cases() {
+    if !is_root() {
+        return;
+    }
+    let p = |s: &str| s.as_bytes().to_vec();
+    let ops = vec![
+        Op::Access {
+            dir: None,
+            path: p("/m/../a/b/f"),
+            mode: 4,
+            nofollow: false,
+        },
+        Op::Access {
+            dir: None,
+            path: p("/m/a/../../f"),
+            mode: 4,
+            nofollow: false,
+        },
+        Op::Access {
+            dir: None,
+            path: p("/m/l/f"),
+            mode: 4,
+            nofollow: false,
+        },
+        Op::Access {
+            dir: None,
+            path: p("/m/a/abs"),
+            mode: 4,
+            nofollow: false,
+        },
+        Op::Rename {
+            old: p("/m/f"),
+            new: p("/f2"),
+            flags: 0,
+        },
+        Op::Link {
+            old: p("/m/f"),
+            new: p("/f3"),
+            follow: false,
+        },
+        Op::Rename {
+            old: p("/m"),
+            new: p("/m2"),
+            flags: 0,
+        },
+        Op::Unlink {
+            path: p("/m"),
+            rmdir: true,
+        },
+        Op::Rename {
+            old: p("/m/a"),
+            new: p("/m/w/a"),
+            flags: 0,
+        },
+        Op::Stat {
+            dir: None,
+            path: p("/m/w/a/b/f"),
+            nofollow: false,
+        },
+    ];
+    for who in [ROOT(), USER()] {
+        differential_mounts(&who, &ops, "", true).unwrap();
+    }
 }
