@@ -2,4 +2,6 @@
 //! table for people.
 
 pub mod memory;
+pub mod micro;
 pub mod report;
+pub mod trace;

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use walkfs_bench::{memory, report};
+use walkfs_bench::{memory, micro, report};
 use walkfs_vfs::{Creds, Options, Vfs, AT_FDCWD};
 
 #[derive(Parser)]
@@ -53,6 +53,29 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// The seeds' lookup benchmarks, kernel and walkfs side by side, each
+    /// optimization on and off: readlink (seed 000), the gcc trace and
+    /// access-only trace (seed 001), access (seed 002), fstat vs statx
+    /// (seed 004). Medians of 5 runs; ops/s summed over threads.
+    Micro {
+        /// One short run of each case (under 30 seconds in all).
+        #[arg(long)]
+        quick: bool,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Thread counts (repeatable); default 1 and every core.
+        #[arg(long)]
+        threads: Vec<usize>,
+        /// Only this walkfs source: a host directory, or mem:. Default:
+        /// hostfs over / and a memfs mirror.
+        #[arg(long)]
+        source: Option<String>,
+        /// Only these benches (repeatable): readlink, access, trace,
+        /// trace_access, fstat, statx.
+        #[arg(long = "bench")]
+        benches: Vec<String>,
+    },
     /// Memory of the dentry and inode caches, in bytes per cached dentry.
     Memory {
         /// Files to cache (13-byte names, 1000 per directory).
@@ -87,6 +110,38 @@ fn open(source: &str, options: &str) -> Result<walkfs_vfs::Ctx, String> {
 
 fn run(cmd: Cmd) -> Result<(), String> {
     match cmd {
+        Cmd::Bench(BenchCmd::Micro {
+            quick,
+            json,
+            threads,
+            source,
+            benches,
+        }) => {
+            let threads = if threads.is_empty() {
+                let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+                if n > 1 {
+                    vec![1, n]
+                } else {
+                    vec![1]
+                }
+            } else {
+                threads
+            };
+            let res = micro::run(&micro::MicroOpts {
+                quick,
+                threads,
+                source,
+                benches,
+            })?;
+            if json {
+                for r in &res.rows {
+                    println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
+                }
+            } else {
+                print!("{}", micro::render(&res));
+            }
+            Ok(())
+        }
         Cmd::Bench(BenchCmd::Memory { entries, json }) => {
             report::progress(&format!("memory: caching {entries} files..."));
             let r = memory::run(entries).map_err(|e| e.to_string())?;

@@ -27,6 +27,7 @@ mod file;
 mod namei;
 mod ops;
 mod options;
+mod pathcache;
 mod perm;
 mod seqlock;
 mod stat;
@@ -57,6 +58,9 @@ pub(crate) struct Switches {
     pub fastpath: AtomicBool,
     pub fastperm: AtomicBool,
     pub cache_symlinks: AtomicBool,
+    /// Whole-path cache (consulted only with fastpath, fastperm and
+    /// cache_symlinks on; see pathcache.rs).
+    pub pathcache: AtomicBool,
     /// Negative dentries: 0 = not kept, N ms, -1 = kept until evicted.
     pub negtimeout: AtomicI64,
     pub umask: std::sync::atomic::AtomicU32,
@@ -85,6 +89,8 @@ pub(crate) struct Inner {
     pub root: DIdx,
     pub files: file::Files,
     pub counters: Counters,
+    pub pc: pathcache::PathCache,
+    pub cred_ids: pathcache::CredIds,
 }
 
 /// A tree of mounted file systems with its caches. Cheap to clone (shared).
@@ -129,6 +135,7 @@ impl Vfs {
                 fastpath: AtomicBool::new(opts.fastpath),
                 fastperm: AtomicBool::new(opts.fastperm),
                 cache_symlinks: AtomicBool::new(opts.cache_symlinks),
+                pathcache: AtomicBool::new(opts.pathcache),
                 negtimeout: AtomicI64::new(opts.negtimeout_ms),
                 umask: std::sync::atomic::AtomicU32::new(opts.umask),
                 read_only: AtomicBool::new(opts.read_only),
@@ -141,6 +148,8 @@ impl Vfs {
             epoch: Instant::now(),
             root,
             counters: Counters::default(),
+            pc: pathcache::PathCache::new(),
+            cred_ids: pathcache::CredIds::default(),
         };
         Ok(Vfs {
             inner: Arc::new(inner),
@@ -172,6 +181,7 @@ impl Vfs {
             "fastpath" => sw.fastpath.store(o.fastpath, Ordering::Relaxed),
             "fastperm" => sw.fastperm.store(o.fastperm, Ordering::Relaxed),
             "cache_symlinks" => sw.cache_symlinks.store(o.cache_symlinks, Ordering::Relaxed),
+            "pathcache" => sw.pathcache.store(o.pathcache, Ordering::Relaxed),
             "negtimeout" | "ndentrytmo" => sw.negtimeout.store(o.negtimeout_ms, Ordering::Relaxed),
             "umask" => sw.umask.store(o.umask, Ordering::Relaxed),
             "ro" => sw.read_only.store(o.read_only, Ordering::Relaxed),
@@ -190,6 +200,7 @@ impl Vfs {
             fastpath: sw.fastpath.load(Ordering::Relaxed),
             fastperm: sw.fastperm.load(Ordering::Relaxed),
             cache_symlinks: sw.cache_symlinks.load(Ordering::Relaxed),
+            pathcache: sw.pathcache.load(Ordering::Relaxed),
             negtimeout_ms: sw.negtimeout.load(Ordering::Relaxed),
             umask: sw.umask.load(Ordering::Relaxed),
             read_only: sw.read_only.load(Ordering::Relaxed),
@@ -238,6 +249,9 @@ impl Vfs {
         let inner = &self.inner;
         let mut w = inner.w.lock();
         while w.evict(&inner.dc, 4096) > 0 {}
+        // What is looked up again may differ (the host changed meanwhile):
+        // remembered walks must not outlive the dentries they came from.
+        inner.changed();
         let f = w.take_forgets();
         drop(w);
         writer::send_forgets(&inner.sbs.read(), f);
@@ -256,7 +270,8 @@ impl Vfs {
                 + dc.inodes.allocated_bytes()
                 + dc.chunks.allocated_bytes()
                 + dc.buckets.len() * 4
-                + w.inode_bucket_bytes(),
+                + w.inode_bucket_bytes()
+                + inner.pc.bytes(),
             slow_lookups: c.slow_lookups.load(Ordering::Relaxed),
             backend_lookups: c.backend_lookups.load(Ordering::Relaxed),
             negative_created: c.negative_created.load(Ordering::Relaxed),
@@ -297,13 +312,18 @@ impl Inner {
         }
     }
 
-    /// Record a change of the namespace made through walkfs.
+    /// Record a change of the namespace made through walkfs. Call it after
+    /// the dentry cache shows the change (and before dropping the writer
+    /// lock): a walk that read the new generation must see the new state.
     pub fn changed(&self) {
         self.ns_gen.fetch_add(1, Ordering::Release);
     }
 
     /// Drop the writer lock and deliver what it queued for the backends.
     pub fn unlock(&self, mut w: parking_lot::MutexGuard<'_, Writer>) {
+        if std::mem::take(&mut w.ns_dirty) {
+            self.changed();
+        }
         let f = w.take_forgets();
         drop(w);
         if !f.is_empty() {

@@ -14,6 +14,7 @@ use walkfs_fsapi::{
 use crate::dcache::*;
 use crate::file::{FdTable, NO_HANDLE};
 use crate::namei::{self, Cur, Last, Nameidata, Walked, LOOKUP_BENEATH, LOOKUP_FOLLOW, RETRY};
+use crate::pathcache::{self, Cached};
 use crate::perm::{self, Creds, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::stat::Statx;
 use crate::sync::Ordering::Relaxed;
@@ -36,6 +37,8 @@ const O_ACCMODE: i32 = libc::O_ACCMODE;
 pub struct Ctx {
     vfs: Vfs,
     creds: Creds,
+    /// `creds` interned: the path cache keys on it.
+    cred_id: u32,
     fds: FdTable,
     beneath: bool,
 }
@@ -69,9 +72,11 @@ impl Drop for Ctx {
 
 impl Ctx {
     pub(crate) fn new(vfs: Vfs, creds: Creds) -> Ctx {
+        let cred_id = vfs.inner.cred_ids.id(&creds);
         Ctx {
             vfs,
             creds,
+            cred_id,
             fds: FdTable::new(MAX_FDS),
             beneath: false,
         }
@@ -87,6 +92,7 @@ impl Ctx {
 
     /// Act with other credentials from now on (checks and new owners).
     pub fn set_creds(&mut self, creds: Creds) {
+        self.cred_id = self.vfs.inner.cred_ids.id(&creds);
         self.creds = creds;
     }
 
@@ -155,8 +161,71 @@ impl Ctx {
             });
         }
         let start = self.start_of(dirfd, path)?;
-        self.nd(start, if follow { LOOKUP_FOLLOW } else { 0 })
-            .walk_full(path)
+        let flags = if follow { LOOKUP_FOLLOW } else { 0 };
+        let inner = self.inner();
+        let sw = &inner.sw;
+        let usable = sw.pathcache.load(AtomicOrdering::Relaxed)
+            && sw.fastpath.load(AtomicOrdering::Relaxed)
+            && sw.fastperm.load(AtomicOrdering::Relaxed)
+            && sw.cache_symlinks.load(AtomicOrdering::Relaxed)
+            && path.len() <= pathcache::MAX_PATH;
+        if !usable {
+            return self.nd(start, flags).walk_full(path);
+        }
+        // The generation is read before the walk: an answer is filed under
+        // the generation it may predate, never a later one.
+        let gen = inner.ns_gen.load(AtomicOrdering::Acquire);
+        let beneath = if self.beneath { LOOKUP_BENEATH } else { 0 };
+        let key = pathcache::key(start, self.cred_id, flags | beneath);
+        let h = pathcache::hash(key, path);
+        match inner.pc.get(h, key, path, gen) {
+            Some(Cached::Found { d, seq, flags, ino })
+                if inner.dc.dentry(d).map(|x| x.seq.raw()) == Some(seq) =>
+            {
+                return Ok(Cur { d, seq, flags, ino });
+            }
+            Some(Cached::Errno(e)) => return Err(Errno(e)),
+            _ => {}
+        }
+        self.lookup_at_fill(start, flags, path, (gen, key, h))
+    }
+
+    /// A path-cache miss: walk, and remember the answer.
+    #[inline(never)]
+    fn lookup_at_fill(
+        &self,
+        start: DIdx,
+        flags: u32,
+        path: &[u8],
+        slot: (u64, u64, u64),
+    ) -> Result<Cur> {
+        let (gen, key, h) = slot;
+        let inner = self.inner();
+        let r = self.nd(start, flags).walk_full(path);
+        let what = match r {
+            Ok(c) => Some(Cached::Found {
+                d: c.d,
+                seq: c.seq,
+                flags: c.flags,
+                ino: c.ino,
+            }),
+            // A cached ENOENT is a negative entry: only when those are kept
+            // until invalidated.
+            Err(Errno::ENOENT) => (inner.sw.negtimeout.load(AtomicOrdering::Relaxed) == -1)
+                .then_some(Cached::Errno(libc::ENOENT)),
+            Err(
+                e @ (Errno::ENOTDIR
+                | Errno::EACCES
+                | Errno::ELOOP
+                | Errno::ENAMETOOLONG
+                | Errno::EXDEV),
+            ) => Some(Cached::Errno(e.0)),
+            Err(_) => None,
+        };
+        if let Some(what) = what {
+            inner.pc.put(h, key, path, gen, what);
+        }
+        r
     }
 
     /// Resolve all but the last component.
@@ -226,12 +295,11 @@ impl Ctx {
             }
             Err(e) => return Err(e),
         };
-        let w = inner.w.lock();
+        let mut w = inner.w.lock();
         if inner.dc.inode(ino).map(|i| i.node.load(Relaxed)) == Some(s.node) {
-            let mut w = w;
             w.refresh(&inner.dc, ino, &attr);
-            drop(w);
         }
+        inner.unlock(w);
         inner.dc.inode_snap(ino).ok_or(RETRY)
     }
 
@@ -540,6 +608,7 @@ impl Ctx {
         let attr = inner.sb(s.sb())?.setattr(NodeId(s.node), &set)?;
         let mut w = inner.w.lock();
         w.refresh(&inner.dc, ino, &attr);
+        inner.unlock(w);
         Ok(())
     }
 
@@ -855,6 +924,7 @@ impl Ctx {
         )?;
         let mut w = inner.w.lock();
         w.refresh(&inner.dc, file.inode.load(Relaxed), &attr);
+        inner.unlock(w);
         Ok(())
     }
 
@@ -880,7 +950,7 @@ impl Ctx {
         }
         let hash = hash_name(name);
         let res = op(&*fs);
-        inner.changed();
+        w.ns_dirty = true;
         let existing = w.d_find(dc, dir.d, name, hash);
         let out = match res {
             Ok((Some(entry), t)) => {
@@ -1114,7 +1184,7 @@ impl Ctx {
             } else {
                 fs.unlink(NodeId(ds.node), &name)
             };
-            inner.changed();
+            w.ns_dirty = true;
             match r {
                 Ok(()) | Err(Errno::ENOENT) => self.forget_name(&mut w, dir, &name, victim.d),
                 Err(_) => {}
@@ -1238,7 +1308,7 @@ impl Ctx {
                 return Err(RETRY);
             }
             let r = fs.rename(NodeId(ods.node), &oname, NodeId(nds.node), &nname, flags);
-            inner.changed();
+            w.ns_dirty = true;
             if r.is_ok() {
                 let nhash = hash_name(&nname);
                 let ohash = hash_name(&oname);
@@ -1278,7 +1348,7 @@ impl Ctx {
         let attr = inner.sb(s.sb())?.setattr(NodeId(s.node), set)?;
         let mut w = inner.w.lock();
         w.refresh(&inner.dc, c.ino, &attr);
-        inner.changed();
+        w.ns_dirty = true;
         inner.unlock(w);
         Ok(())
     }

@@ -14,6 +14,11 @@ pub struct Options {
     /// Cache symlink bodies with their length (seed 000). Off: ask the
     /// backend on every readlink and every link followed.
     pub cache_symlinks: bool,
+    /// Remember whole resolved paths, validated by a generation count that
+    /// every change to names, permissions or mounts bumps. Used only while
+    /// fastpath, fastperm and cache_symlinks are on (a hit stands in for
+    /// all three); caches ENOENT only with negtimeout=-1.
+    pub pathcache: bool,
     /// Negative dentries (seed 003): 0 = not kept, N ms, -1 = until
     /// evicted or invalidated.
     pub negtimeout_ms: i64,
@@ -33,6 +38,7 @@ impl Default for Options {
             fastpath: true,
             fastperm: true,
             cache_symlinks: true,
+            pathcache: true,
             negtimeout_ms: -1,
             max_dentries: 1_000_000,
             max_files: 65_536,
@@ -69,6 +75,7 @@ impl Options {
             "fastpath" => self.fastpath = parse_bool(value)?,
             "fastperm" => self.fastperm = parse_bool(value)?,
             "cache_symlinks" => self.cache_symlinks = parse_bool(value)?,
+            "pathcache" => self.pathcache = parse_bool(value)?,
             "negtimeout" | "ndentrytmo" => {
                 let v = num(value)?;
                 if v < -1 {

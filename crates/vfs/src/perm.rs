@@ -12,7 +12,7 @@ pub const MAY_READ: u32 = 4;
 /// owner come from. Root (uid 0) has the capabilities Linux gives it
 /// (`CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`, `CAP_FOWNER`, `CAP_CHOWN`,
 /// `CAP_FSETID`); any other uid has none.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Creds {
     pub uid: u32,
     pub gid: u32,

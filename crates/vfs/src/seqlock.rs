@@ -57,6 +57,20 @@ impl SeqCount {
         fence(Ordering::Release);
     }
 
+    /// Start a change without a lock serialising writers: claim the count
+    /// with one compare-and-swap; `None` if another writer holds it.
+    pub fn try_write_begin(&self) -> Option<u32> {
+        let s = self.0.load(Ordering::Relaxed);
+        if s & 1 != 0 {
+            return None;
+        }
+        self.0
+            .compare_exchange(s, s.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        fence(Ordering::Release);
+        Some(s)
+    }
+
     /// End a change begun with `write_begin`.
     pub fn write_end(&self) {
         let s = self.0.load(Ordering::Relaxed);

@@ -40,6 +40,9 @@ pub(crate) struct Writer {
     clock: DIdx,
     /// Backend nodes to `forget` once the lock is dropped.
     pub forgets: Vec<(usize, u64)>,
+    /// A refresh changed what permission checks or walks see (mode,
+    /// owner): the namespace generation must move when the lock drops.
+    pub ns_dirty: bool,
 }
 
 impl Writer {
@@ -62,6 +65,7 @@ impl Writer {
             mounted_on: HashMap::new(),
             clock: 1,
             forgets: Vec::new(),
+            ns_dirty: false,
         }
     }
 
@@ -516,6 +520,13 @@ impl Writer {
         let link_changed = flags & I_CACHED_LINK != 0
             && (i.size.load(Relaxed) != attr.size
                 || i.ctime.load(Relaxed) != attr.ctime.as_nanos());
+        if i.mode.load(Relaxed) != attr.mode
+            || i.uid.load(Relaxed) != attr.uid
+            || i.gid.load(Relaxed) != attr.gid
+            || link_changed
+        {
+            self.ns_dirty = true;
+        }
         i.seq.write_begin();
         if link_changed {
             self.drop_link_locked(dc, i);

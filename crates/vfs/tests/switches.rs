@@ -180,3 +180,95 @@ fn switches_change_at_run_time_and_unknown_names_are_rejected() {
     assert_eq!(vfs.set_option("warp", "9"), Err(Errno::EINVAL));
     assert_eq!(vfs.set_option("max_dentries", "5"), Err(Errno::EINVAL));
 }
+
+#[test]
+fn pathcache_answers_are_invalidated_by_every_kind_of_change() {
+    let vfs = Vfs::open_source("mem:", &Options::default()).unwrap();
+    let root = vfs.context(Creds::root());
+    let user = vfs.context(Creds {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    });
+    for d in ["/a", "/a/b", "/m"] {
+        root.mkdirat(AT_FDCWD, d.as_bytes(), 0o755).unwrap();
+    }
+    let fd = root
+        .openat(AT_FDCWD, b"/a/b/f", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    root.close(fd).unwrap();
+    // Warm: both callers have the answer remembered.
+    for _ in 0..2 {
+        assert_eq!(user.faccessat(AT_FDCWD, b"/a/b/f", 0, 0), Ok(()));
+        assert_eq!(
+            root.faccessat(AT_FDCWD, b"/a/b/g", 0, 0),
+            Err(Errno::ENOENT)
+        );
+    }
+    // A permission change in the middle of the path.
+    root.fchmodat(AT_FDCWD, b"/a", 0o700, 0).unwrap();
+    assert_eq!(
+        user.faccessat(AT_FDCWD, b"/a/b/f", 0, 0),
+        Err(Errno::EACCES)
+    );
+    root.fchmodat(AT_FDCWD, b"/a", 0o755, 0).unwrap();
+    assert_eq!(user.faccessat(AT_FDCWD, b"/a/b/f", 0, 0), Ok(()));
+    // A rename of a middle directory.
+    root.renameat2(AT_FDCWD, b"/a/b", AT_FDCWD, b"/a/c", 0)
+        .unwrap();
+    assert_eq!(
+        user.faccessat(AT_FDCWD, b"/a/b/f", 0, 0),
+        Err(Errno::ENOENT)
+    );
+    assert_eq!(user.faccessat(AT_FDCWD, b"/a/c/f", 0, 0), Ok(()));
+    // A creation turns a remembered ENOENT positive.
+    root.renameat2(AT_FDCWD, b"/a/c", AT_FDCWD, b"/a/b", 0)
+        .unwrap();
+    let fd = root
+        .openat(AT_FDCWD, b"/a/b/g", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    root.close(fd).unwrap();
+    assert_eq!(root.faccessat(AT_FDCWD, b"/a/b/g", 0, 0), Ok(()));
+    // An unlink turns it negative again.
+    root.unlinkat(AT_FDCWD, b"/a/b/g", 0).unwrap();
+    assert_eq!(
+        root.faccessat(AT_FDCWD, b"/a/b/g", 0, 0),
+        Err(Errno::ENOENT)
+    );
+    // A mount hides what was under the mount point.
+    let fd = root
+        .openat(AT_FDCWD, b"/m/under", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .unwrap();
+    root.close(fd).unwrap();
+    assert_eq!(root.faccessat(AT_FDCWD, b"/m/under", 0, 0), Ok(()));
+    vfs.mount(b"/m", Arc::new(walkfs_memfs::MemFs::new()))
+        .unwrap();
+    assert_eq!(
+        root.faccessat(AT_FDCWD, b"/m/under", 0, 0),
+        Err(Errno::ENOENT)
+    );
+}
+
+#[test]
+fn pathcache_switch_skips_the_walk() {
+    for (opts, expect_slow) in [("pathcache=1", 0), ("pathcache=0", 3)] {
+        let (_tmp, vfs) = host_vfs(&format!("{opts},fastperm=1"));
+        let ctx = vfs.context(Creds {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![],
+        });
+        // A directory without search for everyone makes each walk run the
+        // permission routine, which only a remembered walk skips.
+        ctx.faccessat(AT_FDCWD, b"/usr/lib/crt.o", 0, 0).unwrap();
+        let root = vfs.context(Creds::root());
+        root.fchownat(AT_FDCWD, b"/usr/lib", 0, 1000, 0).unwrap();
+        root.fchmodat(AT_FDCWD, b"/usr/lib", 0o750, 0).unwrap();
+        ctx.faccessat(AT_FDCWD, b"/usr/lib/crt.o", 0, 0).unwrap();
+        let before = slow_permission_checks();
+        for _ in 0..3 {
+            ctx.faccessat(AT_FDCWD, b"/usr/lib/crt.o", 0, 0).unwrap();
+        }
+        assert_eq!(slow_permission_checks() - before, expect_slow, "{opts}");
+    }
+}

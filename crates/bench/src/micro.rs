@@ -1,0 +1,863 @@
+//! `walkfs bench micro`: the seeds' lookup microbenchmarks, the host kernel
+//! and walkfs side by side in one run, each walkfs optimization on and off.
+//!
+//! | bench | seed | the call |
+//! |---|---|---|
+//! | readlink | 000 | `readlink("initrd.img")`, a symlink to `boot/initrd.img-6.1.0-99-amd64` |
+//! | access | 002 | `access("/usr/lib/gcc/x86_64-linux-gnu/12/crtendS.o", R_OK)` |
+//! | trace | 001 | the gcc 12 trace, call by call with each call's syscall and flags |
+//! | trace_access | 001 | `access(path, F_OK)` on every path of the trace |
+//! | fstat, statx | 004 | `fstat(fd)` and `statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS)` |
+//!
+//! The kernel runs on ext4 (the machine's own `/` for access, trace and
+//! stat; a scratch directory for readlink) and on tmpfs (`/dev/shm`);
+//! walkfs runs over hostfs on the same ext4 paths and over memfs holding a
+//! mirror of them. Ops/s are totals over all threads; each thread loops on
+//! its own (will-it-scale style).
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use walkfs_vfs::{Creds, Ctx, Errno, Options, Vfs, AT_FDCWD};
+
+use crate::report::{median, progress, progress_done, table};
+use crate::trace::{self, Call};
+
+pub const ACCESS_PATH: &str = "/usr/lib/gcc/x86_64-linux-gnu/12/crtendS.o";
+const LINK_NAME: &str = "initrd.img";
+const LINK_TARGET: &str = "boot/initrd.img-6.1.0-99-amd64";
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct MicroOpts {
+    pub quick: bool,
+    /// Thread counts to run (default: 1 and every core).
+    pub threads: Vec<usize>,
+    /// Only this walkfs source: a host directory (paths resolve inside it)
+    /// or `mem:`. Default: hostfs over `/` and memfs.
+    pub source: Option<String>,
+    /// Only these benches (default: all).
+    pub benches: Vec<String>,
+}
+
+/// One measured row; the JSON form is exactly these fields.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub bench: &'static str,
+    pub target: &'static str,
+    pub fs: String,
+    pub variant: &'static str,
+    pub threads: usize,
+    pub ops_per_sec: f64,
+}
+
+/// The walkfs variants: all optimizations on, then each one off alone.
+pub const VARIANTS: &[(&str, &str)] = &[
+    ("all", ""),
+    ("no-fastpath", "fastpath=0"),
+    ("no-fastperm", "fastperm=0"),
+    ("no-cache-symlinks", "cache_symlinks=0"),
+    ("no-negative", "negtimeout=0"),
+];
+
+const BENCHES: &[&str] = &[
+    "readlink",
+    "access",
+    "trace",
+    "trace_access",
+    "fstat",
+    "statx",
+];
+
+/// A thread's loop body: runs a batch, returns how many ops it did.
+type Body = Box<dyn FnMut() -> u64 + Send>;
+/// Makes a fresh body for each thread.
+type Maker = Arc<dyn Fn() -> Body + Send + Sync>;
+
+/// Run `make()` bodies on `threads` threads for `dur`; total ops/s.
+fn measure(threads: usize, dur: Duration, make: &Maker) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (stop, start, make) = (stop.clone(), start.clone(), make.clone());
+            std::thread::spawn(move || {
+                let mut body = make();
+                body(); // warm the caches before the clock starts
+                start.wait();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += body();
+                }
+                n
+            })
+        })
+        .collect();
+    start.wait();
+    let t0 = Instant::now();
+    std::thread::sleep(dur);
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = t0.elapsed().as_secs_f64();
+    let total: u64 = handles.into_iter().map(|h| h.join().unwrap_or(0)).sum();
+    total as f64 / elapsed
+}
+
+fn c(s: &[u8]) -> CString {
+    CString::new(s).unwrap_or_default()
+}
+
+fn open_dir(p: &Path) -> std::io::Result<OwnedFd> {
+    std::fs::File::open(p).map(OwnedFd::from)
+}
+
+/// The scratch trees the kernel rows use.
+struct Scratch {
+    ext4: tempfile::TempDir,
+    tmpfs: tempfile::TempDir,
+}
+
+fn make_tree(dir: &Path, with_access_path: bool) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir.join("boot"))?;
+    std::fs::write(dir.join(LINK_TARGET), b"initrd")?;
+    std::os::unix::fs::symlink(LINK_TARGET, dir.join(LINK_NAME))?;
+    if with_access_path {
+        let p = dir.join(&ACCESS_PATH[1..]);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&p, b"crtendS")?;
+    }
+    Ok(())
+}
+
+impl Scratch {
+    fn new() -> std::io::Result<Scratch> {
+        let ext4 = tempfile::Builder::new()
+            .prefix("walkfs-bench-")
+            .tempdir_in("/var/tmp")?;
+        let tmpfs = tempfile::Builder::new()
+            .prefix("walkfs-bench-")
+            .tempdir_in("/dev/shm")?;
+        make_tree(ext4.path(), false)?;
+        make_tree(tmpfs.path(), true)?;
+        Ok(Scratch { ext4, tmpfs })
+    }
+}
+
+/// Copy into `ctx` (as root) the host objects `path` passes through:
+/// directories, files (empty, same mode), symlinks (same target, and what
+/// they point to).
+fn mirror(ctx: &Ctx, path: &[u8], depth: u32) {
+    if depth > 8 {
+        return;
+    }
+    let mut prefix = Vec::with_capacity(path.len());
+    for comp in path.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+        prefix.push(b'/');
+        prefix.extend_from_slice(comp);
+        let Ok(md) =
+            std::fs::symlink_metadata(std::ffi::OsStr::from_encoded_bytes_checked(&prefix))
+        else {
+            return;
+        };
+        if ctx
+            .faccessat(AT_FDCWD, &prefix, 0, libc::AT_SYMLINK_NOFOLLOW)
+            .is_ok()
+        {
+            continue;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let mode = md.permissions().mode() & 0o7777;
+        let ft = md.file_type();
+        if ft.is_dir() {
+            let _ = ctx.mkdirat(AT_FDCWD, &prefix, mode);
+        } else if ft.is_file() {
+            if let Ok(fd) = ctx.openat(AT_FDCWD, &prefix, libc::O_CREAT | libc::O_WRONLY, mode) {
+                let _ = ctx.close(fd);
+            }
+        } else if ft.is_symlink() {
+            let Ok(target) =
+                std::fs::read_link(std::ffi::OsStr::from_encoded_bytes_checked(&prefix))
+            else {
+                return;
+            };
+            let target = target.as_os_str().as_encoded_bytes().to_vec();
+            let _ = ctx.symlinkat(&target, AT_FDCWD, &prefix);
+            let resolved = if target.first() == Some(&b'/') {
+                target
+            } else {
+                let parent = &prefix[..prefix.iter().rposition(|&b| b == b'/').unwrap_or(0)];
+                [parent, b"/", &target].concat()
+            };
+            mirror(ctx, &resolved, depth + 1);
+        } else {
+            return;
+        }
+    }
+}
+
+trait OsStrExt2 {
+    fn from_encoded_bytes_checked(b: &[u8]) -> &std::ffi::OsStr;
+}
+
+impl OsStrExt2 for std::ffi::OsStr {
+    fn from_encoded_bytes_checked(b: &[u8]) -> &std::ffi::OsStr {
+        use std::os::unix::ffi::OsStrExt;
+        std::ffi::OsStr::from_bytes(b)
+    }
+}
+
+/// A walkfs source under test.
+struct Source {
+    /// "hostfs" or "memfs".
+    fs: &'static str,
+    /// The vfs for access, trace and stat (paths as on the host).
+    main: Vfs,
+    /// The vfs for readlink (a tree with `initrd.img` at its root).
+    links: Vfs,
+}
+
+fn sources(opts: &MicroOpts, scratch: &Scratch) -> Result<Vec<Source>, String> {
+    let err = |e: Errno| e.to_string();
+    let mut out = Vec::new();
+    let want_host = opts.source.as_deref().is_none_or(|s| s != "mem:");
+    let want_mem = opts.source.as_deref().is_none_or(|s| s == "mem:");
+    if want_host {
+        let dir = opts.source.clone().unwrap_or_else(|| "/".to_string());
+        let main = Vfs::open_source(&dir, &Options::default()).map_err(err)?;
+        let links = Vfs::open_source(
+            scratch.ext4.path().to_str().unwrap_or("/"),
+            &Options::default(),
+        )
+        .map_err(err)?;
+        out.push(Source {
+            fs: "hostfs",
+            main,
+            links,
+        });
+    }
+    if want_mem {
+        let main = Vfs::open_source("mem:", &Options::default()).map_err(err)?;
+        let ctx = main.context(Creds::root());
+        for call in trace::calls() {
+            mirror(&ctx, call.path(), 0);
+        }
+        mirror(&ctx, ACCESS_PATH.as_bytes(), 0);
+        let links = Vfs::open_source("mem:", &Options::default()).map_err(err)?;
+        let l = links.context(Creds::root());
+        l.mkdirat(AT_FDCWD, b"/boot", 0o755).map_err(err)?;
+        let fd = l
+            .openat(
+                AT_FDCWD,
+                format!("/{LINK_TARGET}").as_bytes(),
+                libc::O_CREAT | libc::O_WRONLY,
+                0o644,
+            )
+            .map_err(err)?;
+        l.close(fd).map_err(err)?;
+        l.symlinkat(
+            LINK_TARGET.as_bytes(),
+            AT_FDCWD,
+            format!("/{LINK_NAME}").as_bytes(),
+        )
+        .map_err(err)?;
+        out.push(Source {
+            fs: "memfs",
+            main,
+            links,
+        });
+    }
+    Ok(out)
+}
+
+/// Replay `calls` once on the kernel; returns how many succeeded.
+fn kernel_replay(calls: &[(Call, CString)]) -> u64 {
+    let mut ok = 0;
+    let mut buf = [0u8; 1024];
+    for (call, p) in calls {
+        // SAFETY: valid C strings and buffers; descriptors opened here are
+        // closed here.
+        let r = unsafe {
+            match call {
+                Call::Readlink(_) => {
+                    libc::readlink(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) as i64
+                }
+                Call::Open(_, fl) => {
+                    let fd = libc::open(p.as_ptr(), *fl | libc::O_CLOEXEC);
+                    if fd >= 0 {
+                        libc::close(fd);
+                    }
+                    fd as i64
+                }
+                Call::Stat(_, fl) => {
+                    let mut st: libc::stat = std::mem::zeroed();
+                    libc::fstatat(libc::AT_FDCWD, p.as_ptr(), &mut st, *fl) as i64
+                }
+                Call::Access(_, m, fl) => {
+                    libc::syscall(libc::SYS_faccessat2, libc::AT_FDCWD, p.as_ptr(), *m, *fl)
+                }
+            }
+        };
+        ok += (r >= 0) as u64;
+    }
+    ok
+}
+
+/// Replay `calls` once on walkfs; returns how many succeeded.
+fn walkfs_replay(ctx: &Ctx, calls: &[(Call, CString)]) -> u64 {
+    let mut ok = 0;
+    let mut buf = [0u8; 1024];
+    for (call, _) in calls {
+        let r = match call {
+            Call::Readlink(p) => ctx.readlinkat_into(AT_FDCWD, p, &mut buf).is_ok(),
+            Call::Open(p, fl) => match ctx.openat(AT_FDCWD, p, *fl, 0) {
+                Ok(fd) => ctx.close(fd).is_ok(),
+                Err(_) => false,
+            },
+            Call::Stat(p, fl) => ctx.fstatat(AT_FDCWD, p, *fl).is_ok(),
+            Call::Access(p, m, fl) => ctx.faccessat(AT_FDCWD, p, *m, *fl).is_ok(),
+        };
+        ok += r as u64;
+    }
+    ok
+}
+
+/// Each call's answer on both sides: (calls, mismatches, hits).
+fn check_trace(ctx: &Ctx, calls: &[(Call, CString)]) -> (usize, usize, usize) {
+    let mut mismatches = 0;
+    let mut hits = 0;
+    for c in calls {
+        let one = std::slice::from_ref(c);
+        let k = kernel_replay(one);
+        let w = walkfs_replay(ctx, one);
+        hits += k as usize;
+        if k != w {
+            mismatches += 1;
+            tracing::warn!(call = ?c.0, kernel = k, walkfs = w, "trace answer differs");
+        }
+    }
+    (calls.len(), mismatches, hits)
+}
+
+/// The measured cases: (bench, target, fs, variant, maker).
+struct Case {
+    bench: &'static str,
+    target: &'static str,
+    fs: String,
+    variant: &'static str,
+    /// Switches to set on the source's vfs before measuring.
+    switches: &'static str,
+    vfs: Option<Vfs>,
+    make: Maker,
+}
+
+fn kernel_cases(
+    scratch: &Scratch,
+    calls: &Arc<Vec<(Call, CString)>>,
+    paths: &Arc<Vec<CString>>,
+) -> Vec<Case> {
+    let mut v = Vec::new();
+    let kernel = |bench, fs: &str, make: Maker| Case {
+        bench,
+        target: "kernel",
+        fs: fs.to_string(),
+        variant: "all",
+        switches: "",
+        vfs: None,
+        make,
+    };
+    for (fs, dir) in [
+        ("ext4", scratch.ext4.path().to_path_buf()),
+        ("tmpfs", scratch.tmpfs.path().to_path_buf()),
+    ] {
+        let d = dir.clone();
+        v.push(kernel(
+            "readlink",
+            fs,
+            Arc::new(move || {
+                let fd = open_dir(&d).ok();
+                let raw = fd.as_ref().map_or(-1, |f| f.as_raw_fd());
+                let name = c(LINK_NAME.as_bytes());
+                let mut buf = [0u8; 256];
+                Box::new(move || {
+                    let _keep = &fd;
+                    for _ in 0..1000 {
+                        // SAFETY: valid fd, C string and buffer.
+                        unsafe {
+                            libc::readlinkat(raw, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+                        };
+                    }
+                    1000
+                })
+            }),
+        ));
+        // ext4: the machine's own path; tmpfs: the mirror under /dev/shm.
+        let (base, rel) = if fs == "ext4" {
+            (PathBuf::from("/"), &ACCESS_PATH[1..])
+        } else {
+            (dir.clone(), &ACCESS_PATH[1..])
+        };
+        let b = base.clone();
+        v.push(kernel(
+            "access",
+            fs,
+            Arc::new(move || {
+                let fd = open_dir(&b).ok();
+                let raw = fd.as_ref().map_or(-1, |f| f.as_raw_fd());
+                let p = c(rel.as_bytes());
+                Box::new(move || {
+                    let _keep = &fd;
+                    for _ in 0..1000 {
+                        // SAFETY: valid fd and C string.
+                        unsafe { libc::faccessat(raw, p.as_ptr(), libc::R_OK, 0) };
+                    }
+                    1000
+                })
+            }),
+        ));
+        for bench in ["fstat", "statx"] {
+            let file = base.join(rel);
+            v.push(kernel(
+                bench,
+                fs,
+                Arc::new(move || {
+                    let f = std::fs::File::open(&file).ok();
+                    let raw = f.as_ref().map_or(-1, |f| f.as_raw_fd());
+                    Box::new(move || {
+                        let _keep = &f;
+                        for _ in 0..1000 {
+                            // SAFETY: valid fd and output buffers.
+                            unsafe {
+                                if bench == "fstat" {
+                                    let mut st: libc::stat = std::mem::zeroed();
+                                    libc::fstat(raw, &mut st);
+                                } else {
+                                    let mut st: libc::statx = std::mem::zeroed();
+                                    libc::statx(
+                                        raw,
+                                        c"".as_ptr(),
+                                        libc::AT_EMPTY_PATH,
+                                        libc::STATX_BASIC_STATS,
+                                        &mut st,
+                                    );
+                                }
+                            }
+                        }
+                        1000
+                    })
+                }),
+            ));
+        }
+    }
+    let calls = calls.clone();
+    v.push(kernel(
+        "trace",
+        "ext4",
+        Arc::new(move || {
+            let calls = calls.clone();
+            Box::new(move || {
+                kernel_replay(&calls);
+                calls.len() as u64
+            })
+        }),
+    ));
+    let paths = paths.clone();
+    v.push(kernel(
+        "trace_access",
+        "ext4",
+        Arc::new(move || {
+            let paths = paths.clone();
+            Box::new(move || {
+                for p in paths.iter() {
+                    // SAFETY: valid C string.
+                    unsafe { libc::access(p.as_ptr(), libc::F_OK) };
+                }
+                paths.len() as u64
+            })
+        }),
+    ));
+    v
+}
+
+fn walkfs_cases(
+    src: &Source,
+    calls: &Arc<Vec<(Call, CString)>>,
+    paths: &Arc<Vec<CString>>,
+) -> Vec<Case> {
+    let mut v = Vec::new();
+    for &(variant, switches) in VARIANTS {
+        let case = |bench, vfs: &Vfs, make: Maker| Case {
+            bench,
+            target: "walkfs",
+            fs: src.fs.to_string(),
+            variant,
+            switches,
+            vfs: Some(vfs.clone()),
+            make,
+        };
+        let links = src.links.clone();
+        v.push(case(
+            "readlink",
+            &src.links,
+            Arc::new(move || {
+                let ctx = links.context(Creds::root());
+                let name = format!("/{LINK_NAME}").into_bytes();
+                let mut buf = [0u8; 256];
+                Box::new(move || {
+                    for _ in 0..1000 {
+                        let _ =
+                            std::hint::black_box(ctx.readlinkat_into(AT_FDCWD, &name, &mut buf));
+                    }
+                    1000
+                })
+            }),
+        ));
+        let main = src.main.clone();
+        v.push(case(
+            "access",
+            &src.main,
+            Arc::new(move || {
+                let ctx = main.context(Creds::root());
+                Box::new(move || {
+                    for _ in 0..1000 {
+                        let _ = std::hint::black_box(ctx.faccessat(
+                            AT_FDCWD,
+                            ACCESS_PATH.as_bytes(),
+                            libc::R_OK,
+                            0,
+                        ));
+                    }
+                    1000
+                })
+            }),
+        ));
+        for bench in ["fstat", "statx"] {
+            let main = src.main.clone();
+            v.push(case(
+                bench,
+                &src.main,
+                Arc::new(move || {
+                    let ctx = main.context(Creds::root());
+                    let fd = ctx
+                        .openat(AT_FDCWD, ACCESS_PATH.as_bytes(), libc::O_RDONLY, 0)
+                        .unwrap_or(-1);
+                    Box::new(move || {
+                        for _ in 0..1000 {
+                            if bench == "fstat" {
+                                let _ = std::hint::black_box(ctx.fstat(fd));
+                            } else {
+                                let _ = std::hint::black_box(ctx.statx(
+                                    fd,
+                                    b"",
+                                    libc::AT_EMPTY_PATH,
+                                    libc::STATX_BASIC_STATS,
+                                ));
+                            }
+                        }
+                        1000
+                    })
+                }),
+            ));
+        }
+        let (main, calls) = (src.main.clone(), calls.clone());
+        v.push(case(
+            "trace",
+            &src.main,
+            Arc::new(move || {
+                let ctx = main.context(Creds::root());
+                let calls = calls.clone();
+                Box::new(move || {
+                    walkfs_replay(&ctx, &calls);
+                    calls.len() as u64
+                })
+            }),
+        ));
+        let (main, paths) = (src.main.clone(), paths.clone());
+        v.push(case(
+            "trace_access",
+            &src.main,
+            Arc::new(move || {
+                let ctx = main.context(Creds::root());
+                let paths = paths.clone();
+                Box::new(move || {
+                    for p in paths.iter() {
+                        let _ = std::hint::black_box(ctx.faccessat(
+                            AT_FDCWD,
+                            p.as_bytes(),
+                            libc::F_OK,
+                            0,
+                        ));
+                    }
+                    paths.len() as u64
+                })
+            }),
+        ));
+    }
+    v
+}
+
+fn set_switches(vfs: &Vfs, switches: &str) {
+    for (name, value) in [
+        ("fastpath", "1"),
+        ("fastperm", "1"),
+        ("cache_symlinks", "1"),
+        ("negtimeout", "-1"),
+    ] {
+        let _ = vfs.set_option(name, value);
+    }
+    for kv in switches.split(',').filter(|s| !s.is_empty()) {
+        if let Some((k, v)) = kv.split_once('=') {
+            let _ = vfs.set_option(k, v);
+        }
+    }
+}
+
+/// The result of a run: rows (medians) and notes for the report.
+pub struct MicroResult {
+    pub rows: Vec<Row>,
+    pub notes: Vec<String>,
+}
+
+/// Run the benchmark.
+pub fn run(opts: &MicroOpts) -> Result<MicroResult, String> {
+    let scratch = Scratch::new().map_err(|e| format!("scratch trees: {e}"))?;
+    let calls: Arc<Vec<(Call, CString)>> = Arc::new(
+        trace::calls()
+            .into_iter()
+            .map(|call| {
+                let p = c(call.path());
+                (call, p)
+            })
+            .collect(),
+    );
+    let paths: Arc<Vec<CString>> = Arc::new(trace::replay_paths().iter().map(|p| c(p)).collect());
+    progress("micro: building the memfs mirror...");
+    let srcs = sources(opts, &scratch)?;
+    let mut notes = Vec::new();
+    for s in &srcs {
+        let ctx = s.main.context(Creds::root());
+        let (n, bad, hits) = check_trace(&ctx, &calls);
+        notes.push(format!(
+            "trace on {}: {n} calls, {hits} succeed and {} fail (ENOENT/ENOTDIR/EINVAL) on the kernel; walkfs answers differ on {bad}",
+            s.fs,
+            n - hits
+        ));
+    }
+    let mut cases = kernel_cases(&scratch, &calls, &paths);
+    for s in &srcs {
+        cases.extend(walkfs_cases(s, &calls, &paths));
+    }
+    if !opts.benches.is_empty() {
+        cases.retain(|c| opts.benches.iter().any(|b| b == c.bench));
+    }
+    let (reps, dur) = if opts.quick {
+        (1, Duration::from_millis(60))
+    } else {
+        (5, Duration::from_millis(300))
+    };
+    let total = cases.len() * opts.threads.len() * reps;
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); cases.len() * opts.threads.len()];
+    let mut done = 0;
+    // Repetitions are interleaved across cases, so a noisy moment of the
+    // machine spreads over all of them instead of sinking one.
+    for _ in 0..reps {
+        for (ci, case) in cases.iter().enumerate() {
+            if let Some(vfs) = &case.vfs {
+                set_switches(vfs, case.switches);
+            }
+            for (ti, &t) in opts.threads.iter().enumerate() {
+                done += 1;
+                progress(&format!(
+                    "micro: [{done}/{total}] {} {} {} {} x{t}",
+                    case.bench, case.target, case.fs, case.variant
+                ));
+                samples[ci * opts.threads.len() + ti].push(measure(t, dur, &case.make));
+            }
+        }
+    }
+    progress_done();
+    let mut rows = Vec::new();
+    for (ci, case) in cases.iter().enumerate() {
+        for (ti, &t) in opts.threads.iter().enumerate() {
+            rows.push(Row {
+                bench: case.bench,
+                target: case.target,
+                fs: case.fs.clone(),
+                variant: case.variant,
+                threads: t,
+                ops_per_sec: median(&mut samples[ci * opts.threads.len() + ti]),
+            });
+        }
+    }
+    let _ = BENCHES;
+    Ok(MicroResult { rows, notes })
+}
+
+/// The kernel row a walkfs row is compared with.
+pub fn kernel_peer(fs: &str) -> &'static str {
+    match fs {
+        "memfs" => "tmpfs",
+        _ => "ext4",
+    }
+}
+
+fn find<'a>(
+    rows: &'a [Row],
+    bench: &str,
+    target: &str,
+    fs: &str,
+    variant: &str,
+    threads: usize,
+) -> Option<&'a Row> {
+    rows.iter().find(|r| {
+        r.bench == bench
+            && r.target == target
+            && r.fs == fs
+            && r.variant == variant
+            && r.threads == threads
+    })
+}
+
+/// The human report: every row, then the figures the targets are about.
+pub fn render(res: &MicroResult) -> String {
+    let rows = &res.rows;
+    let mut out = String::new();
+    let mut t = Vec::new();
+    for r in rows {
+        let peer = if r.target == "walkfs" {
+            let kfs = if r.bench.starts_with("trace") {
+                "ext4"
+            } else {
+                kernel_peer(&r.fs)
+            };
+            find(rows, r.bench, "kernel", kfs, "all", r.threads)
+                .map(|k| format!("{:.1}x", r.ops_per_sec / k.ops_per_sec))
+        } else {
+            None
+        };
+        t.push(vec![
+            r.bench.to_string(),
+            r.target.to_string(),
+            r.fs.clone(),
+            r.variant.to_string(),
+            r.threads.to_string(),
+            format!("{:.0}", r.ops_per_sec),
+            format!("{:.1}", 1e9 / r.ops_per_sec * r.threads as f64),
+            peer.unwrap_or_default(),
+        ]);
+    }
+    out.push_str(&table(
+        &[
+            "bench",
+            "target",
+            "fs",
+            "variant",
+            "threads",
+            "ops/s",
+            "ns/op/thread",
+            "vs kernel",
+        ],
+        &t,
+    ));
+    out.push('\n');
+    // Each optimization's own effect, on the case it targets.
+    let mut s = Vec::new();
+    for (variant, bench, fs) in [
+        ("no-fastpath", "trace", "memfs"),
+        ("no-fastpath", "access", "memfs"),
+        ("no-fastperm", "access", "memfs"),
+        ("no-cache-symlinks", "readlink", "hostfs"),
+        ("no-cache-symlinks", "readlink", "memfs"),
+        ("no-negative", "trace", "hostfs"),
+    ] {
+        if let (Some(all), Some(off)) = (
+            find(rows, bench, "walkfs", fs, "all", 1),
+            find(rows, bench, "walkfs", fs, variant, 1),
+        ) {
+            s.push(vec![
+                variant.to_string(),
+                bench.to_string(),
+                fs.to_string(),
+                format!("{:.0}", off.ops_per_sec),
+                format!("{:.0}", all.ops_per_sec),
+                format!("{:+.1}%", (all.ops_per_sec / off.ops_per_sec - 1.0) * 100.0),
+            ]);
+        }
+    }
+    if !s.is_empty() {
+        out.push_str("each optimization alone (1 thread): off -> on\n");
+        out.push_str(&table(
+            &[
+                "switched off",
+                "bench",
+                "fs",
+                "off ops/s",
+                "all ops/s",
+                "gain",
+            ],
+            &s,
+        ));
+        out.push('\n');
+    }
+    let max_t = rows.iter().map(|r| r.threads).max().unwrap_or(1);
+    if max_t > 1 {
+        let mut s = Vec::new();
+        for bench in ["access", "trace", "readlink", "statx"] {
+            for fs in ["hostfs", "memfs"] {
+                if let (Some(a), Some(b)) = (
+                    find(rows, bench, "walkfs", fs, "all", 1),
+                    find(rows, bench, "walkfs", fs, "all", max_t),
+                ) {
+                    s.push(vec![
+                        bench.to_string(),
+                        fs.to_string(),
+                        format!("{:.2}x", b.ops_per_sec / a.ops_per_sec),
+                    ]);
+                }
+            }
+        }
+        out.push_str(&format!("scaling 1 -> {max_t} threads (walkfs, all on)\n"));
+        out.push_str(&table(&["bench", "fs", "speedup"], &s));
+        out.push('\n');
+    }
+    for n in &res.notes {
+        out.push_str(n);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memfs_mirror_answers_the_trace_like_the_host() {
+        let vfs = Vfs::open_source("mem:", &Options::default()).unwrap();
+        let ctx = vfs.context(Creds::root());
+        let calls: Vec<(Call, CString)> = trace::calls()
+            .into_iter()
+            .map(|x| {
+                let p = c(x.path());
+                (x, p)
+            })
+            .collect();
+        for (call, _) in &calls {
+            mirror(&ctx, call.path(), 0);
+        }
+        let (n, bad, _) = check_trace(&ctx, &calls);
+        assert_eq!(n, 2247);
+        assert_eq!(bad, 0, "the memfs mirror answers differently from the host");
+    }
+
+    #[test]
+    fn measure_counts_ops() {
+        let make: Maker = Arc::new(|| Box::new(|| 10));
+        assert!(measure(2, Duration::from_millis(20), &make) > 0.0);
+    }
+}
