@@ -546,18 +546,24 @@ fn walkfs_cases(
                     let fd = ctx
                         .openat(AT_FDCWD, ACCESS_PATH.as_bytes(), libc::O_RDONLY, 0)
                         .unwrap_or(-1);
+                    // Both into a caller's buffer, as the kernel's calls are.
+                    // SAFETY: `struct stat` is plain old data; zero is valid.
+                    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                    let mut sx = walkfs_vfs::Statx::default();
                     Box::new(move || {
                         for _ in 0..1000 {
                             if bench == "fstat" {
-                                let _ = std::hint::black_box(ctx.fstat(fd));
+                                let _ = std::hint::black_box(ctx.fstat_into(fd, &mut st));
                             } else {
-                                let _ = std::hint::black_box(ctx.statx(
+                                let _ = std::hint::black_box(ctx.statx_into(
                                     fd,
                                     b"",
                                     libc::AT_EMPTY_PATH,
                                     libc::STATX_BASIC_STATS,
+                                    &mut sx,
                                 ));
                             }
+                            std::hint::black_box((&st, &sx));
                         }
                         1000
                     })

@@ -206,20 +206,11 @@ pub unsafe extern "C" fn walkfs_statx(
     if out.is_null() {
         return -libc::EFAULT;
     }
-    let r = if p.is_empty() && flags & libc::AT_EMPTY_PATH != 0 && dirfd >= 0 {
-        c.fstatx(dirfd, mask)
-    } else {
-        c.statx(dirfd, p, flags, mask)
-    };
-    match r {
-        Ok(st) => {
-            // SAFETY: `out` points at a `struct statx`, whose layout Statx
-            // reproduces exactly (checked at compile time): one copy.
-            unsafe { out.write(st) };
-            0
-        }
-        Err(e) => err(e),
-    }
+    // SAFETY: `out` points at a caller's `struct statx`, whose layout
+    // Statx reproduces exactly (checked at compile time): the result is
+    // built in place, with no intermediate copy.
+    let out = unsafe { &mut *out };
+    ret(c.statx_into(dirfd, p, flags, mask, out))
 }
 
 /// `int walkfs_fstatat(walkfs_t *, int dirfd, const char *path, struct stat *out, int flags)`.
@@ -258,14 +249,9 @@ pub unsafe extern "C" fn walkfs_fstat(
     if out.is_null() {
         return -libc::EFAULT;
     }
-    match c.fstat(fd) {
-        Ok(st) => {
-            // SAFETY: `out` points at a writable `struct stat`.
-            unsafe { out.write(st) };
-            0
-        }
-        Err(e) => err(e),
-    }
+    // SAFETY: `out` points at a caller's writable `struct stat`.
+    let out = unsafe { &mut *out };
+    ret(c.fstat_into(fd, out))
 }
 
 /// `int walkfs_openat(walkfs_t *, int dirfd, const char *path, int flags, mode_t mode)`.

@@ -46,10 +46,6 @@ impl<T: Default> Arena<T> {
         seg.get(idx as usize & (SEG - 1))
     }
 
-    pub fn capacity(&self) -> u32 {
-        self.capacity
-    }
-
     /// Bytes of slot memory allocated so far.
     pub fn allocated_bytes(&self) -> usize {
         let segs = self.segs.iter().filter(|s| s.get().is_some()).count();

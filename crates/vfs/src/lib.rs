@@ -87,9 +87,10 @@ pub(crate) struct Inner {
     pub ns_gen: AtomicU64,
     pub epoch: Instant,
     pub root: DIdx,
-    pub files: file::Files,
     pub counters: Counters,
     pub pc: pathcache::PathCache,
+    /// Descriptors per context.
+    pub max_files: u32,
     pub cred_ids: pathcache::CredIds,
 }
 
@@ -140,7 +141,6 @@ impl Vfs {
                 umask: std::sync::atomic::AtomicU32::new(opts.umask),
                 read_only: AtomicBool::new(opts.read_only),
             },
-            files: file::Files::new(opts.max_files),
             dc,
             w: Mutex::new(w),
             sbs: RwLock::new(vec![fs]),
@@ -149,6 +149,7 @@ impl Vfs {
             root,
             counters: Counters::default(),
             pc: pathcache::PathCache::new(),
+            max_files: opts.max_files,
             cred_ids: pathcache::CredIds::default(),
         };
         Ok(Vfs {
@@ -205,7 +206,7 @@ impl Vfs {
             umask: sw.umask.load(Ordering::Relaxed),
             read_only: sw.read_only.load(Ordering::Relaxed),
             max_dentries: self.inner.w.lock().max_dentries,
-            max_files: self.inner.files.capacity(),
+            max_files: self.inner.max_files,
         }
     }
 

@@ -381,9 +381,9 @@ impl<'a> Nameidata<'a> {
                 let ino = w.iget(dc, snap.sb(), &entry).ok_or(Errno::ENOMEM)?;
                 let idx = match existing {
                     Some(idx) => {
-                        w.d_set_inode(dc, idx, ino);
+                        let now = w.d_set_inode(dc, idx, ino);
                         w.put_inode(dc, ino);
-                        Some(idx)
+                        now
                     }
                     None => {
                         let idx = w.d_add(dc, parent.d, name, hash, ino, 0);

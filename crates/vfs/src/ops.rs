@@ -26,9 +26,6 @@ pub const AT_FDCWD: i32 = libc::AT_FDCWD;
 /// One directory entry as `getdents64` reports it.
 pub type DirEntryOut = DirEntry;
 
-/// Descriptors per context.
-const MAX_FDS: usize = 4096;
-
 /// Flags `openat` accepts (others are ignored, as Linux ignores them).
 const O_ACCMODE: i32 = libc::O_ACCMODE;
 
@@ -64,8 +61,8 @@ fn check_at_flags(flags: i32, allowed: i32) -> Result<()> {
 
 impl Drop for Ctx {
     fn drop(&mut self) {
-        for f in self.fds.drain() {
-            self.release_file(f);
+        for fd in self.fds.open_fds() {
+            let _ = self.close(fd);
         }
     }
 }
@@ -73,11 +70,12 @@ impl Drop for Ctx {
 impl Ctx {
     pub(crate) fn new(vfs: Vfs, creds: Creds) -> Ctx {
         let cred_id = vfs.inner.cred_ids.id(&creds);
+        let fds = FdTable::new(vfs.inner.max_files as usize);
         Ctx {
             vfs,
             creds,
             cred_id,
-            fds: FdTable::new(MAX_FDS),
+            fds,
             beneath: false,
         }
     }
@@ -111,8 +109,7 @@ impl Ctx {
 
     /// The dentry a descriptor refers to.
     fn fd_dentry(&self, fd: i32) -> Result<DIdx> {
-        let f = self.fds.get(fd).ok_or(Errno::EBADF)?;
-        let file = self.inner().files.slots.get(f).ok_or(Errno::EBADF)?;
+        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
         Ok(file.dentry.load(Relaxed))
     }
 
@@ -376,25 +373,64 @@ impl Ctx {
 
     /// `statx(dirfd, path, flags, mask)`.
     pub fn statx(&self, dirfd: i32, path: &[u8], flags: i32, mask: u32) -> Result<Statx> {
-        check_at_flags(
-            flags,
-            libc::AT_SYMLINK_NOFOLLOW
-                | libc::AT_EMPTY_PATH
-                | libc::AT_NO_AUTOMOUNT
-                | libc::AT_STATX_SYNC_TYPE,
-        )?;
-        if flags & libc::AT_STATX_SYNC_TYPE == libc::AT_STATX_SYNC_TYPE
-            || mask & (libc::STATX__RESERVED as u32) != 0
+        let mut st = Statx::default();
+        self.statx_into(dirfd, path, flags, mask, &mut st)?;
+        Ok(st)
+    }
+
+    /// `statx` into the caller's buffer: the result is built once, in
+    /// place, from one inode snapshot (seed 004: no second copy). The
+    /// descriptor form (`""` with `AT_EMPTY_PATH`) is a short inline path;
+    /// anything with a path walks out of line.
+    #[inline(always)]
+    pub fn statx_into(
+        &self,
+        dirfd: i32,
+        path: &[u8],
+        flags: i32,
+        mask: u32,
+        out: &mut Statx,
+    ) -> Result<()> {
+        const FD_FLAGS: i32 =
+            libc::AT_EMPTY_PATH | libc::AT_NO_AUTOMOUNT | libc::AT_SYMLINK_NOFOLLOW;
+        if path.is_empty()
+            && dirfd >= 0
+            && flags & libc::AT_EMPTY_PATH != 0
+            && flags & !FD_FLAGS == 0
+            && mask & (libc::STATX__RESERVED as u32) == 0
         {
+            return self.fstatx_into(dirfd, mask, out);
+        }
+        self.statx_path(dirfd, path, flags, mask, out)
+    }
+
+    #[inline(never)]
+    fn statx_path(
+        &self,
+        dirfd: i32,
+        path: &[u8],
+        flags: i32,
+        mask: u32,
+        out: &mut Statx,
+    ) -> Result<()> {
+        const ALLOWED: i32 = libc::AT_SYMLINK_NOFOLLOW
+            | libc::AT_EMPTY_PATH
+            | libc::AT_NO_AUTOMOUNT
+            | libc::AT_STATX_SYNC_TYPE;
+        let bad = flags & !ALLOWED != 0
+            || flags & libc::AT_STATX_SYNC_TYPE == libc::AT_STATX_SYNC_TYPE
+            || mask & (libc::STATX__RESERVED as u32) != 0;
+        if bad {
             return Err(Errno::EINVAL);
         }
         if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 && dirfd != AT_FDCWD {
-            return self.fstatx(dirfd, mask);
+            return self.fstatx_into(dirfd, mask, out);
         }
         retry(|| {
             let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
             let c = self.lookup_at(dirfd, path, follow, flags & libc::AT_EMPTY_PATH != 0)?;
-            Ok(Statx::build(&self.attrs(c)?, mask))
+            Statx::build_into(&self.attrs(c)?, mask, out);
+            Ok(())
         })
     }
 
@@ -409,13 +445,19 @@ impl Ctx {
             .to_stat())
     }
 
-    /// `statx` of an open descriptor: fd -> file -> inode with loads only.
-    #[inline]
+    /// `statx` of an open descriptor.
     pub fn fstatx(&self, fd: i32, mask: u32) -> Result<Statx> {
+        let mut st = Statx::default();
+        self.fstatx_into(fd, mask, &mut st)?;
+        Ok(st)
+    }
+
+    /// The inode snapshot behind `fd`: fd -> file -> inode with loads only.
+    #[inline(always)]
+    fn fd_snap(&self, fd: i32) -> Result<InodeSnap> {
         let inner = self.inner();
         for _ in 0..64 {
-            let f = self.fds.get(fd).ok_or(Errno::EBADF)?;
-            let file = inner.files.slots.get(f).ok_or(Errno::EBADF)?;
+            let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
             let Some(seq) = file.seq.read_begin() else {
                 continue;
             };
@@ -429,18 +471,34 @@ impl Ctx {
             if s.flags & I_STALE != 0 {
                 match self.refresh_attrs(ino, s) {
                     Err(RETRY) => continue,
-                    r => return Ok(Statx::build(&r?, mask)),
+                    r => return r,
                 }
             }
-            return Ok(Statx::build(&s, mask));
+            return Ok(s);
         }
         Err(Errno::EAGAIN)
     }
 
+    /// `statx(fd, "", AT_EMPTY_PATH, mask)` into the caller's buffer.
+    #[inline(always)]
+    pub fn fstatx_into(&self, fd: i32, mask: u32, out: &mut Statx) -> Result<()> {
+        Statx::build_into(&self.fd_snap(fd)?, mask, out);
+        Ok(())
+    }
+
+    /// `fstat(fd)` into the caller's buffer.
+    #[inline(always)]
+    pub fn fstat_into(&self, fd: i32, out: &mut libc::stat) -> Result<()> {
+        crate::stat::stat_into(&self.fd_snap(fd)?, out);
+        Ok(())
+    }
+
     /// `fstat(fd)`.
-    #[inline]
     pub fn fstat(&self, fd: i32) -> Result<libc::stat> {
-        Ok(self.fstatx(fd, libc::STATX_BASIC_STATS)?.to_stat())
+        // SAFETY: `struct stat` is plain old data; all-zero is valid.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        self.fstat_into(fd, &mut st)?;
+        Ok(st)
     }
 
     /// `statfs` of the file system holding `path`.
@@ -684,83 +742,128 @@ impl Ctx {
             } else {
                 0
             };
-            let fs = inner.sb(s.sb())?;
-            let fh = fs.open(NodeId(s.node), OpenFlags(acc | trunc))?;
-            if trunc != 0 {
-                let mut w = inner.w.lock();
-                w.mark_stale(&inner.dc, c.ino);
-                drop(w);
-                self.kill_privs(c.ino)?;
-            }
-            fh.0
-        };
-        // Pin the dentry and inode for the file's lifetime.
-        let file = {
-            let mut w = inner.w.lock();
-            if inner.dc.dentry(c.d).map(|d| d.seq.raw()) != Some(c.seq) && created.is_none() {
-                drop(w);
-                if fh != NO_HANDLE {
-                    inner.sb(s.sb())?.release(NodeId(s.node), FileHandle(fh));
+            if acc == libc::O_RDONLY && trunc == 0 {
+                // Opened on first I/O: a compiler opens far more files
+                // than it reads.
+                crate::file::LAZY
+            } else {
+                let fs = inner.sb(s.sb())?;
+                let fh = fs.open(NodeId(s.node), OpenFlags(acc | trunc))?;
+                if trunc != 0 {
+                    let mut w = inner.w.lock();
+                    w.mark_stale(&inner.dc, c.ino);
+                    drop(w);
+                    self.kill_privs(c.ino)?;
                 }
-                return Err(RETRY);
+                fh.0
             }
-            w.get_dentry(&inner.dc, c.d);
-            w.get_inode(&inner.dc, c.ino);
-            drop(w);
-            inner.files.alloc(c.d, c.ino, flags, fh)?
         };
-        match self.fds.install(file) {
+        // Pin the dentry for the file's lifetime (it keeps the inode).
+        let release = |fh: u64| {
+            if fh != NO_HANDLE && fh != crate::file::LAZY {
+                if let Ok(fs) = inner.sb(s.sb()) {
+                    fs.release(NodeId(s.node), FileHandle(fh));
+                }
+            }
+        };
+        if !self.pin(c) {
+            release(fh);
+            return Err(RETRY);
+        }
+        match self.fds.install(c.d, c.ino, flags, fh) {
             Ok(fd) => Ok(fd),
             Err(e) => {
-                self.release_file(file);
+                release(fh);
+                self.unpin(c.d);
                 Err(e)
             }
         }
     }
 
-    /// Drop an open file: its backend handle and its references.
-    fn release_file(&self, f: u32) {
+    /// Take a reference on the dentry of `c` without the writer lock; false
+    /// if it is being freed or is no longer what the walk found.
+    fn pin(&self, c: Cur) -> bool {
+        let Some(d) = self.inner().dc.dentry(c.d) else {
+            return false;
+        };
+        let mut r = d.refs.load(Relaxed);
+        loop {
+            if r == crate::writer::DYING {
+                return false;
+            }
+            match d
+                .refs
+                .compare_exchange_weak(r, r + 1, crate::sync::Ordering::AcqRel, Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => r = now,
+            }
+        }
+        // The count we raised belongs to the dentry the walk found only if
+        // its sequence count has not moved (it was not freed and reused).
+        if d.seq.raw() != c.seq {
+            self.unpin(c.d);
+            return false;
+        }
+        true
+    }
+
+    /// Drop a reference taken by [`Ctx::pin`]. The writer lock is taken
+    /// only to free a removed dentry that just became unused.
+    fn unpin(&self, idx: DIdx) {
         let inner = self.inner();
-        let Some(file) = inner.files.slots.get(f) else {
+        let Some(d) = inner.dc.dentry(idx) else {
             return;
         };
-        let d = file.dentry.load(Relaxed);
-        let ino = file.inode.load(Relaxed);
-        let fh = file.fh.load(Relaxed);
-        if fh != NO_HANDLE {
+        if d.refs.fetch_sub(1, crate::sync::Ordering::AcqRel) == 1
+            && d.flags.load(Relaxed) & D_DEAD != 0
+        {
+            let mut w = inner.w.lock();
+            w.free_if_dead(&inner.dc, idx);
+            inner.unlock(w);
+        }
+    }
+
+    /// `close(fd)`.
+    pub fn close(&self, fd: i32) -> Result<()> {
+        let (d, fh, ino) = self.fds.remove(fd)?;
+        let inner = self.inner();
+        if fh != NO_HANDLE && fh != crate::file::LAZY {
             if let Some(s) = inner.dc.inode_snap(ino) {
                 if let Ok(fs) = inner.sb(s.sb()) {
                     fs.release(NodeId(s.node), FileHandle(fh));
                 }
             }
         }
-        inner.files.free(f);
-        let mut w = inner.w.lock();
-        w.put_dentry(&inner.dc, d);
-        w.put_inode(&inner.dc, ino);
-        inner.unlock(w);
-    }
-
-    /// `close(fd)`.
-    pub fn close(&self, fd: i32) -> Result<()> {
-        let f = self.fds.remove(fd)?;
-        self.release_file(f);
+        self.unpin(d);
         Ok(())
     }
 
-    /// The open file behind `fd` with what I/O needs.
+    /// The open file behind `fd` with what I/O needs, opening it in the
+    /// backend if that was deferred.
     fn io_file(&self, fd: i32) -> Result<(&crate::file::File, InodeSnap, u32)> {
         let inner = self.inner();
-        let f = self.fds.get(fd).ok_or(Errno::EBADF)?;
-        let file = inner.files.slots.get(f).ok_or(Errno::EBADF)?;
-        if file.fh.load(Relaxed) == NO_HANDLE {
-            return Err(Errno::EBADF);
-        }
+        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
         let s = inner
             .dc
             .inode_snap(file.inode.load(Relaxed))
             .ok_or(Errno::EAGAIN)?;
-        Ok((file, s, file.flags.load(Relaxed)))
+        let flags = file.flags.load(Relaxed);
+        match file.fh.load(Relaxed) {
+            NO_HANDLE => return Err(Errno::EBADF),
+            crate::file::LAZY => {
+                let _g = file.open_lock.lock();
+                // Closed meanwhile: the slot is no longer ours.
+                let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+                if file.fh.load(Relaxed) == crate::file::LAZY && !s.is_dir() {
+                    let fs = inner.sb(s.sb())?;
+                    let fh = fs.open(NodeId(s.node), OpenFlags(flags as i32 & O_ACCMODE))?;
+                    file.fh.store(fh.0, Relaxed);
+                }
+            }
+            _ => {}
+        }
+        Ok((file, s, flags))
     }
 
     /// `pread(fd, buf, off)`.
@@ -826,9 +929,7 @@ impl Ctx {
 
     /// `lseek(fd, off, whence)` for `SEEK_SET`, `SEEK_CUR`, `SEEK_END`.
     pub fn lseek(&self, fd: i32, off: i64, whence: i32) -> Result<u64> {
-        let inner = self.inner();
-        let f = self.fds.get(fd).ok_or(Errno::EBADF)?;
-        let file = inner.files.slots.get(f).ok_or(Errno::EBADF)?;
+        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
         let mut pos = file.pos.lock();
         let base = match whence {
             libc::SEEK_SET => 0i64,
@@ -856,8 +957,7 @@ impl Ctx {
     /// first; empty at the end.
     pub fn getdents(&self, fd: i32) -> Result<Vec<DirEntryOut>> {
         let inner = self.inner();
-        let f = self.fds.get(fd).ok_or(Errno::EBADF)?;
-        let file = inner.files.slots.get(f).ok_or(Errno::EBADF)?;
+        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
         if file.fh.load(Relaxed) == NO_HANDLE {
             return Err(Errno::EBADF);
         }
@@ -957,9 +1057,15 @@ impl Ctx {
                 let ino = w.iget(dc, ds.sb(), &entry).ok_or(Errno::ENOMEM)?;
                 let idx = match existing {
                     Some(idx) => {
-                        w.d_set_inode(dc, idx, ino);
+                        let now = w.d_set_inode(dc, idx, ino);
                         w.put_inode(dc, ino);
-                        idx
+                        match now {
+                            Some(n) => n,
+                            None => {
+                                inner.unlock(w);
+                                return Err(Errno::ENOMEM);
+                            }
+                        }
                     }
                     None => match w.d_add(dc, dir.d, name, hash, ino, 0) {
                         Some(idx) => idx,

@@ -24,7 +24,7 @@ pub struct Options {
     pub negtimeout_ms: i64,
     /// Bound on cached dentries; unused ones are evicted past it.
     pub max_dentries: u32,
-    /// Open files across all contexts.
+    /// Descriptors per context (`EMFILE` past it).
     pub max_files: u32,
     /// Applied to the mode of everything created (none by default).
     pub umask: u32,
@@ -41,7 +41,7 @@ impl Default for Options {
             pathcache: true,
             negtimeout_ms: -1,
             max_dentries: 1_000_000,
-            max_files: 65_536,
+            max_files: 1024,
             umask: 0,
             read_only: false,
         }

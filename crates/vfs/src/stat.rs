@@ -60,37 +60,45 @@ fn stamp(ns: i64) -> StatxTimestamp {
 }
 
 impl Statx {
-    /// Build the result from one inode snapshot. Every basic field is
+    /// Build the result from one inode snapshot, in place: one zeroing
+    /// store of the whole struct, then the fields. Every basic field is
     /// filled whatever `_mask` asks (Linux allows more than requested);
     /// `stx_mask` says what is valid.
     #[inline(always)]
-    pub(crate) fn build(s: &InodeSnap, _mask: u32) -> Statx {
+    pub(crate) fn build_into(s: &InodeSnap, _mask: u32, out: &mut Statx) {
         let (rmaj, rmin) = if s.is_symlink() {
             (0, 0)
         } else {
             dev_from_u32(s.rdev)
         };
-        let mut st = Statx {
+        // One literal, so every byte is stored once (no zeroing pass
+        // followed by the fields).
+        *out = Statx {
             stx_mask: libc::STATX_BASIC_STATS,
             stx_blksize: 4096,
+            stx_attributes: 0,
             stx_nlink: s.nlink,
             stx_uid: s.uid,
             stx_gid: s.gid,
             stx_mode: s.mode as u16,
+            spare0: 0,
             stx_ino: s.ino,
             stx_size: s.size,
             stx_blocks: s.blocks,
+            stx_attributes_mask: 0,
             stx_atime: stamp(s.atime),
+            stx_btime: StatxTimestamp::default(),
             stx_ctime: stamp(s.ctime),
             stx_mtime: stamp(s.mtime),
             stx_rdev_major: rmaj,
             stx_rdev_minor: rmin,
             stx_dev_major: WALKFS_DEV_MAJOR,
             stx_dev_minor: WALKFS_DEV_MINOR_BASE + s.sb() as u32,
-            ..Statx::default()
+            stx_mnt_id: s.sb() as u64 + 1,
+            stx_dio_mem_align: 0,
+            stx_dio_offset_align: 0,
+            spare3: [0; 12],
         };
-        st.stx_mnt_id = s.sb() as u64 + 1;
-        st
     }
 
     /// The `struct stat` view.
@@ -119,4 +127,30 @@ impl Statx {
     pub fn file_type(&self) -> Option<walkfs_fsapi::FileType> {
         walkfs_fsapi::FileType::from_mode(self.stx_mode as u32)
     }
+}
+
+/// `struct stat` straight from an inode snapshot (fstat's own path).
+#[inline(always)]
+pub(crate) fn stat_into(s: &InodeSnap, st: &mut libc::stat) {
+    let (rmaj, rmin) = if s.is_symlink() {
+        (0, 0)
+    } else {
+        dev_from_u32(s.rdev)
+    };
+    // SAFETY: `struct stat` is plain old data; all-zero is valid.
+    *st = unsafe { std::mem::zeroed() };
+    st.st_dev = libc::makedev(WALKFS_DEV_MAJOR, WALKFS_DEV_MINOR_BASE + s.sb() as u32);
+    st.st_ino = s.ino;
+    st.st_nlink = s.nlink as _;
+    st.st_mode = s.mode;
+    st.st_uid = s.uid;
+    st.st_gid = s.gid;
+    st.st_rdev = libc::makedev(rmaj, rmin);
+    st.st_size = s.size as i64;
+    st.st_blksize = 4096;
+    st.st_blocks = s.blocks as i64;
+    let t = |ns: i64| (ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000));
+    (st.st_atime, st.st_atime_nsec) = t(s.atime);
+    (st.st_mtime, st.st_mtime_nsec) = t(s.mtime);
+    (st.st_ctime, st.st_ctime_nsec) = t(s.ctime);
 }

@@ -12,6 +12,14 @@
 //!
 //! A dentry with no references is unused and may be evicted; a dead
 //! (removed) one is freed as soon as it is unused.
+//!
+//! Dentry references are atomics so that `open` and `close` can pin and
+//! unpin without the writer lock (Linux's lockref, simplified): whoever
+//! frees a dentry first claims it by swapping its count from 0 to
+//! [`DYING`]; a lock-free pin refuses a `DYING` count and re-validates the
+//! dentry's sequence count after pinning. A positive dentry never changes
+//! its inode in place (a change makes a new dentry), so a pinned dentry
+//! keeps its inode: open files pin only their dentry.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,7 +27,10 @@ use std::sync::Arc;
 use walkfs_fsapi::{Attr, Entry, FileSystem};
 
 use crate::dcache::*;
-use crate::sync::Ordering::{Relaxed, Release};
+use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+/// A dentry count that is being freed: no pin may take it.
+pub(crate) const DYING: u32 = u32::MAX;
 
 pub(crate) struct Writer {
     free_dentry: DIdx,
@@ -182,7 +193,7 @@ impl Writer {
         }
         d.parent.store(parent, Relaxed);
         d.hash.store(hash, Relaxed);
-        d.refs.store(0, Relaxed);
+        d.refs.store(0, Release);
         let kind = if inode != 0 {
             self.type_flags(dc, inode)
         } else {
@@ -277,16 +288,24 @@ impl Writer {
 
     pub fn get_dentry(&mut self, dc: &Dcache, idx: DIdx) {
         if let Some(d) = dc.dentry(idx) {
-            d.refs.store(d.refs.load(Relaxed) + 1, Relaxed);
+            d.refs.fetch_add(1, AcqRel);
         }
     }
 
     /// Drop a reference; a dead dentry is freed when it becomes unused.
     pub fn put_dentry(&mut self, dc: &Dcache, idx: DIdx) {
         let Some(d) = dc.dentry(idx) else { return };
-        let refs = d.refs.load(Relaxed).saturating_sub(1);
-        d.refs.store(refs, Relaxed);
-        if refs == 0 && d.flags.load(Relaxed) & D_DEAD != 0 {
+        if d.refs.fetch_sub(1, AcqRel) == 1 {
+            self.free_if_dead(dc, idx);
+        }
+    }
+
+    /// Free `idx` if it is dead and unused, claiming it first.
+    pub fn free_if_dead(&mut self, dc: &Dcache, idx: DIdx) {
+        let Some(d) = dc.dentry(idx) else { return };
+        if d.flags.load(Relaxed) & D_DEAD != 0
+            && d.refs.compare_exchange(0, DYING, AcqRel, Relaxed).is_ok()
+        {
             self.free_dentry(dc, idx);
         }
     }
@@ -338,15 +357,22 @@ impl Writer {
         d.seq.write_begin();
         d.flags.store((flags & !D_HASHED) | D_DEAD, Relaxed);
         d.seq.write_end();
-        if d.refs.load(Relaxed) == 0 {
-            self.free_dentry(dc, idx);
-        }
+        self.free_if_dead(dc, idx);
     }
 
-    /// Turn a dentry negative in place (unlink, or a refreshed miss).
+    /// Make the name of `idx` negative. A negative dentry is updated in
+    /// place; a positive one is killed and a new negative one takes its
+    /// name (positive dentries never change inode: open files rely on it).
     pub fn d_set_negative(&mut self, dc: &Dcache, idx: DIdx, expiry: u32) {
         let Some(d) = dc.dentry(idx) else { return };
         let flags = d.flags.load(Relaxed);
+        if flags & D_NEGATIVE == 0 {
+            let (parent, hash) = (d.parent.load(Relaxed), d.hash.load(Relaxed));
+            let name = dc.name_of(idx);
+            self.d_kill(dc, idx);
+            let _ = self.d_add(dc, parent, &name, hash, 0, expiry);
+            return;
+        }
         let old = d.target.load(Relaxed);
         d.seq.write_begin();
         d.flags
@@ -358,12 +384,23 @@ impl Writer {
         }
     }
 
-    /// Point a (negative or stale) dentry at `inode`, which gains a
-    /// reference.
-    pub fn d_set_inode(&mut self, dc: &Dcache, idx: DIdx, inode: IIdx) {
-        let Some(d) = dc.dentry(idx) else { return };
+    /// Point the name of `idx` at `inode`, which gains a reference. A
+    /// negative dentry turns positive in place; a positive one is replaced.
+    /// Returns the dentry that now holds the name.
+    pub fn d_set_inode(&mut self, dc: &Dcache, idx: DIdx, inode: IIdx) -> Option<DIdx> {
+        let d = dc.dentry(idx)?;
         let flags = d.flags.load(Relaxed);
-        let old = d.target.load(Relaxed);
+        if flags & D_NEGATIVE == 0 {
+            let (parent, hash) = (d.parent.load(Relaxed), d.hash.load(Relaxed));
+            let name = dc.name_of(idx);
+            self.d_kill(dc, idx);
+            self.get_inode(dc, inode);
+            let new = self.d_add(dc, parent, &name, hash, inode, 0);
+            if new.is_none() {
+                self.put_inode(dc, inode);
+            }
+            return new;
+        }
         let kind = self.type_flags(dc, inode);
         self.get_inode(dc, inode);
         d.seq.write_begin();
@@ -371,9 +408,7 @@ impl Writer {
             .store((flags & !(D_NEGATIVE | D_DIR | D_SYMLINK)) | kind, Relaxed);
         d.target.store(inode, Relaxed);
         d.seq.write_end();
-        if flags & D_NEGATIVE == 0 && old != 0 {
-            self.put_inode(dc, old);
-        }
+        Some(idx)
     }
 
     /// Move a dentry to a new (parent, name): rename.
@@ -446,13 +481,18 @@ impl Writer {
             let Some(d) = dc.dentry(idx) else { continue };
             let flags = d.flags.load(Relaxed);
             if flags & D_ALLOCATED == 0
-                || d.refs.load(Relaxed) != 0
+                || d.refs.load(Acquire) != 0
                 || flags & (D_MOUNTPOINT | D_MOUNTROOT) != 0
             {
                 continue;
             }
             if flags & D_REFERENCED != 0 {
                 d.flags.store(flags & !D_REFERENCED, Relaxed);
+                continue;
+            }
+            // Claim it: a concurrent lock-free pin either got in first (and
+            // we skip it) or will see DYING and walk again.
+            if d.refs.compare_exchange(0, DYING, AcqRel, Relaxed).is_err() {
                 continue;
             }
             self.free_dentry(dc, idx);
@@ -575,7 +615,7 @@ impl Writer {
 
     pub fn get_inode(&mut self, dc: &Dcache, idx: IIdx) {
         if let Some(i) = dc.inode(idx) {
-            i.refs.store(i.refs.load(Relaxed) + 1, Relaxed);
+            i.refs.fetch_add(1, AcqRel);
         }
     }
 
@@ -583,9 +623,7 @@ impl Writer {
     /// queued for `forget`.
     pub fn put_inode(&mut self, dc: &Dcache, idx: IIdx) {
         let Some(i) = dc.inode(idx) else { return };
-        let refs = i.refs.load(Relaxed).saturating_sub(1);
-        i.refs.store(refs, Relaxed);
-        if refs != 0 {
+        if i.refs.fetch_sub(1, AcqRel) != 1 {
             return;
         }
         let flags = i.flags.load(Relaxed);
