@@ -3,5 +3,6 @@
 
 pub mod memory;
 pub mod micro;
+pub mod plot;
 pub mod report;
 pub mod trace;

@@ -47,6 +47,39 @@ enum Cmd {
         #[arg(short, long, default_value = "")]
         options: String,
     },
+    /// Export DIR over 9P2000.L to any number of clients (walkfs itself,
+    /// the Linux kernel's 9p client, diod's tools). Every client is
+    /// confined to DIR: no path, `..` or symlink resolves above it. The
+    /// caller's identity comes from Tattach's n_uname (or uname), with
+    /// that user's groups; files are created with the ids a process of
+    /// theirs would give them. Runs until killed.
+    Serve {
+        /// The directory to export (or mem: for an in-memory tree).
+        dir: String,
+        /// Where to listen: unix:PATH or tcp:HOST:PORT.
+        #[arg(long, value_name = "ADDR")]
+        listen: String,
+        /// Refuse every change with EROFS.
+        #[arg(long)]
+        read_only: bool,
+        /// Worker threads (default: twice the cores, at least 4).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Largest msize granted.
+        #[arg(long)]
+        max_msize: Option<u32>,
+        /// Fids one connection may hold.
+        #[arg(long)]
+        max_fids: Option<usize>,
+        /// Hold every reply this many microseconds (to stand in for a slow
+        /// link in tests and benchmarks).
+        #[arg(long, default_value_t = 0, value_name = "US")]
+        reply_delay_us: u64,
+        /// vfs options for the export (e.g. negtimeout=0 to see changes
+        /// made behind its back at once).
+        #[arg(short, long, default_value = "")]
+        options: String,
+    },
     /// Print the target of the symlink PATH in SOURCE.
     Readlink { source: String, path: String },
 }
@@ -75,6 +108,9 @@ enum BenchCmd {
         /// trace_access, fstat, statx.
         #[arg(long = "bench")]
         benches: Vec<String>,
+        /// Also draw the single-thread rows as a bar chart into this PNG.
+        #[arg(long, value_name = "FILE.png")]
+        plot: Option<String>,
     },
     /// Memory of the dentry and inode caches, in bytes per cached dentry.
     Memory {
@@ -110,12 +146,52 @@ fn open(source: &str, options: &str) -> Result<walkfs_vfs::Ctx, String> {
 
 fn run(cmd: Cmd) -> Result<(), String> {
     match cmd {
+        Cmd::Serve {
+            dir,
+            listen,
+            read_only,
+            threads,
+            max_msize,
+            max_fids,
+            reply_delay_us,
+            options,
+        } => {
+            let addr = walkfs_p9::Addr::parse(&listen).ok_or_else(|| {
+                format!("bad address {listen:?}: want unix:PATH or tcp:HOST:PORT")
+            })?;
+            let opts =
+                Options::parse(&options).map_err(|e| format!("bad options {options:?}: {e}"))?;
+            let vfs =
+                Vfs::open_source(&dir, &opts).map_err(|e| format!("cannot open {dir}: {e}"))?;
+            let mut cfg = walkfs_server::Config {
+                read_only,
+                reply_delay: std::time::Duration::from_micros(reply_delay_us),
+                ..Default::default()
+            };
+            if let Some(t) = threads {
+                cfg.threads = t;
+            }
+            if let Some(m) = max_msize {
+                cfg.max_msize = m.max(walkfs_p9::MIN_MSIZE);
+            }
+            if let Some(f) = max_fids {
+                cfg.max_fids = f;
+            }
+            let listener = addr
+                .listen()
+                .map_err(|e| format!("listen on {addr}: {e}"))?;
+            let server = walkfs_server::Server::new(vfs, cfg);
+            tracing::info!("serving {dir} on {addr}");
+            eprintln!("walkfs: serving {dir} on {addr}");
+            server.serve(listener).map_err(|e| e.to_string())
+        }
         Cmd::Bench(BenchCmd::Micro {
             quick,
             json,
             threads,
             source,
             benches,
+            plot,
         }) => {
             let threads = if threads.is_empty() {
                 let n = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -139,6 +215,10 @@ fn run(cmd: Cmd) -> Result<(), String> {
                 }
             } else {
                 print!("{}", micro::render(&res));
+            }
+            if let Some(path) = plot {
+                walkfs_bench::plot::plot(&res.rows, &path)?;
+                eprintln!("walkfs: plot written to {path}");
             }
             Ok(())
         }

@@ -51,12 +51,19 @@ pub(crate) struct File {
 /// A context's descriptors.
 pub(crate) struct FdTable {
     slots: Box<[File]>,
+    /// Low 32 bits: no slot below this is free (a lower bound, so
+    /// `install` still returns the lowest free descriptor without scanning
+    /// the used ones: a file server keeps thousands open). High 32 bits:
+    /// how many closes lowered it, so an `install` that scanned before a
+    /// close cannot raise the bound over the slot that close freed.
+    hint: AtomicU64,
 }
 
 impl FdTable {
     pub fn new(max: usize) -> FdTable {
         FdTable {
-            slots: (0..max.max(1)).map(|_| File::default()).collect(),
+            slots: (0..max).map(|_| File::default()).collect(),
+            hint: AtomicU64::new(0),
         }
     }
 
@@ -70,7 +77,8 @@ impl FdTable {
     /// Install an open file on (dentry, inode) at the lowest free
     /// descriptor. The caller transfers one dentry reference to it.
     pub fn install(&self, dentry: DIdx, inode: IIdx, flags: i32, fh: u64) -> Result<i32> {
-        for (i, f) in self.slots.iter().enumerate() {
+        let from = self.hint.load(Acquire);
+        for (i, f) in self.slots.iter().enumerate().skip(from as u32 as usize) {
             if f.state.load(Relaxed) != FREE
                 || f.state
                     .compare_exchange(FREE, BUSY, AcqRel, Relaxed)
@@ -87,6 +95,10 @@ impl FdTable {
             f.fh.store(fh, Relaxed);
             f.seq.write_end();
             f.state.store(OPEN, crate::sync::Ordering::Release);
+            // Slots below i + 1 are taken now, unless a close happened
+            // meanwhile (then the CAS fails and its lower value stands).
+            let next = (from & !0xffff_ffff) | (i as u64 + 1);
+            let _ = self.hint.compare_exchange(from, next, AcqRel, Relaxed);
             return Ok(i as i32);
         }
         Err(Errno::EMFILE)
@@ -117,6 +129,10 @@ impl FdTable {
         f.seq.write_end();
         *f.dir.lock() = None;
         f.state.store(FREE, crate::sync::Ordering::Release);
+        let _ = self.hint.fetch_update(AcqRel, Relaxed, |h| {
+            let low = (h as u32).min(fd as u32) as u64;
+            Some(((h >> 32).wrapping_add(1) << 32) | low)
+        });
         Ok(out)
     }
 

@@ -41,13 +41,13 @@ use std::time::Instant;
 use parking_lot::{Mutex, RwLock};
 
 pub use namei::slow_permission_checks;
-pub use ops::{Ctx, DirEntryOut, AT_FDCWD};
+pub use ops::{Ctx, DirEntryOut, NameStep, AT_FDCWD};
 pub use options::Options;
 pub use perm::Creds;
 pub use stat::{Statx, StatxTimestamp};
 pub use walkfs_fsapi::{
-    Errno, FileSystem, FileType, Result, StatFs, Timespec, NAME_MAX, PATH_MAX, RENAME_EXCHANGE,
-    RENAME_NOREPLACE,
+    Errno, FileSystem, FileType, Result, StatFs, TimeSet, Timespec, NAME_MAX, PATH_MAX,
+    RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
 
 use dcache::{DIdx, Dcache, D_MOUNTROOT};
@@ -170,7 +170,13 @@ impl Vfs {
 
     /// A caller with `creds`, whose `/` is the vfs root.
     pub fn context(&self, creds: Creds) -> Ctx {
-        Ctx::new(self.clone(), creds)
+        Ctx::new(self.clone(), creds, self.inner.max_files as usize)
+    }
+
+    /// A caller with room for `max_fds` descriptors instead of the
+    /// `max_files` option (a file server sizes it to its fid limit).
+    pub fn context_with_fds(&self, creds: Creds, max_fds: usize) -> Ctx {
+        Ctx::new(self.clone(), creds, max_fds)
     }
 
     /// Change a switch at run time (same names as [`Options`]).

@@ -61,7 +61,7 @@ pub(crate) struct Cur {
 }
 
 impl Cur {
-    fn from_snap(s: DSnap) -> Cur {
+    pub(crate) fn from_snap(s: DSnap) -> Cur {
         Cur {
             d: s.idx,
             seq: s.seq,
@@ -246,6 +246,57 @@ impl<'a> Nameidata<'a> {
             if is_last {
                 return Ok(Walked::Found(child));
             }
+        }
+    }
+
+    /// A 9P-style walk: each of `names` is one component, stepped in turn
+    /// without following symlinks (a symlink reached before the last name
+    /// ends the walk with `ENOTDIR`, as stepping into any non-directory
+    /// does). Each dentry reached is pushed to `out`; a failure after the
+    /// first name just ends the walk there (the caller reports a partial
+    /// walk); a failure of the first name is the error.
+    pub fn walk_names(&mut self, names: &[&[u8]], out: &mut Vec<Cur>) -> Result<()> {
+        for _ in 0..MAX_RETRIES {
+            out.clear();
+            match self.walk_names_once(names, out) {
+                Err(RETRY) => continue,
+                r => return r,
+            }
+        }
+        Err(Errno::EAGAIN)
+    }
+
+    fn walk_names_once(&mut self, names: &[&[u8]], out: &mut Vec<Cur>) -> Result<()> {
+        self.set_cur(self.start)?;
+        for (i, name) in names.iter().enumerate() {
+            match self.walk_one_name(name) {
+                Ok(c) => {
+                    self.cur = c;
+                    out.push(c);
+                }
+                Err(RETRY) => return Err(RETRY),
+                Err(e) if i == 0 => return Err(e),
+                Err(_) => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    fn walk_one_name(&mut self, name: &[u8]) -> Result<Cur> {
+        if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+            return Err(Errno::EINVAL);
+        }
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        if !self.cur.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        self.may_lookup()?;
+        match name {
+            b"." => Ok(self.cur),
+            b".." => self.dotdot(),
+            _ => self.step(name),
         }
     }
 

@@ -19,6 +19,7 @@ use crate::perm::{self, Creds, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::stat::Statx;
 use crate::sync::Ordering::Relaxed;
 use crate::{Inner, Vfs};
+use std::sync::Arc;
 
 /// "The current directory": for a [`Ctx`], its root.
 pub const AT_FDCWD: i32 = libc::AT_FDCWD;
@@ -36,8 +37,18 @@ pub struct Ctx {
     creds: Creds,
     /// `creds` interned: the path cache keys on it.
     cred_id: u32,
-    fds: FdTable,
+    /// Shared with the contexts [`Ctx::with_creds`] made from this one.
+    fds: Arc<FdTable>,
     beneath: bool,
+}
+
+/// One name a [`Ctx::walk_names`] stepped onto.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NameStep {
+    /// `st_ino`.
+    pub ino: u64,
+    /// `st_mode` (type and permission bits).
+    pub mode: u32,
 }
 
 /// Run `f` again while it asks for an internal retry.
@@ -61,16 +72,21 @@ fn check_at_flags(flags: i32, allowed: i32) -> Result<()> {
 
 impl Drop for Ctx {
     fn drop(&mut self) {
-        for fd in self.fds.open_fds() {
-            let _ = self.close(fd);
+        // The last context sharing the table closes what is left open.
+        let fds = std::mem::replace(&mut self.fds, Arc::new(FdTable::new(0)));
+        if let Some(table) = Arc::into_inner(fds) {
+            self.fds = Arc::new(table);
+            for fd in self.fds.open_fds() {
+                let _ = self.close(fd);
+            }
         }
     }
 }
 
 impl Ctx {
-    pub(crate) fn new(vfs: Vfs, creds: Creds) -> Ctx {
+    pub(crate) fn new(vfs: Vfs, creds: Creds, max_fds: usize) -> Ctx {
         let cred_id = vfs.inner.cred_ids.id(&creds);
-        let fds = FdTable::new(vfs.inner.max_files as usize);
+        let fds = Arc::new(FdTable::new(max_fds));
         Ctx {
             vfs,
             creds,
@@ -86,6 +102,77 @@ impl Ctx {
 
     pub fn creds(&self) -> &Creds {
         &self.creds
+    }
+
+    /// Another context with `creds` that shares this one's descriptors, as
+    /// threads of one process with different filesystem ids share their
+    /// descriptor table (a file server acting for several users on one
+    /// connection).
+    pub fn with_creds(&self, creds: Creds) -> Ctx {
+        Ctx {
+            vfs: self.vfs.clone(),
+            cred_id: self.vfs.inner.cred_ids.id(&creds),
+            creds,
+            fds: Arc::clone(&self.fds),
+            beneath: self.beneath,
+        }
+    }
+
+    /// Walk `names` one component each from `dirfd`, never following a
+    /// symlink (a 9P `Twalk`), in one vfs walk. `out` gets each name
+    /// reached. When every name was reached the result is an `O_PATH`
+    /// descriptor of the last one (of `dirfd` itself for no names);
+    /// `None` for a partial walk. The first name's failure is the error.
+    pub fn walk_names(
+        &self,
+        dirfd: i32,
+        names: &[&[u8]],
+        out: &mut Vec<NameStep>,
+    ) -> Result<Option<i32>> {
+        retry(|| {
+            out.clear();
+            let start = if dirfd == AT_FDCWD {
+                self.inner().root
+            } else {
+                self.fd_dentry(dirfd)?
+            };
+            let mut curs = Vec::with_capacity(names.len());
+            let mut nd = self.nd(start, 0);
+            nd.walk_names(names, &mut curs)?;
+            for &c in &curs {
+                let s = self.attrs(c)?;
+                out.push(NameStep {
+                    ino: s.ino,
+                    mode: s.mode,
+                });
+            }
+            if curs.len() < names.len() {
+                return Ok(None);
+            }
+            let last = match curs.last() {
+                Some(&c) => c,
+                None => Cur::from_snap(self.inner().dc.snap(start).ok_or(RETRY)?),
+            };
+            self.open_cur(last, libc::O_PATH | libc::O_NOFOLLOW, None)
+                .map(Some)
+        })
+    }
+
+    /// Open what descriptor `fd` refers to again, with `flags` (what
+    /// `open("/proc/self/fd/N")` does, with the permission checks of an
+    /// open and without following a symlink `fd` names).
+    pub fn reopen(&self, fd: i32, flags: i32) -> Result<i32> {
+        if flags & libc::O_CREAT != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if flags & libc::O_PATH == 0 && flags & O_ACCMODE == O_ACCMODE {
+            return Err(Errno::EINVAL);
+        }
+        retry(|| {
+            let d = self.fd_dentry(fd)?;
+            let c = Cur::from_snap(self.inner().dc.snap(d).ok_or(RETRY)?);
+            self.open_cur(c, flags, None)
+        })
     }
 
     /// Act with other credentials from now on (checks and new owners).

@@ -1,0 +1,390 @@
+//! One client connection: framing, fid resolution in arrival order, the
+//! tag table (`Tflush`), limits, and replies.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use walkfs_p9::{peek_header, read_frame, Fcall, Stream, MIN_MSIZE, NOFID, VERSION};
+use walkfs_vfs::{Creds, Ctx, Errno};
+
+use crate::fid::Fid;
+use crate::handlers;
+use crate::Server;
+
+/// A request's place in the tag table.
+#[derive(Default)]
+struct TagState {
+    /// A `Tflush` came before the request started: skip it, send no reply.
+    cancelled: bool,
+    /// Tags of the `Tflush`es waiting for this request's reply.
+    flushes: Vec<u16>,
+}
+
+pub(crate) struct Conn {
+    pub server: Arc<Server>,
+    writer: Mutex<Stream>,
+    tags: Mutex<HashMap<u16, TagState>>,
+    pub fids: Mutex<HashMap<u32, Arc<Fid>>>,
+    pub msize: AtomicU32,
+    /// Contexts by (uid, gid), all sharing one descriptor table.
+    ctxs: Mutex<HashMap<(u32, u32), Arc<Ctx>>>,
+    base: Ctx,
+    peer: String,
+}
+
+/// A request handed to the pool, with the fids it names resolved when it
+/// arrived.
+pub(crate) struct Job {
+    conn: Arc<Conn>,
+    tag: u16,
+    frame: Vec<u8>,
+    /// The fids the request names, in field order.
+    fids: Vec<Arc<Fid>>,
+    /// The fid the request makes, pending until it runs.
+    newfid: Option<(u32, Arc<Fid>)>,
+}
+
+impl Conn {
+    /// The context acting as `creds`, sharing the connection's descriptors.
+    pub fn ctx_for(&self, creds: Creds) -> Arc<Ctx> {
+        let key = (creds.uid, creds.gid);
+        let mut m = self.ctxs.lock();
+        Arc::clone(
+            m.entry(key)
+                .or_insert_with(|| Arc::new(self.base.with_creds(creds))),
+        )
+    }
+
+    fn send(&self, out: &[u8]) {
+        if let Err(e) = self.writer.lock().write_all(out) {
+            tracing::debug!("{}: write: {e}", self.peer);
+        }
+    }
+
+    fn send_msg(&self, tag: u16, f: Fcall<'_>) {
+        let mut out = Vec::with_capacity(64);
+        f.encode(tag, &mut out);
+        self.send(&out);
+    }
+
+    /// Send a request's reply (none if it was flushed before it ran), then
+    /// the `Rflush`es waiting for it: the tag table's lock orders them
+    /// against a `Tflush` read meanwhile.
+    fn finish(&self, tag: u16, reply: Option<&[u8]>) {
+        let mut tags = self.tags.lock();
+        let st = tags.remove(&tag).unwrap_or_default();
+        if let Some(r) = reply {
+            self.send(r);
+        }
+        for f in st.flushes {
+            self.send_msg(f, Fcall::Rflush {});
+        }
+        drop(tags);
+    }
+
+    fn error(&self, tag: u16, e: Errno) {
+        self.server.stats.errors.fetch_add(1, Ordering::Relaxed);
+        self.send_msg(tag, Fcall::Rlerror { ecode: e.0 as u32 });
+    }
+}
+
+/// Serve one connection until the peer goes away or breaks the framing.
+pub(crate) fn run(server: Arc<Server>, stream: Stream) {
+    let peer = stream.peer();
+    let mut rd = match stream.try_clone() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("{peer}: {e}");
+            return;
+        }
+    };
+    let base = server.vfs.context_with_fds(
+        Creds::root(),
+        // Each fid holds at most two descriptors (path and open).
+        server.cfg.max_fids * 2 + 16,
+    );
+    let conn = Arc::new(Conn {
+        writer: Mutex::new(stream),
+        tags: Mutex::new(HashMap::new()),
+        fids: Mutex::new(HashMap::new()),
+        msize: AtomicU32::new(MIN_MSIZE),
+        ctxs: Mutex::new(HashMap::new()),
+        base,
+        peer: peer.clone(),
+        server,
+    });
+    tracing::debug!("{peer}: connected");
+    let mut buf = Vec::new();
+    loop {
+        // Before Tversion only a small frame is accepted.
+        let max = conn.msize.load(Ordering::Relaxed);
+        match read_frame(&mut rd, &mut buf, max) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                conn.server.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
+                tracing::info!("{peer}: closing: {e}");
+                break;
+            }
+        }
+        conn.server.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let frame = std::mem::take(&mut buf);
+        if let Some(frame) = dispatch(&conn, frame) {
+            buf = frame;
+        }
+    }
+    // Fids close when the last request holding them finishes.
+    conn.fids.lock().clear();
+    let _ = conn.writer.lock().shutdown();
+    tracing::debug!("{peer}: gone");
+}
+
+/// Check one frame and hand it to the pool (or answer it here). Returns
+/// the frame's buffer when it was not handed on, for reuse.
+fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
+    let (tag, f) = match Fcall::decode(&frame) {
+        Ok(x) => x,
+        Err(e) => {
+            conn.server.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
+            tracing::info!("{}: malformed message: {e}", conn.peer);
+            if let Some((ty, tag)) = peek_header(&frame) {
+                if ty.is_multiple_of(2) {
+                    conn.error(tag, Errno::EINVAL);
+                }
+            }
+            return Some(frame);
+        }
+    };
+    if !f.is_request() {
+        conn.error(tag, Errno::EINVAL);
+        return Some(frame);
+    }
+    match f {
+        Fcall::Tversion { msize, version } => {
+            version_reply(conn, tag, msize, version.0);
+            return Some(frame);
+        }
+        Fcall::Tflush { oldtag } => {
+            let mut tags = conn.tags.lock();
+            match tags.get_mut(&oldtag) {
+                Some(t) => {
+                    t.cancelled = true;
+                    t.flushes.push(tag);
+                }
+                None => conn.send_msg(tag, Fcall::Rflush {}),
+            }
+            return Some(frame);
+        }
+        _ => {}
+    }
+    // Resolve what the request names, in arrival order.
+    let (named, makes) = fid_fields(&f);
+    let removes = matches!(f, Fcall::Tclunk { .. } | Fcall::Tremove { .. });
+    let mut fids = Vec::with_capacity(named.len());
+    let mut newfid = None;
+    {
+        let mut table = conn.fids.lock();
+        for &n in named.iter() {
+            let got = if removes {
+                table.remove(&n)
+            } else {
+                table.get(&n).cloned()
+            };
+            match got {
+                Some(x) => fids.push(x),
+                None => {
+                    drop(table);
+                    conn.error(tag, Errno::EBADF);
+                    return Some(frame);
+                }
+            }
+        }
+        if let Some(n) = makes {
+            let same = matches!(f, Fcall::Twalk { fid, newfid, .. } if fid == newfid);
+            if !same {
+                if n == NOFID || table.contains_key(&n) {
+                    drop(table);
+                    conn.error(tag, Errno::EBADF);
+                    return Some(frame);
+                }
+                if table.len() >= conn.server.cfg.max_fids {
+                    drop(table);
+                    tracing::info!("{}: fid limit reached", conn.peer);
+                    conn.error(tag, Errno::EMFILE);
+                    return Some(frame);
+                }
+                let p = Fid::pending();
+                table.insert(n, Arc::clone(&p));
+                newfid = Some((n, p));
+            }
+        }
+    }
+    {
+        let mut tags = conn.tags.lock();
+        let refuse = if tags.contains_key(&tag) {
+            Some(Errno::EINVAL)
+        } else if tags.len() >= conn.server.cfg.max_inflight {
+            Some(Errno::EAGAIN)
+        } else {
+            None
+        };
+        if let Some(e) = refuse {
+            drop(tags);
+            if let Some((n, p)) = &newfid {
+                p.fail();
+                conn.fids.lock().remove(n);
+            }
+            conn.error(tag, e);
+            return Some(frame);
+        }
+        tags.insert(tag, TagState::default());
+    }
+    let job = Job {
+        conn: Arc::clone(conn),
+        tag,
+        frame,
+        fids,
+        newfid,
+    };
+    if let Err(e) = conn.server.pool.send(job) {
+        // The pool is gone (server shutting down): nothing will answer.
+        tracing::error!("worker pool closed");
+        let job = e.into_inner();
+        conn.finish(job.tag, None);
+    }
+    None
+}
+
+/// `(fids the request uses, fid it makes)`.
+fn fid_fields(f: &Fcall<'_>) -> (fidlist::FidList, Option<u32>) {
+    use fidlist::FidList;
+    match *f {
+        Fcall::Tattach { fid, .. } => (FidList::none(), Some(fid)),
+        Fcall::Twalk { fid, newfid, .. } => (FidList::one(fid), Some(newfid)),
+        Fcall::Txattrwalk { fid, .. } => (FidList::one(fid), None),
+        Fcall::Tstatfs { fid }
+        | Fcall::Tlopen { fid, .. }
+        | Fcall::Tlcreate { fid, .. }
+        | Fcall::Tsymlink { fid, .. }
+        | Fcall::Treadlink { fid }
+        | Fcall::Tgetattr { fid, .. }
+        | Fcall::Tsetattr { fid, .. }
+        | Fcall::Txattrcreate { fid, .. }
+        | Fcall::Treaddir { fid, .. }
+        | Fcall::Tfsync { fid, .. }
+        | Fcall::Tlock { fid, .. }
+        | Fcall::Tgetlock { fid, .. }
+        | Fcall::Tread { fid, .. }
+        | Fcall::Twrite { fid, .. }
+        | Fcall::Tclunk { fid }
+        | Fcall::Tremove { fid } => (FidList::one(fid), None),
+        Fcall::Tmknod { dfid, .. } | Fcall::Tmkdir { dfid, .. } => (FidList::one(dfid), None),
+        Fcall::Trename { fid, dfid, .. } => (FidList::two(fid, dfid), None),
+        Fcall::Tlink { dfid, fid, .. } => (FidList::two(dfid, fid), None),
+        Fcall::Trenameat {
+            olddirfid,
+            newdirfid,
+            ..
+        } => (FidList::two(olddirfid, newdirfid), None),
+        Fcall::Tunlinkat { dirfid, .. } => (FidList::one(dirfid), None),
+        _ => (FidList::none(), None),
+    }
+}
+
+/// Up to two fid numbers without allocating.
+mod fidlist {
+    pub struct FidList {
+        n: usize,
+        v: [u32; 2],
+    }
+    impl FidList {
+        pub fn none() -> FidList {
+            FidList { n: 0, v: [0; 2] }
+        }
+        pub fn one(a: u32) -> FidList {
+            FidList { n: 1, v: [a, 0] }
+        }
+        pub fn two(a: u32, b: u32) -> FidList {
+            FidList { n: 2, v: [a, b] }
+        }
+        pub fn len(&self) -> usize {
+            self.n
+        }
+        pub fn iter(&self) -> std::slice::Iter<'_, u32> {
+            self.v[..self.n].iter()
+        }
+    }
+}
+
+fn version_reply(conn: &Conn, tag: u16, msize: u32, version: &[u8]) {
+    // A new session: everything of the old one is dropped.
+    conn.fids.lock().clear();
+    let max = conn.server.cfg.max_msize;
+    if msize < MIN_MSIZE {
+        conn.error(tag, Errno::EINVAL);
+        return;
+    }
+    let ours = version.starts_with(VERSION);
+    let m = msize.min(max);
+    if ours {
+        conn.msize.store(m, Ordering::Relaxed);
+    }
+    let v: &[u8] = if ours { VERSION } else { b"unknown" };
+    conn.send_msg(
+        tag,
+        Fcall::Rversion {
+            msize: m,
+            version: walkfs_p9::Str(v),
+        },
+    );
+}
+
+impl Job {
+    pub(crate) fn run(self) {
+        let conn = &self.conn;
+        let cancelled = conn.tags.lock().get(&self.tag).is_some_and(|t| t.cancelled);
+        if cancelled {
+            if let Some((n, p)) = &self.newfid {
+                p.fail();
+                let mut t = conn.fids.lock();
+                if t.get(n).is_some_and(|x| Arc::ptr_eq(x, p)) {
+                    t.remove(n);
+                }
+            }
+            conn.finish(self.tag, None);
+            return;
+        }
+        let mut out = Vec::with_capacity(256);
+        let r = match Fcall::decode(&self.frame) {
+            Ok((_, f)) => handlers::handle(
+                conn,
+                &f,
+                &self.fids,
+                self.newfid.as_ref().map(|x| &x.1),
+                self.tag,
+                &mut out,
+            ),
+            Err(_) => Err(Errno::EINVAL),
+        };
+        if let Err(e) = r {
+            if let Some((n, p)) = &self.newfid {
+                p.fail();
+                let mut t = conn.fids.lock();
+                if t.get(n).is_some_and(|x| Arc::ptr_eq(x, p)) {
+                    t.remove(n);
+                }
+            }
+            out.clear();
+            conn.server.stats.errors.fetch_add(1, Ordering::Relaxed);
+            Fcall::Rlerror { ecode: e.0 as u32 }.encode(self.tag, &mut out);
+        }
+        let delay = conn.server.cfg.reply_delay;
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        conn.finish(self.tag, Some(&out));
+    }
+}

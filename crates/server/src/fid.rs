@@ -1,0 +1,113 @@
+//! Fids: what each of a client's handles stands for.
+//!
+//! A fid is created *pending* by the connection's reader when it reads the
+//! request that makes it (`Tattach`, `Twalk`), so a request on the new fid
+//! sent right behind (walk + open in one round trip) finds it and waits
+//! for it; the worker that runs the making request completes or fails it.
+
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+use walkfs_vfs::{Ctx, Errno, Result};
+
+/// The vfs side of a fid.
+#[derive(Clone)]
+pub struct FidState {
+    /// The credentials it acts with (all contexts of a connection share
+    /// one descriptor table).
+    pub ctx: Arc<Ctx>,
+    /// An `O_PATH` descriptor of the file.
+    pub fd: i32,
+    /// The descriptor `Tlopen`/`Tlcreate` opened, if any.
+    pub open: Option<i32>,
+}
+
+enum Status {
+    Pending,
+    Ready(FidState),
+    Failed,
+}
+
+pub struct Fid {
+    status: Mutex<Status>,
+    cv: Condvar,
+    /// Descriptors this fid stood for before (a `Twalk` onto itself,
+    /// `Tlcreate`), closed with the fid: a request already running may
+    /// still use them.
+    retired: Mutex<Vec<(Arc<Ctx>, i32)>>,
+}
+
+impl Fid {
+    pub fn pending() -> Arc<Fid> {
+        Arc::new(Fid {
+            status: Mutex::new(Status::Pending),
+            cv: Condvar::new(),
+            retired: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn ready(st: FidState) -> Arc<Fid> {
+        let f = Fid::pending();
+        f.complete(st);
+        f
+    }
+
+    /// The state, once the request making this fid has finished; `EBADF`
+    /// if it failed.
+    pub fn get(&self) -> Result<FidState> {
+        let mut s = self.status.lock();
+        loop {
+            match &*s {
+                Status::Ready(st) => return Ok(st.clone()),
+                Status::Failed => return Err(Errno::EBADF),
+                Status::Pending => self.cv.wait(&mut s),
+            }
+        }
+    }
+
+    pub fn complete(&self, st: FidState) {
+        *self.status.lock() = Status::Ready(st);
+        self.cv.notify_all();
+    }
+
+    pub fn fail(&self) {
+        *self.status.lock() = Status::Failed;
+        self.cv.notify_all();
+    }
+
+    /// Change the state; what it replaces is closed with the fid.
+    pub fn update(&self, f: impl FnOnce(&mut FidState)) -> Result<()> {
+        let mut s = self.status.lock();
+        match &mut *s {
+            Status::Ready(st) => {
+                let (old_fd, old_open, ctx) = (st.fd, st.open, Arc::clone(&st.ctx));
+                f(st);
+                let mut r = self.retired.lock();
+                if st.fd != old_fd {
+                    r.push((Arc::clone(&ctx), old_fd));
+                }
+                if let Some(o) = old_open {
+                    if st.open != Some(o) {
+                        r.push((ctx, o));
+                    }
+                }
+                Ok(())
+            }
+            _ => Err(Errno::EBADF),
+        }
+    }
+}
+
+impl Drop for Fid {
+    fn drop(&mut self) {
+        if let Status::Ready(st) = &*self.status.lock() {
+            let _ = st.ctx.close(st.fd);
+            if let Some(o) = st.open {
+                let _ = st.ctx.close(o);
+            }
+        }
+        for (ctx, fd) in self.retired.lock().drain(..) {
+            let _ = ctx.close(fd);
+        }
+    }
+}

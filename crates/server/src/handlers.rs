@@ -1,0 +1,500 @@
+//! Each 9P2000.L request as vfs calls. Errors are the vfs's errnos, sent
+//! as `Rlerror` by the caller.
+
+use std::sync::Arc;
+
+use walkfs_p9::{self as p9, msg, Fcall, Qid, Qids, Str, IOHDRSZ};
+use walkfs_vfs::{Creds, Ctx, Errno, NameStep, Result, Statx, TimeSet, Timespec};
+
+use crate::conn::Conn;
+use crate::fid::{Fid, FidState};
+use crate::users;
+
+/// The open flags a client may ask for (the rest are the client kernel's
+/// business or meaningless here).
+const OPEN_MASK: u32 =
+    (libc::O_ACCMODE | libc::O_TRUNC | libc::O_APPEND | libc::O_DIRECTORY) as u32;
+
+fn qid_of(mode: u32, ino: u64, version: u32) -> Qid {
+    let ty = match mode & libc::S_IFMT {
+        libc::S_IFDIR => p9::QTDIR,
+        libc::S_IFLNK => p9::QTSYMLINK,
+        _ => p9::QTFILE,
+    };
+    Qid {
+        ty,
+        version,
+        path: ino,
+    }
+}
+
+fn qid_of_statx(st: &Statx) -> Qid {
+    // The version changes with the contents (as diod derives it).
+    let v = (st.stx_mtime.tv_sec as u64 ^ (st.stx_size << 8)) as u32;
+    qid_of(st.stx_mode as u32, st.stx_ino, v)
+}
+
+fn qid_of_step(s: &NameStep) -> Qid {
+    qid_of(s.mode, s.ino, 0)
+}
+
+fn fstatx(st: &FidState) -> Result<Statx> {
+    let mut out = Statx::default();
+    st.ctx
+        .fstatx_into(st.fd, libc::STATX_BASIC_STATS, &mut out)?;
+    Ok(out)
+}
+
+/// The context for a create with group `gid` asked by the client: the
+/// fid's user with that group when it is one of theirs (or root asks).
+fn ctx_with_gid(conn: &Conn, st: &FidState, gid: u32) -> Arc<Ctx> {
+    let c = st.ctx.creds();
+    if gid == c.gid || gid == u32::MAX || !(c.is_root() || c.groups.contains(&gid)) {
+        return Arc::clone(&st.ctx);
+    }
+    conn.ctx_for(Creds {
+        uid: c.uid,
+        gid,
+        groups: c.groups.clone(),
+    })
+}
+
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+fn writable(conn: &Conn) -> Result<()> {
+    if conn.server.cfg.read_only {
+        Err(Errno::EROFS)
+    } else {
+        Ok(())
+    }
+}
+
+fn iounit(conn: &Conn) -> u32 {
+    conn.msize.load(std::sync::atomic::Ordering::Relaxed) - IOHDRSZ
+}
+
+/// The qid of `name` in the directory `dirfd` (after creating it).
+fn qid_at(ctx: &Ctx, dirfd: i32, name: &[u8]) -> Result<Qid> {
+    let mut st = Statx::default();
+    ctx.statx_into(
+        dirfd,
+        name,
+        libc::AT_SYMLINK_NOFOLLOW,
+        libc::STATX_BASIC_STATS,
+        &mut st,
+    )?;
+    Ok(qid_of_statx(&st))
+}
+
+pub(crate) fn handle(
+    conn: &Conn,
+    f: &Fcall<'_>,
+    fids: &[Arc<Fid>],
+    newfid: Option<&Arc<Fid>>,
+    tag: u16,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let fid = |i: usize| -> Result<FidState> { fids.get(i).ok_or(Errno::EBADF)?.get() };
+    let reply = |f: Fcall<'_>, out: &mut Vec<u8>| {
+        f.encode(tag, out);
+        Ok(())
+    };
+    match *f {
+        Fcall::Tattach { uname, n_uname, .. } => {
+            let creds = users::creds_for(n_uname, uname.0).ok_or(Errno::EACCES)?;
+            let ctx = conn.ctx_for(creds);
+            let mut steps = Vec::new();
+            let fd = ctx
+                .walk_names(walkfs_vfs::AT_FDCWD, &[], &mut steps)?
+                .ok_or(Errno::EIO)?;
+            let st = FidState {
+                ctx,
+                fd,
+                open: None,
+            };
+            let qid = qid_of_statx(&fstatx(&st)?);
+            newfid.ok_or(Errno::EBADF)?.complete(st);
+            reply(Fcall::Rattach { qid }, out)
+        }
+        Fcall::Twalk { names, .. } => {
+            let from = fid(0)?;
+            let names = names.as_slice();
+            let mut steps = Vec::with_capacity(names.len());
+            let fd = from.ctx.walk_names(from.fd, names, &mut steps)?;
+            let mut qids = Qids::default();
+            for s in &steps {
+                qids.push(qid_of_step(s));
+            }
+            match (fd, newfid) {
+                (Some(fd), Some(nf)) => nf.complete(FidState {
+                    ctx: Arc::clone(&from.ctx),
+                    fd,
+                    open: None,
+                }),
+                // A walk of the fid onto itself.
+                (Some(fd), None) => {
+                    let r = fids[0].update(|st| st.fd = fd);
+                    if r.is_err() {
+                        let _ = from.ctx.close(fd);
+                    }
+                    r?
+                }
+                // A partial walk makes no fid.
+                (None, Some(nf)) => {
+                    nf.fail();
+                    let mut t = conn.fids.lock();
+                    t.retain(|_, x| !Arc::ptr_eq(x, nf));
+                }
+                (None, None) => {}
+            }
+            reply(Fcall::Rwalk { qids }, out)
+        }
+        Fcall::Tgetattr { .. } => {
+            let st = fid(0)?;
+            let x = fstatx(&st)?;
+            let rdev = libc::makedev(x.stx_rdev_major, x.stx_rdev_minor);
+            reply(
+                Fcall::Rgetattr {
+                    st: p9::Stat {
+                        valid: p9::GETATTR_BASIC,
+                        qid: qid_of_statx(&x),
+                        mode: x.stx_mode as u32,
+                        uid: x.stx_uid,
+                        gid: x.stx_gid,
+                        nlink: x.stx_nlink as u64,
+                        rdev,
+                        size: x.stx_size,
+                        blksize: x.stx_blksize as u64,
+                        blocks: x.stx_blocks,
+                        atime_sec: x.stx_atime.tv_sec as u64,
+                        atime_nsec: x.stx_atime.tv_nsec as u64,
+                        mtime_sec: x.stx_mtime.tv_sec as u64,
+                        mtime_nsec: x.stx_mtime.tv_nsec as u64,
+                        ctime_sec: x.stx_ctime.tv_sec as u64,
+                        ctime_nsec: x.stx_ctime.tv_nsec as u64,
+                        ..p9::Stat::default()
+                    },
+                },
+                out,
+            )
+        }
+        Fcall::Treadlink { .. } => {
+            let st = fid(0)?;
+            let mut buf = [0u8; libc::PATH_MAX as usize];
+            let n = st.ctx.readlinkat_into(st.fd, b"", &mut buf)?;
+            reply(
+                Fcall::Rreadlink {
+                    target: Str(&buf[..n]),
+                },
+                out,
+            )
+        }
+        Fcall::Tlopen { flags, .. } => {
+            let st = fid(0)?;
+            if st.open.is_some() {
+                return Err(Errno::EBADF);
+            }
+            let flags = flags & OPEN_MASK;
+            if flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32
+                || flags & libc::O_TRUNC as u32 != 0
+            {
+                writable(conn)?;
+            }
+            let fd = st.ctx.reopen(st.fd, flags as i32)?;
+            let x = fstatx(&st)?;
+            let r = fids[0].update(|s| s.open = Some(fd));
+            if r.is_err() {
+                let _ = st.ctx.close(fd);
+            }
+            r?;
+            reply(
+                Fcall::Rlopen {
+                    qid: qid_of_statx(&x),
+                    iounit: iounit(conn),
+                },
+                out,
+            )
+        }
+        Fcall::Tlcreate {
+            name,
+            flags,
+            mode,
+            gid,
+            ..
+        } => {
+            writable(conn)?;
+            check_name(name.0)?;
+            let st = fid(0)?;
+            let ctx = ctx_with_gid(conn, &st, gid);
+            let flags = (flags & OPEN_MASK) as i32 | libc::O_CREAT | libc::O_EXCL;
+            let fd = ctx.openat(st.fd, name.0, flags, mode & 0o7777)?;
+            let path = match ctx.reopen(fd, libc::O_PATH) {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = ctx.close(fd);
+                    return Err(e);
+                }
+            };
+            let mut x = Statx::default();
+            ctx.fstatx_into(path, libc::STATX_BASIC_STATS, &mut x)?;
+            let r = fids[0].update(|s| {
+                s.fd = path;
+                s.open = Some(fd);
+            });
+            if r.is_err() {
+                let _ = ctx.close(fd);
+                let _ = ctx.close(path);
+            }
+            r?;
+            reply(
+                Fcall::Rlcreate {
+                    qid: qid_of_statx(&x),
+                    iounit: iounit(conn),
+                },
+                out,
+            )
+        }
+        Fcall::Tread { offset, count, .. } => {
+            let st = fid(0)?;
+            let fd = st.open.ok_or(Errno::EBADF)?;
+            let n = count.min(iounit(conn)) as usize;
+            let start = p9::begin(out, msg::Rread, tag);
+            let at = out.len();
+            out.resize(at + 4 + n, 0);
+            // The file's bytes go straight into the reply.
+            let got = st.ctx.pread(fd, &mut out[at + 4..], offset)?;
+            out.truncate(at + 4 + got);
+            out[at..at + 4].copy_from_slice(&(got as u32).to_le_bytes());
+            p9::finish(out, start);
+            Ok(())
+        }
+        Fcall::Twrite { offset, data, .. } => {
+            writable(conn)?;
+            let st = fid(0)?;
+            let fd = st.open.ok_or(Errno::EBADF)?;
+            let n = st.ctx.pwrite(fd, data.0, offset)?;
+            reply(Fcall::Rwrite { count: n as u32 }, out)
+        }
+        Fcall::Treaddir { offset, count, .. } => {
+            let st = fid(0)?;
+            let fd = st.open.ok_or(Errno::EBADF)?;
+            // Offsets are positions in the listing: entry i carries i + 1,
+            // where the next read starts.
+            st.ctx.lseek(fd, offset as i64, libc::SEEK_SET)?;
+            let entries = st.ctx.getdents(fd)?;
+            let max = count.min(iounit(conn)) as usize;
+            let start = p9::begin(out, msg::Rreaddir, tag);
+            let at = out.len();
+            out.extend_from_slice(&[0; 4]);
+            let mut used = 0;
+            for (i, e) in entries.iter().enumerate() {
+                let len = p9::dirent_len(&e.name);
+                if used + len > max {
+                    break;
+                }
+                let mode = e.kind.mode_bits();
+                p9::put_dirent(
+                    out,
+                    qid_of(mode, e.ino, 0),
+                    offset + i as u64 + 1,
+                    e.kind.dtype(),
+                    &e.name,
+                );
+                used += len;
+            }
+            out[at..at + 4].copy_from_slice(&(used as u32).to_le_bytes());
+            p9::finish(out, start);
+            Ok(())
+        }
+        Fcall::Tstatfs { .. } => {
+            let st = fid(0)?;
+            let s = st.ctx.statfs(st.fd, b"")?;
+            reply(
+                Fcall::Rstatfs {
+                    st: p9::StatFs {
+                        ty: 0x01021997, // V9FS_MAGIC
+                        bsize: s.bsize as u32,
+                        blocks: s.blocks,
+                        bfree: s.bfree,
+                        bavail: s.bavail,
+                        files: s.files,
+                        ffree: s.ffree,
+                        fsid: 0,
+                        namelen: s.namelen as u32,
+                    },
+                },
+                out,
+            )
+        }
+        Fcall::Tmkdir {
+            name, mode, gid, ..
+        } => {
+            writable(conn)?;
+            check_name(name.0)?;
+            let st = fid(0)?;
+            let ctx = ctx_with_gid(conn, &st, gid);
+            ctx.mkdirat(st.fd, name.0, mode & 0o7777)?;
+            let qid = qid_at(&ctx, st.fd, name.0)?;
+            reply(Fcall::Rmkdir { qid }, out)
+        }
+        Fcall::Tsymlink {
+            name, symtgt, gid, ..
+        } => {
+            writable(conn)?;
+            check_name(name.0)?;
+            let st = fid(0)?;
+            let ctx = ctx_with_gid(conn, &st, gid);
+            ctx.symlinkat(symtgt.0, st.fd, name.0)?;
+            let qid = qid_at(&ctx, st.fd, name.0)?;
+            reply(Fcall::Rsymlink { qid }, out)
+        }
+        Fcall::Tlink { name, .. } => {
+            writable(conn)?;
+            check_name(name.0)?;
+            let dir = fid(0)?;
+            let target = fid(1)?;
+            dir.ctx
+                .linkat(target.fd, b"", dir.fd, name.0, libc::AT_EMPTY_PATH)?;
+            reply(Fcall::Rlink {}, out)
+        }
+        Fcall::Trenameat {
+            oldname, newname, ..
+        } => {
+            writable(conn)?;
+            check_name(oldname.0)?;
+            check_name(newname.0)?;
+            let od = fid(0)?;
+            let nd = fid(1)?;
+            od.ctx.renameat2(od.fd, oldname.0, nd.fd, newname.0, 0)?;
+            reply(Fcall::Rrenameat {}, out)
+        }
+        Fcall::Tunlinkat { name, flags, .. } => {
+            writable(conn)?;
+            check_name(name.0)?;
+            let st = fid(0)?;
+            let fl = if flags & p9::AT_REMOVEDIR != 0 {
+                libc::AT_REMOVEDIR
+            } else {
+                0
+            };
+            st.ctx.unlinkat(st.fd, name.0, fl)?;
+            reply(Fcall::Runlinkat {}, out)
+        }
+        Fcall::Tsetattr { attr, .. } => {
+            writable(conn)?;
+            let st = fid(0)?;
+            setattr(&st, &attr)?;
+            reply(Fcall::Rsetattr {}, out)
+        }
+        Fcall::Tfsync { .. } => {
+            // Writes reach the backend at once (no write-back cache here);
+            // the backends have no durability call to pass on.
+            fid(0)?;
+            reply(Fcall::Rfsync {}, out)
+        }
+        Fcall::Tlock { .. } => {
+            // Locks are advisory and kept by each client kernel.
+            fid(0)?;
+            reply(Fcall::Rlock { status: 0 }, out)
+        }
+        Fcall::Tgetlock {
+            start,
+            length,
+            proc_id,
+            client_id,
+            ..
+        } => {
+            fid(0)?;
+            reply(
+                Fcall::Rgetlock {
+                    ty: 2, // P9_LOCK_TYPE_UNLCK: nothing here holds a lock
+                    start,
+                    length,
+                    proc_id,
+                    client_id,
+                },
+                out,
+            )
+        }
+        Fcall::Tclunk { .. } => {
+            // The fid left the table on arrival; it closes when the last
+            // request using it is done.
+            reply(Fcall::Rclunk {}, out)
+        }
+        // Neither needs a name the fid does not record; Linux clients
+        // use Tunlinkat/Trenameat, and fall back to nothing else.
+        Fcall::Tremove { .. } | Fcall::Trename { .. } => Err(Errno::EOPNOTSUPP),
+        Fcall::Txattrwalk { .. } | Fcall::Txattrcreate { .. } => Err(Errno::EOPNOTSUPP),
+        Fcall::Tmknod { .. } => Err(Errno::EPERM),
+        // ENOENT is how 9P2000.L servers say "no authentication
+        // required" (diod's clients then attach with afid = NOFID).
+        Fcall::Tauth { .. } => Err(Errno::ENOENT),
+        _ => Err(Errno::EOPNOTSUPP),
+    }
+}
+
+fn setattr(st: &FidState, a: &p9::SetAttr) -> Result<()> {
+    let ctx = &st.ctx;
+    let e = libc::AT_EMPTY_PATH;
+    if a.valid & p9::SETATTR_MODE != 0 {
+        ctx.fchmodat(st.fd, b"", a.mode & 0o7777, e)?;
+    }
+    let uid = (a.valid & p9::SETATTR_UID != 0).then_some(a.uid);
+    let gid = (a.valid & p9::SETATTR_GID != 0).then_some(a.gid);
+    if uid.is_some() || gid.is_some() {
+        ctx.fchownat(
+            st.fd,
+            b"",
+            uid.unwrap_or(u32::MAX),
+            gid.unwrap_or(u32::MAX),
+            e | libc::AT_SYMLINK_NOFOLLOW,
+        )?;
+    }
+    if a.valid & p9::SETATTR_SIZE != 0 {
+        let fd = match st.open {
+            Some(o) => o,
+            None => ctx.reopen(st.fd, libc::O_WRONLY)?,
+        };
+        let r = ctx.ftruncate(fd, a.size as i64);
+        if st.open.is_none() {
+            let _ = ctx.close(fd);
+        }
+        r?;
+    }
+    let time = |set: u32, given: u32, sec: u64, nsec: u64| {
+        if a.valid & set == 0 {
+            None
+        } else if a.valid & given != 0 {
+            Some(TimeSet::At(Timespec {
+                sec: sec as i64,
+                nsec: nsec as u32,
+            }))
+        } else {
+            Some(TimeSet::Now)
+        }
+    };
+    let times = [
+        time(
+            p9::SETATTR_ATIME,
+            p9::SETATTR_ATIME_SET,
+            a.atime_sec,
+            a.atime_nsec,
+        ),
+        time(
+            p9::SETATTR_MTIME,
+            p9::SETATTR_MTIME_SET,
+            a.mtime_sec,
+            a.mtime_nsec,
+        ),
+    ];
+    if times != [None, None] {
+        ctx.utimensat(st.fd, b"", times, e | libc::AT_SYMLINK_NOFOLLOW)?;
+    }
+    Ok(())
+}

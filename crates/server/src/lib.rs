@@ -1,0 +1,143 @@
+//! `walkfs serve`: a [`Vfs`] exported over 9P2000.L.
+//!
+//! The modules follow the request's way through the server:
+//! - [`conn`]: one connection — a reader thread that frames and checks
+//!   requests, resolves their fids in arrival order (so a client may send
+//!   `Twalk` + `Tlopen` on the new fid back to back), keeps the tag table
+//!   for `Tflush`, and hands work to the pool; replies go out under the
+//!   connection's write lock.
+//! - [`fid`]: what a fid stands for (a vfs descriptor in the connection's
+//!   table, and the credentials it acts with).
+//! - [`handlers`]: each message as vfs calls. A multi-name walk is one
+//!   vfs walk; confinement is the vfs's: its root is the exported
+//!   directory and no path or symlink resolves above it.
+//! - [`users`]: attach names to credentials.
+//!
+//! Threads: one reader per connection, a shared pool of workers for the
+//! requests (many in flight per connection, none per request).
+
+pub mod conn;
+pub mod fid;
+mod handlers;
+pub mod users;
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use walkfs_p9::{Listener, Stream, IOHDRSZ};
+use walkfs_vfs::Vfs;
+
+/// Server limits and behaviour.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Refuse every change (`EROFS`).
+    pub read_only: bool,
+    /// Largest `msize` granted; a client asking more gets this.
+    pub max_msize: u32,
+    /// Fids one connection may hold (`EMFILE` beyond).
+    pub max_fids: usize,
+    /// Requests one connection may have in flight (`EAGAIN` beyond).
+    pub max_inflight: usize,
+    /// Worker threads of the pool.
+    pub threads: usize,
+    /// Hold every reply this long (a stand-in for a slow link in tests
+    /// and benchmarks).
+    pub reply_delay: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Config {
+            read_only: false,
+            max_msize: 1024 * 1024 + IOHDRSZ,
+            max_fids: 16384,
+            max_inflight: 256,
+            threads: (2 * cpus).max(4),
+            reply_delay: Duration::ZERO,
+        }
+    }
+}
+
+/// Server-wide counters.
+#[derive(Default, Debug)]
+pub struct Stats {
+    pub connections: AtomicU64,
+    pub requests: AtomicU64,
+    pub errors: AtomicU64,
+    pub bad_frames: AtomicU64,
+}
+
+/// A 9P server over one vfs.
+pub struct Server {
+    pub(crate) vfs: Vfs,
+    pub(crate) cfg: Config,
+    pub(crate) pool: Sender<conn::Job>,
+    pub stats: Stats,
+}
+
+impl Server {
+    /// Start the worker pool. Connections come with [`Server::serve`] or
+    /// [`Server::serve_stream`].
+    pub fn new(vfs: Vfs, cfg: Config) -> Arc<Server> {
+        let (tx, rx) = crossbeam_channel::unbounded::<conn::Job>();
+        let threads = cfg.threads.max(1);
+        let server = Arc::new(Server {
+            vfs,
+            cfg,
+            pool: tx,
+            stats: Stats::default(),
+        });
+        for i in 0..threads {
+            let rx: Receiver<conn::Job> = rx.clone();
+            // Workers hold no reference to the server: they end when the
+            // last sender (the server) is gone.
+            let r = std::thread::Builder::new()
+                .name(format!("9p-worker-{i}"))
+                .spawn(move || {
+                    for job in rx {
+                        job.run();
+                    }
+                });
+            if let Err(e) = r {
+                tracing::error!("cannot start worker {i}: {e}");
+            }
+        }
+        server
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Accept connections forever.
+    pub fn serve(self: &Arc<Self>, listener: Listener) -> io::Result<()> {
+        loop {
+            match listener.accept() {
+                Ok(s) => self.serve_stream(s),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Out of descriptors and the like: keep serving the
+                    // connections we have, try again shortly.
+                    tracing::warn!("accept: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+
+    /// Serve one connected stream on a thread of its own.
+    pub fn serve_stream(self: &Arc<Self>, s: Stream) {
+        self.stats.connections.fetch_add(1, Ordering::Relaxed);
+        let server = Arc::clone(self);
+        let r = std::thread::Builder::new()
+            .name("9p-conn".into())
+            .spawn(move || conn::run(server, s));
+        if let Err(e) = r {
+            tracing::error!("cannot start a connection thread: {e}");
+        }
+    }
+}

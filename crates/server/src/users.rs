@@ -1,0 +1,101 @@
+//! Who a 9P caller is: `Tattach`'s `n_uname` (or `uname`) to credentials
+//! with the user's primary group and supplementary groups, as a login
+//! would set them (diod does the same with `initgroups`).
+
+use std::ffi::CString;
+
+use walkfs_vfs::Creds;
+
+/// Credentials for `uid` (or, when `uid` is `!0`, for the user named
+/// `uname`). A uid with no passwd entry gets gid = uid and no groups;
+/// `None` only for an unknown name.
+pub fn creds_for(uid: u32, uname: &[u8]) -> Option<Creds> {
+    let pw = if uid != u32::MAX {
+        passwd_by_uid(uid)
+    } else {
+        passwd_by_name(uname)?
+    };
+    let (uid, gid, name) = match pw {
+        Some(p) => p,
+        None => {
+            return Some(Creds {
+                uid,
+                gid: uid,
+                groups: Vec::new(),
+            })
+        }
+    };
+    Some(Creds {
+        uid,
+        gid,
+        groups: group_list(&name, gid),
+    })
+}
+
+type Passwd = Option<(u32, u32, CString)>;
+
+fn passwd_by_uid(uid: u32) -> Passwd {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: passwd is plain data that getpwuid_r fills; the buffer and
+    // result pointers are valid for the call.
+    unsafe {
+        let mut pw: libc::passwd = std::mem::zeroed();
+        let mut out: *mut libc::passwd = std::ptr::null_mut();
+        let r = libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out);
+        if r != 0 || out.is_null() {
+            return None;
+        }
+        let name = std::ffi::CStr::from_ptr(pw.pw_name).to_owned();
+        Some((pw.pw_uid, pw.pw_gid, name))
+    }
+}
+
+fn passwd_by_name(name: &[u8]) -> Option<Passwd> {
+    let c = CString::new(name).ok()?;
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: as in passwd_by_uid; `c` is a valid C string.
+    unsafe {
+        let mut pw: libc::passwd = std::mem::zeroed();
+        let mut out: *mut libc::passwd = std::ptr::null_mut();
+        let r = libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut out);
+        if r != 0 || out.is_null() {
+            return None;
+        }
+        Some(Some((pw.pw_uid, pw.pw_gid, c)))
+    }
+}
+
+fn group_list(name: &CString, gid: u32) -> Vec<u32> {
+    let mut n: libc::c_int = 64;
+    loop {
+        let mut groups = vec![0 as libc::gid_t; n as usize];
+        let want = n;
+        // SAFETY: `groups` has room for `n` entries; getgrouplist writes at
+        // most that many and updates `n`.
+        let r = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
+        if r >= 0 {
+            groups.truncate(n.max(0) as usize);
+            groups.retain(|&g| g != gid);
+            return groups;
+        }
+        if n <= want {
+            return Vec::new();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_and_unknown_ids() {
+        let root = creds_for(0, b"").expect("root");
+        assert_eq!((root.uid, root.gid), (0, 0));
+        let by_name = creds_for(u32::MAX, b"root").expect("root by name");
+        assert_eq!(by_name.uid, 0);
+        let nobody = creds_for(54321, b"").expect("any uid");
+        assert_eq!((nobody.uid, nobody.gid), (54321, 54321));
+        assert!(creds_for(u32::MAX, b"no-such-user-walkfs").is_none());
+    }
+}
