@@ -66,6 +66,8 @@ errnos!(
     ECHILD,
     EPROTO,
     EMSGSIZE,
+    ECONNRESET,
+    EPROTONOSUPPORT,
 );
 
 impl Errno {

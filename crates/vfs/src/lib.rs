@@ -65,6 +65,8 @@ pub(crate) struct Switches {
     pub negtimeout: AtomicI64,
     pub umask: std::sync::atomic::AtomicU32,
     pub read_only: AtomicBool,
+    /// `cache=none`: revalidate every cached answer with the backend.
+    pub revalidate: AtomicBool,
 }
 
 /// Counters of what the cache did, for `walkfs stats` and the benchmarks.
@@ -92,6 +94,9 @@ pub(crate) struct Inner {
     /// Descriptors per context.
     pub max_files: u32,
     pub cred_ids: pathcache::CredIds,
+    /// The 9P client under this vfs, if its source is a 9P server (for
+    /// its counters).
+    pub p9: Mutex<Option<Arc<walkfs_p9client::P9Fs>>>,
 }
 
 /// A tree of mounted file systems with its caches. Cheap to clone (shared).
@@ -140,6 +145,7 @@ impl Vfs {
                 negtimeout: AtomicI64::new(opts.negtimeout_ms),
                 umask: std::sync::atomic::AtomicU32::new(opts.umask),
                 read_only: AtomicBool::new(opts.read_only),
+                revalidate: AtomicBool::new(opts.cache_none),
             },
             dc,
             w: Mutex::new(w),
@@ -151,6 +157,7 @@ impl Vfs {
             pc: pathcache::PathCache::new(),
             max_files: opts.max_files,
             cred_ids: pathcache::CredIds::default(),
+            p9: Mutex::new(None),
         };
         Ok(Vfs {
             inner: Arc::new(inner),
@@ -162,10 +169,43 @@ impl Vfs {
     pub fn open_source(source: &str, opts: &Options) -> Result<Vfs> {
         let fs: Arc<dyn FileSystem> = if source == "mem:" {
             Arc::new(walkfs_memfs::MemFs::new())
+        } else if source.starts_with("unix:") || source.starts_with("tcp:") {
+            let cfg = walkfs_p9client::Config {
+                msize: opts.msize,
+                aname: opts.aname.clone(),
+                ..Default::default()
+            };
+            let fs = Arc::new(walkfs_p9client::P9Fs::connect(source, &cfg)?);
+            let mut o = opts.clone();
+            if o.cache_none {
+                // Nothing is answered from the cache unchecked, so no walk
+                // may take the lock-free path, no whole path is remembered,
+                // no negative entry or symlink body kept.
+                o.fastpath = false;
+                o.pathcache = false;
+                o.negtimeout_ms = 0;
+                o.cache_symlinks = false;
+            }
+            let vfs = Vfs::new(fs.clone(), &o)?;
+            *vfs.inner.p9.lock() = Some(fs);
+            return Ok(vfs);
         } else {
             Arc::new(walkfs_hostfs::HostFs::new(std::path::Path::new(source))?)
         };
         Vfs::new(fs, opts)
+    }
+
+    /// The RPC counters of the 9P client under this vfs (`None` unless
+    /// its source is a 9P server).
+    pub fn p9_stats(&self) -> Option<walkfs_p9client::Stats> {
+        self.inner.p9.lock().as_ref().map(|f| f.stats())
+    }
+
+    /// Zero the 9P client's counters.
+    pub fn p9_reset_stats(&self) {
+        if let Some(f) = self.inner.p9.lock().as_ref() {
+            f.reset_stats();
+        }
     }
 
     /// A caller with `creds`, whose `/` is the vfs root.
@@ -192,6 +232,7 @@ impl Vfs {
             "negtimeout" | "ndentrytmo" => sw.negtimeout.store(o.negtimeout_ms, Ordering::Relaxed),
             "umask" => sw.umask.store(o.umask, Ordering::Relaxed),
             "ro" => sw.read_only.store(o.read_only, Ordering::Relaxed),
+            "cache" => sw.revalidate.store(o.cache_none, Ordering::Relaxed),
             // Sizes are fixed when the vfs is built.
             _ => return Err(Errno::EINVAL),
         }
@@ -213,6 +254,14 @@ impl Vfs {
             read_only: sw.read_only.load(Ordering::Relaxed),
             max_dentries: self.inner.w.lock().max_dentries,
             max_files: self.inner.max_files,
+            cache_none: sw.revalidate.load(Ordering::Relaxed),
+            msize: self
+                .inner
+                .p9
+                .lock()
+                .as_ref()
+                .map_or(512 * 1024, |f| f.msize()),
+            aname: String::new(),
         }
     }
 

@@ -395,7 +395,11 @@ impl<'a> Nameidata<'a> {
             }
             if let Some(idx) = w.d_find(dc, parent.d, name, hash) {
                 let s = dc.snap(idx).ok_or(RETRY)?;
-                let fresh = s.flags & D_NEGATIVE == 0 || vfs.neg_valid(s.target);
+                let fresh = if s.flags & D_NEGATIVE == 0 {
+                    !vfs.sw.revalidate.load(AtomicOrdering::Relaxed)
+                } else {
+                    vfs.neg_valid(s.target)
+                };
                 if fresh {
                     w.set_dentry_flag_hint(dc, idx);
                     if s.flags & D_NEGATIVE != 0 {
@@ -432,7 +436,16 @@ impl<'a> Nameidata<'a> {
                 let ino = w.iget(dc, snap.sb(), &entry).ok_or(Errno::ENOMEM)?;
                 let idx = match existing {
                     Some(idx) => {
-                        let now = w.d_set_inode(dc, idx, ino);
+                        // Revalidated and unchanged: keep the dentry (and
+                        // the subtree cached under it).
+                        let same = dc
+                            .snap(idx)
+                            .is_some_and(|s| s.flags & D_NEGATIVE == 0 && s.target == ino);
+                        let now = if same {
+                            Some(idx)
+                        } else {
+                            w.d_set_inode(dc, idx, ino)
+                        };
                         w.put_inode(dc, ino);
                         now
                     }

@@ -353,7 +353,7 @@ impl Ctx {
     fn attrs(&self, c: Cur) -> Result<InodeSnap> {
         let inner = self.inner();
         let s = inner.dc.inode_snap(c.ino).ok_or(RETRY)?;
-        if s.flags & I_STALE == 0 {
+        if s.flags & I_STALE == 0 && !inner.sw.revalidate.load(AtomicOrdering::Relaxed) {
             return Ok(s);
         }
         self.refresh_attrs(c.ino, s)
@@ -555,7 +555,7 @@ impl Ctx {
             if file.seq.read_retry(seq) {
                 continue;
             }
-            if s.flags & I_STALE != 0 {
+            if s.flags & I_STALE != 0 || inner.sw.revalidate.load(AtomicOrdering::Relaxed) {
                 match self.refresh_attrs(ino, s) {
                     Err(RETRY) => continue,
                     r => return r,

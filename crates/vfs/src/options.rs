@@ -30,6 +30,15 @@ pub struct Options {
     pub umask: u32,
     /// Refuse every change with EROFS.
     pub read_only: bool,
+    /// `cache=none`: every lookup and every stat asks the backend (the
+    /// cache still holds the tree's shape, but no answer is taken from it
+    /// unchecked). `cache=loose` (the default): keep what was learned.
+    pub cache_none: bool,
+    /// For a 9P source: the largest message size to negotiate.
+    pub msize: u32,
+    /// For a 9P source: the export to attach to (diod wants its path;
+    /// `walkfs serve` exports one tree and ignores it).
+    pub aname: String,
 }
 
 impl Default for Options {
@@ -44,6 +53,9 @@ impl Default for Options {
             max_files: 1024,
             umask: 0,
             read_only: false,
+            cache_none: false,
+            msize: 512 * 1024,
+            aname: String::new(),
         }
     }
 }
@@ -98,6 +110,21 @@ impl Options {
             }
             "ro" => self.read_only = parse_bool(value)?,
             "rw" => self.read_only = !parse_bool(value)?,
+            "cache" => {
+                self.cache_none = match value {
+                    "none" => true,
+                    // Linux's 9p client names; all keep what was learned.
+                    "loose" | "fscache" | "mmap" => false,
+                    _ => return Err(Errno::EINVAL),
+                }
+            }
+            "aname" => self.aname = value.to_string(),
+            "msize" => {
+                self.msize = u32::try_from(num(value)?)
+                    .ok()
+                    .filter(|&m| m >= 4096)
+                    .ok_or(Errno::EINVAL)?
+            }
             _ => return Err(Errno::EINVAL),
         }
         Ok(())

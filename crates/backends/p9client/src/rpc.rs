@@ -1,0 +1,295 @@
+//! The wire side of the client: one connection, many requests in flight.
+//!
+//! Callers take a tag, write their request (or several back to back, one
+//! write for a pipelined walk + open), and wait on the tag's slot; a
+//! reader thread files each reply under its tag. Counters record RPCs by
+//! type, bytes, and the time callers spent waiting for replies (seed 003's
+//! I/O-wait accounting).
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex};
+use walkfs_fsapi::{Errno, Result};
+use walkfs_p9::{read_frame, Fcall, Stream, MIN_MSIZE, NOTAG, VERSION};
+
+/// Per-connection counters.
+pub struct Counters {
+    /// Requests sent, by message type.
+    pub rpcs: [AtomicU64; 256],
+    pub bytes_sent: AtomicU64,
+    pub bytes_received: AtomicU64,
+    /// Nanoseconds callers spent waiting for replies.
+    pub wait_ns: AtomicU64,
+}
+
+impl Default for Counters {
+    fn default() -> Counters {
+        Counters {
+            rpcs: std::array::from_fn(|_| AtomicU64::new(0)),
+            bytes_sent: AtomicU64::new(0),
+            bytes_received: AtomicU64::new(0),
+            wait_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A snapshot of [`Counters`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// `(message name, count)` for each request type sent.
+    pub rpcs: Vec<(&'static str, u64)>,
+    pub total_rpcs: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub wait_ns: u64,
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> Stats {
+        let mut s = Stats::default();
+        for (t, c) in self.rpcs.iter().enumerate() {
+            let n = c.load(Relaxed);
+            if n > 0 {
+                s.rpcs.push((walkfs_p9::type_name(t as u8), n));
+                s.total_rpcs += n;
+            }
+        }
+        s.bytes_sent = self.bytes_sent.load(Relaxed);
+        s.bytes_received = self.bytes_received.load(Relaxed);
+        s.wait_ns = self.wait_ns.load(Relaxed);
+        s
+    }
+    pub fn reset(&self) {
+        for c in &self.rpcs {
+            c.store(0, Relaxed);
+        }
+        self.bytes_sent.store(0, Relaxed);
+        self.bytes_received.store(0, Relaxed);
+        self.wait_ns.store(0, Relaxed);
+    }
+}
+
+#[derive(Default)]
+struct Slot {
+    reply: Mutex<Option<Vec<u8>>>,
+    cv: Condvar,
+}
+
+/// Tags in flight at most (requests beyond wait for a free tag).
+const TAGS: usize = 256;
+
+pub struct Rpc {
+    writer: Mutex<Stream>,
+    slots: Vec<Slot>,
+    free: Mutex<Vec<u16>>,
+    free_cv: Condvar,
+    /// Tags whose replies nobody waits for (fire-and-forget clunks).
+    orphan: Vec<AtomicBool>,
+    dead: AtomicBool,
+    pub msize: u32,
+    pub counters: Counters,
+}
+
+impl Rpc {
+    /// Negotiate the version on `stream` and start the reply reader.
+    pub fn start(mut stream: Stream, msize: u32) -> Result<Arc<Rpc>> {
+        let mut out = Vec::new();
+        Fcall::Tversion {
+            msize,
+            version: walkfs_p9::Str(VERSION),
+        }
+        .encode(NOTAG, &mut out);
+        stream.write_all(&out).map_err(Errno::from)?;
+        let mut buf = Vec::new();
+        if !read_frame(&mut stream, &mut buf, msize.max(MIN_MSIZE)).map_err(Errno::from)? {
+            return Err(Errno::ECONNRESET);
+        }
+        let msize = match Fcall::decode(&buf).map_err(|_| Errno::EPROTO)?.1 {
+            Fcall::Rversion { msize: m, version } if version.0 == VERSION && m >= MIN_MSIZE => {
+                m.min(msize)
+            }
+            Fcall::Rlerror { ecode } => return Err(Errno(ecode as i32)),
+            _ => return Err(Errno::EPROTONOSUPPORT),
+        };
+        let reader = stream.try_clone().map_err(Errno::from)?;
+        let rpc = Arc::new(Rpc {
+            writer: Mutex::new(stream),
+            slots: (0..TAGS).map(|_| Slot::default()).collect(),
+            free: Mutex::new((0..TAGS as u16).rev().collect()),
+            free_cv: Condvar::new(),
+            orphan: (0..TAGS).map(|_| AtomicBool::new(false)).collect(),
+            dead: AtomicBool::new(false),
+            msize,
+            counters: Counters::default(),
+        });
+        let r = Arc::downgrade(&rpc);
+        std::thread::Builder::new()
+            .name("9p-client-reader".into())
+            .spawn(move || reader_loop(r, reader, msize))
+            .map_err(Errno::from)?;
+        Ok(rpc)
+    }
+
+    fn take_tag(&self) -> u16 {
+        let mut f = self.free.lock();
+        loop {
+            if let Some(t) = f.pop() {
+                return t;
+            }
+            self.free_cv.wait(&mut f);
+        }
+    }
+
+    fn put_tag(&self, t: u16) {
+        self.free.lock().push(t);
+        self.free_cv.notify_one();
+    }
+
+    /// Send `reqs` back to back in one write and wait for every reply:
+    /// one round trip for a chain like walk + open. Each reply frame is
+    /// passed to `each` (in request order) while its buffer is alive.
+    pub fn call_many(
+        &self,
+        reqs: &[Fcall<'_>],
+        mut each: impl FnMut(usize, Fcall<'_>),
+    ) -> Result<()> {
+        if self.dead.load(Relaxed) {
+            return Err(Errno::ECONNRESET);
+        }
+        let tags: Vec<u16> = reqs.iter().map(|_| self.take_tag()).collect();
+        let mut out = Vec::with_capacity(128 * reqs.len());
+        for (r, &t) in reqs.iter().zip(&tags) {
+            r.encode(t, &mut out);
+            self.counters.rpcs[r.msg_type() as usize].fetch_add(1, Relaxed);
+        }
+        if out.len() > self.msize as usize * reqs.len() {
+            for t in tags {
+                self.put_tag(t);
+            }
+            return Err(Errno::EMSGSIZE);
+        }
+        self.counters
+            .bytes_sent
+            .fetch_add(out.len() as u64, Relaxed);
+        let t0 = Instant::now();
+        let w = self.writer.lock().write_all(&out);
+        if let Err(e) = w {
+            self.dead.store(true, Relaxed);
+            for t in tags {
+                self.put_tag(t);
+            }
+            return Err(Errno::from(e));
+        }
+        let mut result = Ok(());
+        for (i, &t) in tags.iter().enumerate() {
+            let slot = &self.slots[t as usize];
+            let frame = {
+                let mut g = slot.reply.lock();
+                loop {
+                    if let Some(f) = g.take() {
+                        break Some(f);
+                    }
+                    if self.dead.load(Relaxed) {
+                        break None;
+                    }
+                    slot.cv.wait(&mut g);
+                }
+            };
+            self.put_tag(t);
+            match frame {
+                Some(f) => match Fcall::decode(&f) {
+                    Ok((_, msg)) => each(i, msg),
+                    Err(_) => result = Err(Errno::EPROTO),
+                },
+                None => result = Err(Errno::ECONNRESET),
+            }
+        }
+        self.counters
+            .wait_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+        result
+    }
+
+    /// One request, its reply handed to `f`; `Rlerror` becomes the errno.
+    pub fn call<T>(&self, req: Fcall<'_>, f: impl FnOnce(Fcall<'_>) -> Result<T>) -> Result<T> {
+        let mut f = Some(f);
+        let mut out = Err(Errno::EPROTO);
+        self.call_many(&[req], |_, reply| {
+            out = match reply {
+                Fcall::Rlerror { ecode } => Err(Errno(ecode as i32)),
+                r => match f.take() {
+                    Some(f) => f(r),
+                    None => Err(Errno::EPROTO),
+                },
+            };
+        })?;
+        out
+    }
+
+    /// Send a request whose reply nobody needs (a clunk).
+    pub fn send_forget(&self, req: Fcall<'_>) {
+        if self.dead.load(Relaxed) {
+            return;
+        }
+        let t = self.take_tag();
+        self.orphan[t as usize].store(true, Relaxed);
+        let mut out = Vec::with_capacity(16);
+        req.encode(t, &mut out);
+        self.counters.rpcs[req.msg_type() as usize].fetch_add(1, Relaxed);
+        self.counters
+            .bytes_sent
+            .fetch_add(out.len() as u64, Relaxed);
+        if self.writer.lock().write_all(&out).is_err() {
+            self.dead.store(true, Relaxed);
+        }
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.writer.lock().shutdown();
+    }
+}
+
+impl Drop for Rpc {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn reader_loop(rpc: std::sync::Weak<Rpc>, mut stream: Stream, msize: u32) {
+    let mut buf = Vec::new();
+    loop {
+        let ok = read_frame(&mut stream, &mut buf, msize);
+        let Some(rpc) = rpc.upgrade() else { return };
+        match ok {
+            Ok(true) => {}
+            Ok(false) | Err(_) => {
+                rpc.dead.store(true, Relaxed);
+                for s in &rpc.slots {
+                    let _g = s.reply.lock();
+                    s.cv.notify_all();
+                }
+                return;
+            }
+        }
+        rpc.counters
+            .bytes_received
+            .fetch_add(buf.len() as u64, Relaxed);
+        let Some((_, tag)) = walkfs_p9::peek_header(&buf) else {
+            continue;
+        };
+        let t = tag as usize;
+        if t >= TAGS {
+            continue;
+        }
+        if rpc.orphan[t].swap(false, Relaxed) {
+            rpc.put_tag(tag);
+            continue;
+        }
+        let slot = &rpc.slots[t];
+        *slot.reply.lock() = Some(std::mem::take(&mut buf));
+        slot.cv.notify_one();
+    }
+}
