@@ -80,8 +80,41 @@ enum Cmd {
         #[arg(short, long, default_value = "")]
         options: String,
     },
+    /// Talk 9P2000.L to a server (walkfs serve, diod, ...) and show one
+    /// thing: a check that an export answers as it should. Every call goes
+    /// to the server (cache=none); --stats prints the RPCs it took.
+    #[command(name = "9p")]
+    NineP {
+        /// The server: unix:PATH or tcp:HOST:PORT.
+        addr: String,
+        #[arg(value_enum)]
+        op: NineOp,
+        /// A path inside the export.
+        #[arg(default_value = "/")]
+        path: String,
+        /// The export to attach to (diod wants the exported path).
+        #[arg(long, default_value = "")]
+        aname: String,
+        #[arg(long, default_value_t = 65536)]
+        msize: u32,
+        /// Print the RPC counters to stderr afterwards.
+        #[arg(long)]
+        stats: bool,
+    },
     /// Print the target of the symlink PATH in SOURCE.
     Readlink { source: String, path: String },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum NineOp {
+    /// List a directory.
+    Ls,
+    /// Attributes (lstat).
+    Stat,
+    /// A file's contents to stdout.
+    Cat,
+    /// A symlink's target.
+    Readlink,
 }
 
 #[derive(Subcommand)]
@@ -261,19 +294,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             options,
         } => {
             let ctx = open(&source, &options)?;
-            let flags = if nofollow {
-                libc::AT_SYMLINK_NOFOLLOW
-            } else {
-                0
-            };
-            let st = ctx
-                .statx(AT_FDCWD, path.as_bytes(), flags, libc::STATX_BASIC_STATS)
-                .map_err(|e| format!("{path}: {e}"))?;
-            println!(
-                "{path}: mode {:o} nlink {} uid {} gid {} size {} ino {}",
-                st.stx_mode, st.stx_nlink, st.stx_uid, st.stx_gid, st.stx_size, st.stx_ino
-            );
-            Ok(())
+            print_stat(&ctx, &path, nofollow)
         }
         Cmd::Ls {
             source,
@@ -281,28 +302,99 @@ fn run(cmd: Cmd) -> Result<(), String> {
             options,
         } => {
             let ctx = open(&source, &options)?;
-            let fd = ctx
-                .openat(
-                    AT_FDCWD,
-                    path.as_bytes(),
-                    libc::O_RDONLY | libc::O_DIRECTORY,
-                    0,
-                )
-                .map_err(|e| format!("{path}: {e}"))?;
-            let mut names: Vec<_> = ctx.getdents(fd).map_err(|e| format!("{path}: {e}"))?;
-            names.sort_by(|a, b| a.name.cmp(&b.name));
-            for e in names {
-                println!("{}", String::from_utf8_lossy(&e.name));
-            }
-            Ok(())
+            print_ls(&ctx, &path)
         }
-        Cmd::Readlink { source, path } => {
-            let ctx = open(&source, "")?;
-            let t = ctx
-                .readlinkat(AT_FDCWD, path.as_bytes())
-                .map_err(|e| format!("{path}: {e}"))?;
-            println!("{}", String::from_utf8_lossy(&t));
-            Ok(())
+        Cmd::Readlink { source, path } => print_readlink(&open(&source, "")?, &path),
+        Cmd::NineP {
+            addr,
+            op,
+            path,
+            aname,
+            msize,
+            stats,
+        } => {
+            let ctx = open(&addr, &format!("cache=none,msize={msize},aname={aname}"))?;
+            let r = match op {
+                NineOp::Ls => print_ls(&ctx, &path),
+                NineOp::Stat => print_stat(&ctx, &path, true),
+                NineOp::Cat => print_cat(&ctx, &path),
+                NineOp::Readlink => print_readlink(&ctx, &path),
+            };
+            if stats {
+                if let Some(s) = ctx.vfs().p9_stats() {
+                    eprintln!(
+                        "rpcs {} ({}) bytes out {} in {} waited {:.3} ms",
+                        s.total_rpcs,
+                        s.rpcs
+                            .iter()
+                            .map(|(n, c)| format!("{n} {c}"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        s.bytes_sent,
+                        s.bytes_received,
+                        s.wait_ns as f64 / 1e6
+                    );
+                }
+            }
+            r
         }
     }
+}
+
+fn print_stat(ctx: &walkfs_vfs::Ctx, path: &str, nofollow: bool) -> Result<(), String> {
+    let flags = if nofollow {
+        libc::AT_SYMLINK_NOFOLLOW
+    } else {
+        0
+    };
+    let st = ctx
+        .statx(AT_FDCWD, path.as_bytes(), flags, libc::STATX_BASIC_STATS)
+        .map_err(|e| format!("{path}: {e}"))?;
+    println!(
+        "{path}: mode {:o} nlink {} uid {} gid {} size {} ino {}",
+        st.stx_mode, st.stx_nlink, st.stx_uid, st.stx_gid, st.stx_size, st.stx_ino
+    );
+    Ok(())
+}
+
+fn print_ls(ctx: &walkfs_vfs::Ctx, path: &str) -> Result<(), String> {
+    let fd = ctx
+        .openat(
+            AT_FDCWD,
+            path.as_bytes(),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+        )
+        .map_err(|e| format!("{path}: {e}"))?;
+    let mut names: Vec<_> = ctx.getdents(fd).map_err(|e| format!("{path}: {e}"))?;
+    names.sort_by(|a, b| a.name.cmp(&b.name));
+    for e in names {
+        println!("{}", String::from_utf8_lossy(&e.name));
+    }
+    Ok(())
+}
+
+fn print_readlink(ctx: &walkfs_vfs::Ctx, path: &str) -> Result<(), String> {
+    let t = ctx
+        .readlinkat(AT_FDCWD, path.as_bytes())
+        .map_err(|e| format!("{path}: {e}"))?;
+    println!("{}", String::from_utf8_lossy(&t));
+    Ok(())
+}
+
+fn print_cat(ctx: &walkfs_vfs::Ctx, path: &str) -> Result<(), String> {
+    use std::io::Write;
+    let fd = ctx
+        .openat(AT_FDCWD, path.as_bytes(), libc::O_RDONLY, 0)
+        .map_err(|e| format!("{path}: {e}"))?;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut out = std::io::stdout().lock();
+    loop {
+        let n = ctx.read(fd, &mut buf).map_err(|e| format!("{path}: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n]).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
