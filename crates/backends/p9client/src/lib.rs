@@ -287,16 +287,32 @@ impl P9Fs {
     /// A new fid for `node`, opened with `flags`: walk + open in one round
     /// trip.
     fn open_fid(&self, node: u32, flags: u32) -> Result<u32> {
+        self.clone_then(
+            node,
+            |nf| Fcall::Tlopen { fid: nf, flags },
+            |r| matches!(r, Fcall::Rlopen { .. }),
+        )
+    }
+
+    /// Clone `from` to a new fid and send `then(newfid)` right behind (an
+    /// open or create of the clone): the new fid, or the error, with the
+    /// clone clunked.
+    fn clone_then<'a>(
+        &self,
+        from: u32,
+        then: impl FnOnce(u32) -> Fcall<'a>,
+        ok: impl Fn(&Fcall<'_>) -> bool,
+    ) -> Result<u32> {
         let nf = self.alloc_fid();
         let mut walked = false;
         let r = self.chain(
             [
                 Fcall::Twalk {
-                    fid: node,
+                    fid: from,
                     newfid: nf,
                     names: Names::default(),
                 },
-                Fcall::Tlopen { fid: nf, flags },
+                then(nf),
             ],
             |r| match r {
                 Fcall::Rwalk { .. } => {
@@ -305,10 +321,7 @@ impl P9Fs {
                 }
                 r => Err(err_of(&r)),
             },
-            |r| match r {
-                Fcall::Rlopen { .. } => Ok(()),
-                r => Err(err_of(&r)),
-            },
+            |r| if ok(&r) { Ok(()) } else { Err(err_of(&r)) },
         );
         match r {
             Ok(()) => Ok(nf),
@@ -479,43 +492,17 @@ impl FileSystem for P9Fs {
         flags: OpenFlags,
     ) -> Result<(Entry, FileHandle)> {
         let dir = P9Fs::fid(parent)?;
-        let nf = self.alloc_fid();
-        let mut walked = false;
-        let r = self.chain(
-            [
-                Fcall::Twalk {
-                    fid: dir,
-                    newfid: nf,
-                    names: Names::default(),
-                },
-                Fcall::Tlcreate {
-                    fid: nf,
-                    name: Str(name),
-                    flags: (flags.0 | libc::O_CREAT | libc::O_EXCL) as u32,
-                    mode: mode & 0o7777,
-                    gid: owner.gid,
-                },
-            ],
-            |r| match r {
-                Fcall::Rwalk { .. } => {
-                    walked = true;
-                    Ok(())
-                }
-                r => Err(err_of(&r)),
+        let nf = self.clone_then(
+            dir,
+            |nf| Fcall::Tlcreate {
+                fid: nf,
+                name: Str(name),
+                flags: (flags.0 | libc::O_CREAT | libc::O_EXCL) as u32,
+                mode: mode & 0o7777,
+                gid: owner.gid,
             },
-            |r| match r {
-                Fcall::Rlcreate { .. } => Ok(()),
-                r => Err(err_of(&r)),
-            },
-        );
-        if let Err(e) = r {
-            if walked {
-                self.clunk(nf);
-            } else {
-                self.free_fid(nf);
-            }
-            return Err(e);
-        }
+            |r| matches!(r, Fcall::Rlcreate { .. }),
+        )?;
         match self.entry_of(dir, name) {
             Ok(e) => Ok((e, FileHandle(nf as u64))),
             Err(e) => {
