@@ -178,6 +178,18 @@ impl P9Fs {
         self.free_fid(fid);
     }
 
+    /// Give up a fid a failed chain was making: clunk it if the server
+    /// made it (the walk succeeded), else just reuse its number. Returns
+    /// the chain's error.
+    fn abandon(&self, nf: u32, walked: bool, e: Errno) -> Errno {
+        if walked {
+            self.clunk(nf);
+        } else {
+            self.free_fid(nf);
+        }
+        e
+    }
+
     fn fid(node: NodeId) -> Result<u32> {
         u32::try_from(node.0).map_err(|_| Errno::EBADF)
     }
@@ -273,14 +285,7 @@ impl P9Fs {
         );
         match r {
             Ok(()) => Ok((nf, attr)),
-            Err(e) if walked => {
-                self.clunk(nf);
-                Err(e)
-            }
-            Err(e) => {
-                self.free_fid(nf);
-                Err(e)
-            }
+            Err(e) => Err(self.abandon(nf, walked, e)),
         }
     }
 
@@ -325,14 +330,7 @@ impl P9Fs {
         );
         match r {
             Ok(()) => Ok(nf),
-            Err(e) if walked => {
-                self.clunk(nf);
-                Err(e)
-            }
-            Err(e) => {
-                self.free_fid(nf);
-                Err(e)
-            }
+            Err(e) => Err(self.abandon(nf, walked, e)),
         }
     }
 
