@@ -3,6 +3,7 @@
 
 pub mod memory;
 pub mod micro;
+pub mod p9meta;
 pub mod plot;
 pub mod report;
 pub mod trace;

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use walkfs_bench::{memory, micro, report};
+use walkfs_bench::{memory, micro, p9meta, report};
 use walkfs_vfs::{Creds, Options, Vfs, AT_FDCWD};
 
 #[derive(Parser)]
@@ -145,6 +145,26 @@ enum BenchCmd {
         #[arg(long, value_name = "FILE.png")]
         plot: Option<String>,
     },
+    /// 9P metadata operations per second (Twalk of 3 names + Tgetattr +
+    /// Tclunk, each waiting for its reply) against `walkfs serve` and
+    /// Debian's diod exporting the same tree, 1 and 8 client connections,
+    /// repetitions interleaved; medians of 5 (3 with --quick). Both
+    /// servers are started here on 127.0.0.1.
+    #[command(name = "9p")]
+    NineP {
+        /// Shorter runs (3 repetitions of 0.3 s).
+        #[arg(long)]
+        quick: bool,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Connection counts (repeatable); default 1 and 8.
+        #[arg(long)]
+        conns: Vec<usize>,
+        /// Only this server (repeatable): walkfs, diod.
+        #[arg(long = "server")]
+        servers: Vec<String>,
+    },
     /// Memory of the dentry and inode caches, in bytes per cached dentry.
     Memory {
         /// Files to cache (13-byte names, 1000 per directory).
@@ -252,6 +272,28 @@ fn run(cmd: Cmd) -> Result<(), String> {
             if let Some(path) = plot {
                 walkfs_bench::plot::plot(&res.rows, &path)?;
                 eprintln!("walkfs: plot written to {path}");
+            }
+            Ok(())
+        }
+        Cmd::Bench(BenchCmd::NineP {
+            quick,
+            json,
+            conns,
+            servers,
+        }) => {
+            let walkfs = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+            let res = p9meta::run(&p9meta::P9Opts {
+                quick,
+                conns: if conns.is_empty() { vec![1, 8] } else { conns },
+                walkfs,
+                servers,
+            })?;
+            if json {
+                for r in &res.rows {
+                    println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
+                }
+            } else {
+                print!("{}", p9meta::render(&res));
             }
             Ok(())
         }

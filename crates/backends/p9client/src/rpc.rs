@@ -258,7 +258,9 @@ impl Drop for Rpc {
     }
 }
 
-fn reader_loop(rpc: std::sync::Weak<Rpc>, mut stream: Stream, msize: u32) {
+fn reader_loop(rpc: std::sync::Weak<Rpc>, stream: Stream, msize: u32) {
+    // One read(2) per reply (or per batch of replies) rather than two.
+    let mut stream = std::io::BufReader::with_capacity(16 * 1024, stream);
     let mut buf = Vec::new();
     loop {
         let ok = read_frame(&mut stream, &mut buf, msize);
