@@ -38,9 +38,13 @@ pub struct MicroOpts {
     pub quick: bool,
     /// Thread counts to run (default: 1 and every core).
     pub threads: Vec<usize>,
-    /// Only this walkfs source: a host directory (paths resolve inside it)
-    /// or `mem:`. Default: hostfs over `/` and memfs.
+    /// Only this walkfs source: a host directory (paths resolve inside it),
+    /// `mem:`, a 9P server exporting `/` (`unix:PATH`, `tcp:HOST:PORT`), or
+    /// `9p` to start one (`walkfs serve / --read-only` on a private unix
+    /// socket). Default: hostfs over `/` and memfs.
     pub source: Option<String>,
+    /// The `walkfs` executable, to start a server for `--source 9p`.
+    pub walkfs: Option<PathBuf>,
     /// Only these benches (default: all).
     pub benches: Vec<String>,
 }
@@ -54,6 +58,12 @@ pub struct Row {
     pub variant: &'static str,
     pub threads: usize,
     pub ops_per_sec: f64,
+    /// Over 9P: the RPCs one replay sends once the first has run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rpcs: Option<u64>,
+    /// Over 9P: the RPCs of the first replay, from a cold cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rpcs_first: Option<u64>,
 }
 
 /// The walkfs variants: all optimizations on, then each one off alone.
@@ -79,7 +89,10 @@ type Body = Box<dyn FnMut() -> u64 + Send>;
 /// Makes a fresh body for each thread.
 type Maker = Arc<dyn Fn() -> Body + Send + Sync>;
 
-/// Run `make()` bodies on `threads` threads for `dur`; total ops/s.
+/// Run `make()` bodies on `threads` threads for about `dur`; total ops/s.
+/// Each thread's rate is its ops over the time up to the end of its last
+/// whole batch, so a slow batch (a replay over 9P with nothing cached
+/// takes a second) that runs past the deadline is counted with its time.
 fn measure(threads: usize, dur: Duration, make: &Maker) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let start = Arc::new(Barrier::new(threads + 1));
@@ -90,21 +103,19 @@ fn measure(threads: usize, dur: Duration, make: &Maker) -> f64 {
                 let mut body = make();
                 body(); // warm the caches before the clock starts
                 start.wait();
+                let t0 = Instant::now();
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     n += body();
                 }
-                n
+                n as f64 / t0.elapsed().as_secs_f64()
             })
         })
         .collect();
     start.wait();
-    let t0 = Instant::now();
     std::thread::sleep(dur);
     stop.store(true, Ordering::Relaxed);
-    let elapsed = t0.elapsed().as_secs_f64();
-    let total: u64 = handles.into_iter().map(|h| h.join().unwrap_or(0)).sum();
-    total as f64 / elapsed
+    handles.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
 }
 
 fn c(s: &[u8]) -> CString {
@@ -354,6 +365,8 @@ struct Case {
     switches: &'static str,
     vfs: Option<Vfs>,
     make: Maker,
+    /// Over 9P: (first replay, later replay) RPCs.
+    rpcs: Option<(u64, u64)>,
 }
 
 fn kernel_cases(
@@ -370,6 +383,7 @@ fn kernel_cases(
         switches: "",
         vfs: None,
         make,
+        rpcs: None,
     };
     for (fs, dir) in [
         ("ext4", scratch.ext4.path().to_path_buf()),
@@ -499,6 +513,7 @@ fn walkfs_cases(
             switches,
             vfs: Some(vfs.clone()),
             make,
+            rpcs: None,
         };
         let links = src.links.clone();
         v.push(case(
@@ -642,6 +657,9 @@ pub fn run(opts: &MicroOpts) -> Result<MicroResult, String> {
             .collect(),
     );
     let paths: Arc<Vec<CString>> = Arc::new(trace::replay_paths().iter().map(|p| c(p)).collect());
+    if let Some(addr) = opts.source.as_deref().filter(|s| is_9p(s)) {
+        return run_9p(opts, addr, &scratch, &calls, &paths);
+    }
     progress("micro: building the memfs mirror...");
     let srcs = sources(opts, &scratch)?;
     let mut notes = Vec::new();
@@ -658,6 +676,15 @@ pub fn run(opts: &MicroOpts) -> Result<MicroResult, String> {
     for s in &srcs {
         cases.extend(walkfs_cases(s, &calls, &paths));
     }
+    measure_cases(opts, cases, notes)
+}
+
+/// Measure every case on every thread count, repetitions interleaved.
+fn measure_cases(
+    opts: &MicroOpts,
+    mut cases: Vec<Case>,
+    notes: Vec<String>,
+) -> Result<MicroResult, String> {
     if !opts.benches.is_empty() {
         cases.retain(|c| opts.benches.iter().any(|b| b == c.bench));
     }
@@ -697,11 +724,148 @@ pub fn run(opts: &MicroOpts) -> Result<MicroResult, String> {
                 variant: case.variant,
                 threads: t,
                 ops_per_sec: median(&mut samples[ci * opts.threads.len() + ti]),
+                rpcs: case.rpcs.map(|r| r.1),
+                rpcs_first: case.rpcs.map(|r| r.0),
             });
         }
     }
     let _ = BENCHES;
     Ok(MicroResult { rows, notes })
+}
+
+fn is_9p(source: &str) -> bool {
+    source == "9p" || walkfs_p9::Addr::parse(source).is_some()
+}
+
+/// The cache modes of the 9P rows, as the Linux client names them.
+const P9_MODES: &[(&str, &str)] = &[
+    ("9p-none", "cache=none"),
+    ("9p-loose", "cache=loose,negtimeout=0"),
+    ("9p-loose-neg", "cache=loose,negtimeout=-1"),
+];
+
+/// A `walkfs serve` child, killed when dropped (its socket's directory
+/// goes after it).
+struct ServerChild {
+    child: std::process::Child,
+    _sock_dir: tempfile::TempDir,
+}
+impl Drop for ServerChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `walkfs serve / --read-only` on a private unix socket.
+fn start_server(walkfs: &Path) -> Result<(ServerChild, String), String> {
+    let dir = tempfile::Builder::new()
+        .prefix("walkfs-bench-sock-")
+        .tempdir()
+        .map_err(|e| format!("socket dir: {e}"))?;
+    let sock = dir.path().join("9p.sock");
+    let addr = format!("unix:{}", sock.display());
+    let child = std::process::Command::new(walkfs)
+        .args(["serve", "/", "--read-only", "--listen", &addr])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("start walkfs serve: {e}"))?;
+    let mut child = ServerChild {
+        child,
+        _sock_dir: dir,
+    };
+    let t0 = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        if let Ok(Some(st)) = child.child.try_wait() {
+            return Err(format!("walkfs serve exited: {st}"));
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            return Err("walkfs serve never listened".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok((child, addr))
+}
+
+/// The trace replays over 9P: the server at `addr` exports the host's `/`
+/// (or `9p`: start one). Each cache mode gets a fresh client; its first
+/// replay runs from a cold cache, and the RPCs of the first and of a
+/// later replay are counted.
+fn run_9p(
+    opts: &MicroOpts,
+    addr: &str,
+    scratch: &Scratch,
+    calls: &Arc<Vec<(Call, CString)>>,
+    paths: &Arc<Vec<CString>>,
+) -> Result<MicroResult, String> {
+    let (_child, addr) = if addr == "9p" {
+        let exe = opts
+            .walkfs
+            .as_deref()
+            .ok_or("--source 9p needs the walkfs executable")?;
+        let (c, a) = start_server(exe)?;
+        (Some(c), a)
+    } else {
+        (None, addr.to_string())
+    };
+    let mut notes = vec![format!(
+        "9P server {addr}: the trace's paths resolve in its export (it must export /)"
+    )];
+    let mut cases: Vec<Case> = kernel_cases(scratch, calls, paths)
+        .into_iter()
+        .filter(|c| c.bench.starts_with("trace"))
+        .collect();
+    for &(fs, mode) in P9_MODES {
+        let o = Options::parse(mode).map_err(|e| e.to_string())?;
+        let vfs = Vfs::open_source(&addr, &o).map_err(|e| format!("{addr}: {e}"))?;
+        let ctx = vfs.context(Creds::root());
+        let count = |ctx: &Ctx| {
+            vfs.p9_reset_stats();
+            walkfs_replay(ctx, calls);
+            vfs.p9_stats().map_or(0, |s| s.total_rpcs)
+        };
+        let first = count(&ctx);
+        let later = count(&ctx);
+        let (n, bad, hits) = check_trace(&ctx, calls);
+        notes.push(format!(
+            "trace over 9P ({mode}): {n} calls, {hits} succeed on the kernel; walkfs answers differ on {bad}; RPCs first replay {first}, later replays {later}"
+        ));
+        for bench in ["trace", "trace_access"] {
+            let (v, calls, paths) = (vfs.clone(), calls.clone(), paths.clone());
+            let make: Maker = Arc::new(move || {
+                let ctx = v.context(Creds::root());
+                let (calls, paths) = (calls.clone(), paths.clone());
+                Box::new(move || {
+                    if bench == "trace" {
+                        walkfs_replay(&ctx, &calls);
+                        calls.len() as u64
+                    } else {
+                        for p in paths.iter() {
+                            let _ = std::hint::black_box(ctx.faccessat(
+                                AT_FDCWD,
+                                p.as_bytes(),
+                                libc::F_OK,
+                                0,
+                            ));
+                        }
+                        paths.len() as u64
+                    }
+                })
+            });
+            cases.push(Case {
+                bench,
+                target: "walkfs",
+                fs: fs.to_string(),
+                variant: "all",
+                switches: "",
+                vfs: None,
+                make,
+                rpcs: (bench == "trace").then_some((first, later)),
+            });
+        }
+    }
+    measure_cases(opts, cases, notes)
 }
 
 /// The kernel row a walkfs row is compared with.
@@ -807,6 +971,35 @@ pub fn render(res: &MicroResult) -> String {
                 "gain",
             ],
             &s,
+        ));
+        out.push('\n');
+    }
+    let p9: Vec<Vec<String>> = rows
+        .iter()
+        .filter(|r| r.threads == 1)
+        .filter_map(|r| {
+            let later = r.rpcs?;
+            let k = find(rows, r.bench, "kernel", "ext4", "all", 1)?;
+            Some(vec![
+                r.fs.clone(),
+                r.rpcs_first.unwrap_or(0).to_string(),
+                later.to_string(),
+                format!("{:.1}", 1e9 / r.ops_per_sec),
+                format!("{:.2}x", r.ops_per_sec / k.ops_per_sec),
+            ])
+        })
+        .collect();
+    if !p9.is_empty() {
+        out.push_str("the gcc trace over 9P (1 thread): RPCs per replay\n");
+        out.push_str(&table(
+            &[
+                "fs",
+                "first replay",
+                "later replays",
+                "ns/call",
+                "vs kernel ext4",
+            ],
+            &p9,
         ));
         out.push('\n');
     }

@@ -133,8 +133,13 @@ enum BenchCmd {
         /// Thread counts (repeatable); default 1 and every core.
         #[arg(long)]
         threads: Vec<usize>,
-        /// Only this walkfs source: a host directory, or mem:. Default:
-        /// hostfs over / and a memfs mirror.
+        /// Only this walkfs source: a host directory, or mem:, or a 9P
+        /// server exporting / (unix:PATH, tcp:HOST:PORT), or 9p to start
+        /// one here (walkfs serve / --read-only on a private socket). Over
+        /// 9P the trace replays run in cache=none, cache=loose and
+        /// cache=loose,negtimeout=-1 (rows 9p-none, 9p-loose,
+        /// 9p-loose-neg) with the RPCs each replay sent. Default: hostfs
+        /// over / and a memfs mirror.
         #[arg(long)]
         source: Option<String>,
         /// Only these benches (repeatable): readlink, access, trace,
@@ -261,6 +266,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
                 threads,
                 source,
                 benches,
+                walkfs: std::env::current_exe().ok(),
             })?;
             if json {
                 for r in &res.rows {
@@ -410,7 +416,7 @@ fn print_ls(ctx: &walkfs_vfs::Ctx, path: &str) -> Result<(), String> {
         .map_err(|e| format!("{path}: {e}"))?;
     let mut names: Vec<_> = ctx.getdents(fd).map_err(|e| format!("{path}: {e}"))?;
     names.sort_by(|a, b| a.name.cmp(&b.name));
-    for e in names {
+    for e in names.iter().filter(|e| e.name != b"." && e.name != b"..") {
         println!("{}", String::from_utf8_lossy(&e.name));
     }
     Ok(())

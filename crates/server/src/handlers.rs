@@ -427,15 +427,65 @@ pub(crate) fn handle(
             // request using it is done.
             reply(Fcall::Rclunk {}, out)
         }
-        // Neither needs a name the fid does not record; Linux clients
-        // use Tunlinkat/Trenameat, and fall back to nothing else.
-        Fcall::Tremove { .. } | Fcall::Trename { .. } => Err(Errno::EOPNOTSUPP),
+        // The fid left the table on arrival: Tremove clunks it whether
+        // or not the removal succeeds.
+        Fcall::Tremove { .. } => {
+            writable(conn)?;
+            let st = fid(0)?;
+            let (pfd, name) = located(&st)?;
+            let dir = st
+                .ctx
+                .fstatx(st.fd, libc::STATX_TYPE)
+                .map(|x| u32::from(x.stx_mode) & libc::S_IFMT == libc::S_IFDIR);
+            let r = dir.and_then(|dir| {
+                let fl = if dir { libc::AT_REMOVEDIR } else { 0 };
+                st.ctx.unlinkat(pfd, &name, fl)
+            });
+            let _ = st.ctx.close(pfd);
+            r?;
+            reply(Fcall::Rremove {}, out)
+        }
+        Fcall::Trename { name, .. } => {
+            writable(conn)?;
+            check_name(name.0)?;
+            let st = fid(0)?;
+            let nd = fid(1)?;
+            let (pfd, old) = located(&st)?;
+            let r = st.ctx.renameat2(pfd, &old, nd.fd, name.0, 0);
+            let _ = st.ctx.close(pfd);
+            r?;
+            reply(Fcall::Rrename {}, out)
+        }
         Fcall::Txattrwalk { .. } | Fcall::Txattrcreate { .. } => Err(Errno::EOPNOTSUPP),
         Fcall::Tmknod { .. } => Err(Errno::EPERM),
         // ENOENT is how 9P2000.L servers say "no authentication
         // required" (diod's clients then attach with afid = NOFID).
         Fcall::Tauth { .. } => Err(Errno::ENOENT),
         _ => Err(Errno::EOPNOTSUPP),
+    }
+}
+
+/// Where the file of fid `st` is now: its directory (an `O_PATH`
+/// descriptor the caller closes) and its name there — checked to still be
+/// the same file, so a remove or rename by fid never hits a newcomer that
+/// took the name of a file unlinked meanwhile.
+fn located(st: &FidState) -> Result<(i32, Vec<u8>)> {
+    let (pfd, name) = st.ctx.parent_of(st.fd)?;
+    let same = (|| {
+        let mine = st.ctx.fstatx(st.fd, libc::STATX_INO)?;
+        let there = st
+            .ctx
+            .statx(pfd, &name, libc::AT_SYMLINK_NOFOLLOW, libc::STATX_INO)?;
+        Ok::<bool, Errno>(
+            mine.stx_ino == there.stx_ino && mine.stx_dev_minor == there.stx_dev_minor,
+        )
+    })();
+    match same {
+        Ok(true) => Ok((pfd, name)),
+        other => {
+            let _ = st.ctx.close(pfd);
+            Err(other.err().unwrap_or(Errno::ENOENT))
+        }
     }
 }
 

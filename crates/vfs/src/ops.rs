@@ -175,6 +175,30 @@ impl Ctx {
         })
     }
 
+    /// The directory holding what `fd` refers to, as an `O_PATH`
+    /// descriptor, and its name there: a 9P `Tremove` or `Trename` names a
+    /// file by its fid alone. `EBUSY` for the root and for the root of a
+    /// mount (which has no name in the tree it is mounted on here).
+    pub fn parent_of(&self, fd: i32) -> Result<(i32, Vec<u8>)> {
+        retry(|| {
+            let d = self.fd_dentry(fd)?;
+            let dc = &self.inner().dc;
+            let s = dc.snap(d).ok_or(RETRY)?;
+            if d == self.inner().root || s.flags & D_MOUNTROOT != 0 {
+                return Err(Errno::EBUSY);
+            }
+            let name = dc.name_of(d);
+            // A child pins its parent, so the parent index is live; the
+            // name and parent belong together if no rename came between.
+            let p = Cur::from_snap(dc.snap(s.parent).ok_or(RETRY)?);
+            if dc.snap(d).map(|x| x.seq) != Some(s.seq) {
+                return Err(RETRY);
+            }
+            let pfd = self.open_cur(p, libc::O_PATH | libc::O_DIRECTORY, None)?;
+            Ok((pfd, name))
+        })
+    }
+
     /// Act with other credentials from now on (checks and new owners).
     pub fn set_creds(&mut self, creds: Creds) {
         self.cred_id = self.vfs.inner.cred_ids.id(&creds);
