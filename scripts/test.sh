@@ -10,6 +10,8 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 command -v make >/dev/null || need_apt+=(make)
 # The 9P peers of the interop tests: Debian's diod server and its clients.
 [ -x /usr/sbin/diod ] || need_apt+=(diod)
+# The plot test draws text.
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
 if [ ${#need_apt[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
