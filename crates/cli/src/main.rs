@@ -103,6 +103,46 @@ enum Cmd {
     },
     /// Print the target of the symlink PATH in SOURCE.
     Readlink { source: String, path: String },
+    /// Mount SOURCE on MOUNTPOINT through FUSE. SOURCE is a 9P server
+    /// (unix:PATH, tcp:HOST:PORT) or a local directory, which is then
+    /// exported by a walkfs server inside this process over a socketpair
+    /// and reached through the 9P client, so the whole stack runs.
+    ///
+    /// OPTIONS (-o, comma-separated): cache=none|loose (default loose),
+    /// negtimeout=MS (alias ndentrytmo; -1 = keep negative entries until
+    /// invalidated), msize=N, ro, allow_other, default_permissions,
+    /// threads=N, entry_timeout=S, attr_timeout=S, and the vfs switches
+    /// (fastpath, fastperm, cache_symlinks, pathcache). In cache=loose the
+    /// kernel keeps entries, attributes, negative entries and symlink
+    /// bodies itself; cache=none gives it zero timeouts.
+    ///
+    /// Without --foreground the command returns once the mount is up and
+    /// the mount lives on in the background. Unmount with
+    /// `fusermount3 -u MOUNTPOINT` or `umount MOUNTPOINT`; SIGINT, SIGTERM
+    /// and SIGHUP unmount cleanly too. Installed as mount.walkfs it serves
+    /// `mount -t walkfs SOURCE MOUNTPOINT -o OPTIONS` and /etc/fstab.
+    Mount {
+        source: String,
+        mountpoint: String,
+        #[arg(short, long, default_value = "")]
+        options: String,
+        /// Stay in the foreground (logs to stderr) until unmounted.
+        #[arg(short, long)]
+        foreground: bool,
+        /// Mount a local directory without the 9P layer in between (the
+        /// vfs over the directory itself).
+        #[arg(long)]
+        direct: bool,
+    },
+    /// Print a walkfs mount's counters: what the kernel asked (lookups,
+    /// negative answers, ...), the vfs cache's misses, 9P RPCs by type,
+    /// bytes, and the time spent waiting for the server.
+    Stats {
+        mountpoint: String,
+        /// The counters as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -186,7 +226,7 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(mount_helper_args(std::env::args().collect()));
     match run(cli.cmd) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -194,6 +234,31 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// As `mount.walkfs SOURCE DIR [-sfnv] [-o OPTS]` (what mount(8) runs for
+/// `-t walkfs`): the same as `walkfs mount SOURCE DIR -o OPTS`.
+fn mount_helper_args(args: Vec<String>) -> Vec<String> {
+    let called = args
+        .first()
+        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string());
+    if called.as_deref() != Some("mount.walkfs") {
+        return args;
+    }
+    let mut out = vec!["walkfs".to_string(), "mount".to_string()];
+    let mut it = args.into_iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-o" => {
+                out.push("-o".into());
+                out.push(it.next().unwrap_or_default());
+            }
+            // sloppy, fake, no-mtab, verbose: nothing to do for FUSE.
+            "-s" | "-f" | "-n" | "-v" => {}
+            _ => out.push(a),
+        }
+    }
+    out
 }
 
 fn open(source: &str, options: &str) -> Result<walkfs_vfs::Ctx, String> {
@@ -353,6 +418,14 @@ fn run(cmd: Cmd) -> Result<(), String> {
             print_ls(&ctx, &path)
         }
         Cmd::Readlink { source, path } => print_readlink(&open(&source, "")?, &path),
+        Cmd::Mount {
+            source,
+            mountpoint,
+            options,
+            foreground,
+            direct,
+        } => mount_cmd(&source, &mountpoint, &options, foreground, direct),
+        Cmd::Stats { mountpoint, json } => stats_cmd(&mountpoint, json),
         Cmd::NineP {
             addr,
             op,
@@ -444,5 +517,179 @@ fn print_cat(ctx: &walkfs_vfs::Ctx, path: &str) -> Result<(), String> {
         }
         out.write_all(&buf[..n]).map_err(|e| e.to_string())?;
     }
+    Ok(())
+}
+
+fn mount_cmd(
+    source: &str,
+    mountpoint: &str,
+    options: &str,
+    foreground: bool,
+    direct: bool,
+) -> Result<(), String> {
+    use walkfs_fuse::mount;
+    let opts = walkfs_fuse::MountOptions::parse(options)?;
+    let mp = std::path::Path::new(mountpoint);
+    if !mp.is_dir() {
+        return Err(format!("{mountpoint}: not a directory"));
+    }
+    // Background: fork before any thread exists; the parent returns when
+    // the child reports the mount up (or why it failed).
+    let ready = if foreground {
+        None
+    } else {
+        Some(daemon::detach()?)
+    };
+    mount::block_signals();
+    let up = (|| {
+        let vfs = mount::open_source(source, &opts, direct)?;
+        mount::mount(vfs, source, mp, opts, mount::wake_waiter)
+    })();
+    let m = match (up, ready) {
+        (Ok(m), Some(r)) => {
+            r.ok();
+            m
+        }
+        (Ok(m), None) => m,
+        (Err(e), Some(r)) => {
+            r.fail(&e);
+            return Err(e);
+        }
+        (Err(e), None) => return Err(e),
+    };
+    tracing::info!("{source} mounted on {mountpoint}");
+    let sig = mount::wait_for_signal();
+    tracing::info!("signal {sig}: unmounting {mountpoint}");
+    if m.is_finished() {
+        // Unmounted from outside; the session is over.
+        return m.unmount().or(Ok(()));
+    }
+    m.unmount()
+}
+
+/// Running in the background: the parent waits on a pipe for the child's
+/// word that the mount is up.
+mod daemon {
+    use std::io::{Read, Write};
+    use std::os::fd::FromRawFd;
+
+    pub struct Ready(std::fs::File);
+
+    impl Ready {
+        pub fn ok(mut self) {
+            let _ = self.0.write_all(b"ok");
+            // Detach stdio now that nothing more will be reported.
+            // SAFETY: opening /dev/null and dup2 onto the standard fds.
+            unsafe {
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                if null >= 0 {
+                    for fd in 0..3 {
+                        libc::dup2(null, fd);
+                    }
+                    libc::close(null);
+                }
+            }
+        }
+        pub fn fail(mut self, why: &str) {
+            let _ = self.0.write_all(why.as_bytes());
+        }
+    }
+
+    /// Fork. The parent exits here with the child's verdict; the child
+    /// gets a new session and returns the pipe to report on.
+    pub fn detach() -> Result<Ready, String> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two descriptors.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: no thread has been started yet (the caller forks first
+        // thing), so the child is a complete copy.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(format!("fork: {}", std::io::Error::last_os_error()));
+        }
+        if pid > 0 {
+            // SAFETY: the descriptors came from pipe2 and are ours.
+            let mut r = unsafe { std::fs::File::from_raw_fd(fds[0]) };
+            unsafe { libc::close(fds[1]) };
+            let mut msg = String::new();
+            let _ = r.read_to_string(&mut msg);
+            if msg == "ok" {
+                std::process::exit(0);
+            }
+            if msg.is_empty() {
+                msg = "the mount process died before mounting".into();
+            }
+            eprintln!("walkfs: {msg}");
+            std::process::exit(1);
+        }
+        // SAFETY: as above, in the child.
+        unsafe {
+            libc::close(fds[0]);
+            libc::setsid();
+            Ok(Ready(std::fs::File::from_raw_fd(fds[1])))
+        }
+    }
+}
+
+fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
+    let path = std::ffi::CString::new(mountpoint).map_err(|_| "bad path".to_string())?;
+    let name = std::ffi::CString::new(walkfs_fuse::STATS_XATTR).unwrap_or_default();
+    let mut buf = vec![0u8; 1 << 16];
+    // SAFETY: C strings and a buffer of the length passed.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!("{mountpoint}: not a walkfs mount ({e})"));
+    }
+    buf.truncate(n as usize);
+    if json {
+        println!("{}", String::from_utf8_lossy(&buf));
+        return Ok(());
+    }
+    let s: walkfs_fuse::MountStats =
+        serde_json::from_slice(&buf).map_err(|e| format!("{mountpoint}: bad stats: {e}"))?;
+    println!("options: {}", s.options);
+    let mut rows: Vec<Vec<String>> = s
+        .fuse
+        .iter()
+        .map(|(n, c)| vec!["kernel".into(), n.clone(), c.to_string()])
+        .collect();
+    for (n, c) in [
+        ("slow_lookups", s.vfs_slow_lookups),
+        ("backend_lookups", s.vfs_backend_lookups),
+        ("negative_created", s.vfs_negative_created),
+        ("dentries", u64::from(s.vfs_dentries)),
+    ] {
+        rows.push(vec!["vfs".into(), n.into(), c.to_string()]);
+    }
+    for (n, c) in &s.rpcs {
+        rows.push(vec!["9p".into(), n.clone(), c.to_string()]);
+    }
+    rows.push(vec!["9p".into(), "total".into(), s.total_rpcs.to_string()]);
+    rows.push(vec![
+        "9p".into(),
+        "bytes_sent".into(),
+        s.bytes_sent.to_string(),
+    ]);
+    rows.push(vec![
+        "9p".into(),
+        "bytes_received".into(),
+        s.bytes_received.to_string(),
+    ]);
+    rows.push(vec![
+        "9p".into(),
+        "wait_ms".into(),
+        format!("{:.1}", s.wait_ms),
+    ]);
+    print!("{}", report::table(&["layer", "counter", "value"], &rows));
     Ok(())
 }

@@ -170,29 +170,37 @@ impl Vfs {
         let fs: Arc<dyn FileSystem> = if source == "mem:" {
             Arc::new(walkfs_memfs::MemFs::new())
         } else if source.starts_with("unix:") || source.starts_with("tcp:") {
-            let cfg = walkfs_p9client::Config {
-                msize: opts.msize,
-                aname: opts.aname.clone(),
-                ..Default::default()
-            };
-            let fs = Arc::new(walkfs_p9client::P9Fs::connect(source, &cfg)?);
-            let mut o = opts.clone();
-            if o.cache_none {
-                // Nothing is answered from the cache unchecked, so no walk
-                // may take the lock-free path, no whole path is remembered,
-                // no negative entry or symlink body kept.
-                o.fastpath = false;
-                o.pathcache = false;
-                o.negtimeout_ms = 0;
-                o.cache_symlinks = false;
-            }
-            let vfs = Vfs::new(fs.clone(), &o)?;
-            *vfs.inner.p9.lock() = Some(fs);
-            return Ok(vfs);
+            let a = walkfs_p9::Addr::parse(source).ok_or(Errno::EINVAL)?;
+            return Vfs::open_9p(a.connect().map_err(Errno::from)?, opts);
         } else {
             Arc::new(walkfs_hostfs::HostFs::new(std::path::Path::new(source))?)
         };
         Vfs::new(fs, opts)
+    }
+
+    /// A vfs over the 9P server at the other end of `stream` (connected:
+    /// a socket, or one end of a socketpair whose other end a server in
+    /// this process serves).
+    pub fn open_9p(stream: walkfs_p9::Stream, opts: &Options) -> Result<Vfs> {
+        let cfg = walkfs_p9client::Config {
+            msize: opts.msize,
+            aname: opts.aname.clone(),
+            ..Default::default()
+        };
+        let fs = Arc::new(walkfs_p9client::P9Fs::on_stream(stream, &cfg)?);
+        let mut o = opts.clone();
+        if o.cache_none {
+            // Nothing is answered from the cache unchecked, so no walk
+            // may take the lock-free path, no whole path is remembered,
+            // no negative entry or symlink body kept.
+            o.fastpath = false;
+            o.pathcache = false;
+            o.negtimeout_ms = 0;
+            o.cache_symlinks = false;
+        }
+        let vfs = Vfs::new(fs.clone(), &o)?;
+        *vfs.inner.p9.lock() = Some(fs);
+        Ok(vfs)
     }
 
     /// The RPC counters of the 9P client under this vfs (`None` unless

@@ -67,6 +67,9 @@ pub struct P9Fs {
     /// first time the server shows it does not keep a fid's requests in
     /// order (diod runs them concurrently and answers "invalid fid").
     pipeline: std::sync::atomic::AtomicBool,
+    /// Who we attached as: new files are theirs on the server, so one
+    /// made for someone else is handed over (when we are root there).
+    attach_uid: u32,
 }
 
 fn attr_of(st: &p9::Stat) -> Attr {
@@ -108,6 +111,25 @@ fn one<'a>(name: &'a [u8]) -> Names<'a> {
 }
 
 impl P9Fs {
+    /// A file just made for `owner` belongs on the server to the user we
+    /// attached as (9P2000.L's creates carry a gid, no uid): as root
+    /// there, give it to its owner, as Linux's v9fs does for a client
+    /// that checks permissions itself. Failing that, it stays ours.
+    fn own(&self, fid: u32, owner: Owner, attr: &mut Attr) {
+        if owner.uid == attr.uid || self.attach_uid != 0 {
+            return;
+        }
+        let set = p9::SetAttr {
+            valid: p9::SETATTR_UID,
+            uid: owner.uid,
+            ..Default::default()
+        };
+        match self.simple(Fcall::Tsetattr { fid, attr: set }) {
+            Ok(()) => attr.uid = owner.uid,
+            Err(e) => tracing::debug!("chown of a new file to {}: {e}", owner.uid),
+        }
+    }
+
     /// Connect to `addr` (`unix:PATH` or `tcp:HOST:PORT`) and attach.
     pub fn connect(addr: &str, cfg: &Config) -> Result<P9Fs> {
         let a = Addr::parse(addr).ok_or(Errno::EINVAL)?;
@@ -145,6 +167,7 @@ impl P9Fs {
             free_fids: Mutex::new(Vec::new()),
             iounit,
             pipeline: std::sync::atomic::AtomicBool::new(true),
+            attach_uid: cfg.uid,
         })
     }
 
@@ -502,7 +525,10 @@ impl FileSystem for P9Fs {
             |r| matches!(r, Fcall::Rlcreate { .. }),
         )?;
         match self.entry_of(dir, name) {
-            Ok(e) => Ok((e, FileHandle(nf as u64))),
+            Ok(mut e) => {
+                self.own(nf, owner, &mut e.attr);
+                Ok((e, FileHandle(nf as u64)))
+            }
             Err(e) => {
                 self.clunk(nf);
                 Err(e)
@@ -576,7 +602,9 @@ impl FileSystem for P9Fs {
             mode,
             gid: owner.gid,
         })?;
-        self.entry_of(dfid, name)
+        let mut e = self.entry_of(dfid, name)?;
+        self.own(P9Fs::fid(e.node)?, owner, &mut e.attr);
+        Ok(e)
     }
 
     fn symlink(&self, parent: NodeId, name: &[u8], target: &[u8], owner: Owner) -> Result<Entry> {
@@ -587,7 +615,9 @@ impl FileSystem for P9Fs {
             symtgt: Str(target),
             gid: owner.gid,
         })?;
-        self.entry_of(fid, name)
+        let mut e = self.entry_of(fid, name)?;
+        self.own(P9Fs::fid(e.node)?, owner, &mut e.attr);
+        Ok(e)
     }
 
     fn link(&self, node: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {

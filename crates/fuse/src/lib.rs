@@ -1,0 +1,890 @@
+//! `walkfs mount`: a [`Vfs`] as a FUSE file system.
+//!
+//! The kernel's own caches are told as much as the cache mode allows, so
+//! that warm lookups never leave the kernel:
+//! - `cache=loose`: long entry and attribute timeouts, negative entries
+//!   (a lookup that fails is answered with node id 0 and an entry timeout
+//!   of `negtimeout`), symlink bodies cached by the kernel
+//!   (`FUSE_CACHE_SYMLINKS`), page cache kept across opens
+//!   (`FOPEN_KEEP_CACHE`), readdirplus.
+//! - `cache=none`: zero timeouts; every lookup and stat reaches the vfs,
+//!   which asks the server.
+//!
+//! Nodes: each FUSE node id stands for an `O_PATH` descriptor of the vfs
+//! in one descriptor table shared by every request; the kernel's lookup
+//! count decides when it closes (`forget`). Two names of one inode (hard
+//! links) share a node, as the kernel expects.
+//!
+//! Requests act with the caller's credentials (uid, gid from the request,
+//! supplementary groups from the user database), so permission checks and
+//! the owners of new files are the caller's.
+
+pub mod mount;
+pub mod options;
+mod stats;
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow,
+};
+use parking_lot::{Mutex, RwLock};
+use walkfs_vfs::{Creds, Ctx, Errno, Statx, TimeSet, Timespec, Vfs};
+
+pub use options::{CacheMode, MountOptions};
+pub use stats::{FuseCounters, MountStats, STATS_XATTR};
+
+/// Descriptors the mount may hold: one per node the kernel knows, one per
+/// open file.
+const MAX_FDS: usize = 1 << 18;
+
+/// What a node id stands for.
+struct Node {
+    /// `O_PATH` descriptor in the shared table.
+    fd: i32,
+    /// The kernel's lookup count: the node goes when `forget` brings it
+    /// to zero.
+    nlookup: u64,
+    key: (u64, u64),
+}
+
+#[derive(Default)]
+struct Nodes {
+    by_id: HashMap<u64, Node>,
+    by_key: HashMap<(u64, u64), u64>,
+}
+
+/// An open directory: its entries read once at opendir, served by offset.
+struct DirHandle {
+    entries: Vec<walkfs_vfs::DirEntryOut>,
+}
+
+/// The file system the FUSE session serves.
+pub struct WalkFuse {
+    vfs: Vfs,
+    /// Root credentials, the descriptor table every request shares.
+    base: Ctx,
+    ctxs: RwLock<HashMap<(u32, u32), Arc<Ctx>>>,
+    nodes: RwLock<Nodes>,
+    next_id: AtomicU64,
+    dirs: Mutex<HashMap<u64, DirHandle>>,
+    next_dir: AtomicU64,
+    opts: MountOptions,
+    pub counters: Arc<FuseCounters>,
+}
+
+fn errno(e: Errno) -> fuser::Errno {
+    fuser::Errno::from_i32(e.0)
+}
+
+fn kind_of(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFSOCK => FileType::Socket,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn time(t: walkfs_vfs::StatxTimestamp) -> SystemTime {
+    if t.tv_sec >= 0 {
+        UNIX_EPOCH + Duration::new(t.tv_sec as u64, t.tv_nsec)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.tv_sec.unsigned_abs())
+    }
+}
+
+fn attr_of(id: u64, x: &Statx) -> FileAttr {
+    let mode = u32::from(x.stx_mode);
+    FileAttr {
+        ino: INodeNo(id),
+        size: x.stx_size,
+        blocks: x.stx_blocks,
+        atime: time(x.stx_atime),
+        mtime: time(x.stx_mtime),
+        ctime: time(x.stx_ctime),
+        crtime: time(x.stx_ctime),
+        kind: kind_of(mode),
+        perm: (mode & 0o7777) as u16,
+        nlink: x.stx_nlink,
+        uid: x.stx_uid,
+        gid: x.stx_gid,
+        rdev: libc::makedev(x.stx_rdev_major, x.stx_rdev_minor) as u32,
+        blksize: x.stx_blksize,
+        flags: 0,
+    }
+}
+
+fn key_of(x: &Statx) -> (u64, u64) {
+    (
+        (u64::from(x.stx_dev_major) << 32) | u64::from(x.stx_dev_minor),
+        x.stx_ino,
+    )
+}
+
+fn time_set(t: Option<TimeOrNow>) -> Option<TimeSet> {
+    t.map(|t| match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(st) => {
+            let (sec, nsec) = match st.duration_since(UNIX_EPOCH) {
+                Ok(d) => (d.as_secs() as i64, d.subsec_nanos()),
+                Err(e) => (-(e.duration().as_secs() as i64), 0),
+            };
+            TimeSet::At(Timespec { sec, nsec })
+        }
+    })
+}
+
+impl WalkFuse {
+    pub fn new(vfs: Vfs, opts: MountOptions) -> Result<WalkFuse, Errno> {
+        let base = vfs.context_with_fds(Creds::root(), MAX_FDS);
+        let root = base.openat(
+            walkfs_vfs::AT_FDCWD,
+            b"/",
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+        )?;
+        let x = base.fstatx(root, libc::STATX_BASIC_STATS)?;
+        let mut nodes = Nodes::default();
+        nodes.by_id.insert(
+            INodeNo::ROOT.0,
+            Node {
+                fd: root,
+                nlookup: 1,
+                key: key_of(&x),
+            },
+        );
+        nodes.by_key.insert(key_of(&x), INodeNo::ROOT.0);
+        Ok(WalkFuse {
+            vfs,
+            base,
+            ctxs: RwLock::new(HashMap::new()),
+            nodes: RwLock::new(nodes),
+            next_id: AtomicU64::new(1 << 62),
+            dirs: Mutex::new(HashMap::new()),
+            next_dir: AtomicU64::new(1),
+            opts,
+            counters: Arc::new(FuseCounters::default()),
+        })
+    }
+
+    pub fn vfs(&self) -> &Vfs {
+        &self.vfs
+    }
+
+    /// The context acting as the caller of `req`.
+    fn ctx(&self, req: &Request) -> Arc<Ctx> {
+        let key = (req.uid(), req.gid());
+        if let Some(c) = self.ctxs.read().get(&key) {
+            return Arc::clone(c);
+        }
+        let mut creds = walkfs_server::users::creds_for(key.0, b"").unwrap_or(Creds {
+            uid: key.0,
+            gid: key.1,
+            groups: Vec::new(),
+        });
+        // The request's gid is the caller's fsgid, which may differ from
+        // the passwd entry's (newgrp, setgid programs).
+        creds.gid = key.1;
+        let c = Arc::new(self.base.with_creds(creds));
+        self.ctxs.write().insert(key, Arc::clone(&c));
+        c
+    }
+
+    fn fd(&self, ino: INodeNo) -> Result<i32, Errno> {
+        self.nodes
+            .read()
+            .by_id
+            .get(&ino.0)
+            .map(|n| n.fd)
+            .ok_or(Errno::ESTALE)
+    }
+
+    /// A node for the object `fd` (an `O_PATH` descriptor this call now
+    /// owns) whose attributes are `x`: an existing node of the same inode
+    /// gets one more lookup and `fd` is closed.
+    fn remember(&self, fd: i32, x: &Statx) -> u64 {
+        let key = key_of(x);
+        let mut nodes = self.nodes.write();
+        if let Some(&id) = nodes.by_key.get(&key) {
+            if let Some(n) = nodes.by_id.get_mut(&id) {
+                n.nlookup += 1;
+                drop(nodes);
+                let _ = self.base.close(fd);
+                return id;
+            }
+        }
+        // The node id is what stat reports as st_ino (the protocol carries
+        // one number for both), so it is the backend's inode number when
+        // that is free; a clash (two file systems under one vfs) takes a
+        // number from a range no file system of ours hands out.
+        let id = if x.stx_ino > INodeNo::ROOT.0 && !nodes.by_id.contains_key(&x.stx_ino) {
+            x.stx_ino
+        } else {
+            self.next_id.fetch_add(1, Relaxed)
+        };
+        nodes.by_id.insert(
+            id,
+            Node {
+                fd,
+                nlookup: 1,
+                key,
+            },
+        );
+        nodes.by_key.insert(key, id);
+        id
+    }
+
+    /// Look `name` up in directory `parent`: a new lookup count on its
+    /// node and its attributes.
+    fn lookup_node(&self, ctx: &Ctx, parent: INodeNo, name: &[u8]) -> Result<FileAttr, Errno> {
+        let pfd = self.fd(parent)?;
+        let mut steps = Vec::with_capacity(1);
+        let fd = ctx
+            .walk_names(pfd, &[name], &mut steps)?
+            .ok_or(Errno::ENOENT)?;
+        let x = match ctx.fstatx(fd, libc::STATX_BASIC_STATS) {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = ctx.close(fd);
+                return Err(e);
+            }
+        };
+        let id = self.remember(fd, &x);
+        Ok(attr_of(id, &x))
+    }
+
+    fn attr(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
+        let x = self.base.fstatx(self.fd(ino)?, libc::STATX_BASIC_STATS)?;
+        Ok(attr_of(ino.0, &x))
+    }
+
+    fn entry(&self, reply: ReplyEntry, r: Result<FileAttr, Errno>) {
+        match r {
+            Ok(a) => {
+                reply.entry_with_ttls(&self.opts.attr_ttl, &self.opts.entry_ttl, &a, Generation(0))
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    /// Check a name the kernel passed: one component, never `.`/`..`.
+    fn name(name: &OsStr) -> Result<&[u8], Errno> {
+        let n = name.as_bytes();
+        if n.is_empty() || n == b"." || n == b".." || n.contains(&b'/') {
+            return Err(Errno::EINVAL);
+        }
+        Ok(n)
+    }
+
+    /// Counters of the mount, the vfs and the 9P client under it.
+    pub fn stats(&self) -> MountStats {
+        MountStats::collect(&self.counters, &self.vfs, &self.opts)
+    }
+
+    fn open_flags(&self, flags: i32) -> i32 {
+        // The kernel handles O_APPEND's offsets only without writeback
+        // caching, and O_CREAT/O_EXCL/O_TRUNC arrive as their own calls.
+        flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_TRUNC)
+    }
+
+    fn fopen_flags(&self) -> FopenFlags {
+        if self.opts.cache == CacheMode::Loose {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+}
+
+impl Filesystem for WalkFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let mut want = InitFlags::FUSE_PARALLEL_DIROPS;
+        if self.opts.cache == CacheMode::Loose {
+            want |= InitFlags::FUSE_CACHE_SYMLINKS
+                | InitFlags::FUSE_DO_READDIRPLUS
+                | InitFlags::FUSE_READDIRPLUS_AUTO;
+        }
+        if let Err(missing) = config.add_capabilities(want) {
+            tracing::info!("kernel lacks FUSE capabilities {missing:?}");
+            let _ = config.add_capabilities(want & !missing);
+        }
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.counters.lookups.fetch_add(1, Relaxed);
+        let ctx = self.ctx(req);
+        let r = Self::name(name).and_then(|n| self.lookup_node(&ctx, parent, n));
+        match r {
+            Err(Errno::ENOENT) if !self.opts.neg_ttl.is_zero() => {
+                // A negative entry: node id 0, kept for the entry timeout.
+                self.counters.negative_replies.fetch_add(1, Relaxed);
+                let mut a = attr_of(0, &Statx::default());
+                a.ino = INodeNo(0);
+                reply.entry_with_ttls(&Duration::ZERO, &self.opts.neg_ttl, &a, Generation(0));
+            }
+            Err(Errno::ENOENT) => {
+                self.counters.negative_replies.fetch_add(1, Relaxed);
+                reply.error(fuser::Errno::ENOENT)
+            }
+            r => self.entry(reply, r),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.counters.forgets.fetch_add(1, Relaxed);
+        if ino == INodeNo::ROOT {
+            return;
+        }
+        let mut nodes = self.nodes.write();
+        let gone = match nodes.by_id.get_mut(&ino.0) {
+            Some(n) => {
+                n.nlookup = n.nlookup.saturating_sub(nlookup);
+                n.nlookup == 0
+            }
+            None => false,
+        };
+        if gone {
+            if let Some(n) = nodes.by_id.remove(&ino.0) {
+                if nodes.by_key.get(&n.key) == Some(&ino.0) {
+                    nodes.by_key.remove(&n.key);
+                }
+                drop(nodes);
+                let _ = self.base.close(n.fd);
+            }
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.counters.getattrs.fetch_add(1, Relaxed);
+        match self.attr(ino) {
+            Ok(a) => reply.attr(&self.opts.attr_ttl, &a),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let ctx = self.ctx(req);
+        let r = (|| {
+            let fd = self.fd(ino)?;
+            let e = libc::AT_EMPTY_PATH;
+            if let Some(m) = mode {
+                ctx.fchmodat(fd, b"", m & 0o7777, e)?;
+            }
+            if uid.is_some() || gid.is_some() {
+                ctx.fchownat(
+                    fd,
+                    b"",
+                    uid.unwrap_or(u32::MAX),
+                    gid.unwrap_or(u32::MAX),
+                    e | libc::AT_SYMLINK_NOFOLLOW,
+                )?;
+            }
+            if let Some(len) = size {
+                let len = i64::try_from(len).map_err(|_| Errno::EFBIG)?;
+                match fh {
+                    Some(h) => ctx.ftruncate(h.0 as i32, len)?,
+                    None => {
+                        let w = ctx.reopen(fd, libc::O_WRONLY)?;
+                        let r = ctx.ftruncate(w, len);
+                        let _ = ctx.close(w);
+                        r?
+                    }
+                }
+            }
+            let times = [time_set(atime), time_set(mtime)];
+            if times != [None, None] {
+                ctx.utimensat(fd, b"", times, e | libc::AT_SYMLINK_NOFOLLOW)?;
+            }
+            self.attr(ino)
+        })();
+        match r {
+            Ok(a) => reply.attr(&self.opts.attr_ttl, &a),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.counters.readlinks.fetch_add(1, Relaxed);
+        let mut buf = [0u8; libc::PATH_MAX as usize];
+        let r = self
+            .fd(ino)
+            .and_then(|fd| self.ctx(req).readlinkat_into(fd, b"", &mut buf));
+        match r {
+            Ok(n) => reply.data(&buf[..n]),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let ctx = self.ctx(req);
+        let r = Self::name(name).and_then(|n| {
+            ctx.mkdirat(self.fd(parent)?, n, mode & !umask & 0o7777)?;
+            self.lookup_node(&ctx, parent, n)
+        });
+        self.entry(reply, r);
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        // Regular files only: device nodes, fifos and sockets are never
+        // made on a client's behalf.
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            reply.error(fuser::Errno::EPERM);
+            return;
+        }
+        let ctx = self.ctx(req);
+        let r = Self::name(name).and_then(|n| {
+            let fd = ctx.openat(
+                self.fd(parent)?,
+                n,
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                mode & !umask & 0o7777,
+            )?;
+            let _ = ctx.close(fd);
+            self.lookup_node(&ctx, parent, n)
+        });
+        self.entry(reply, r);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let ctx = self.ctx(req);
+        let r = Self::name(name).and_then(|n| ctx.unlinkat(self.fd(parent)?, n, 0));
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let ctx = self.ctx(req);
+        let r =
+            Self::name(name).and_then(|n| ctx.unlinkat(self.fd(parent)?, n, libc::AT_REMOVEDIR));
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let ctx = self.ctx(req);
+        let r = Self::name(link_name).and_then(|n| {
+            ctx.symlinkat(target.as_os_str().as_bytes(), self.fd(parent)?, n)?;
+            self.lookup_node(&ctx, parent, n)
+        });
+        self.entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let ctx = self.ctx(req);
+        let r = (|| {
+            let (a, b) = (Self::name(name)?, Self::name(newname)?);
+            ctx.renameat2(self.fd(parent)?, a, self.fd(newparent)?, b, flags.bits())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let ctx = self.ctx(req);
+        let r = Self::name(newname).and_then(|n| {
+            ctx.linkat(
+                self.fd(ino)?,
+                b"",
+                self.fd(newparent)?,
+                n,
+                libc::AT_EMPTY_PATH,
+            )?;
+            self.lookup_node(&ctx, newparent, n)
+        });
+        self.entry(reply, r);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.counters.opens.fetch_add(1, Relaxed);
+        let ctx = self.ctx(req);
+        let r = self
+            .fd(ino)
+            .and_then(|fd| ctx.reopen(fd, self.open_flags(flags.0)));
+        match r {
+            Ok(h) => reply.opened(FileHandle(h as u64), self.fopen_flags()),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.counters.reads.fetch_add(1, Relaxed);
+        let mut buf = vec![0u8; size as usize];
+        match self.base.pread(fh.0 as i32, &mut buf, offset) {
+            Ok(n) => reply.data(&buf[..n]),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: fuser::WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        self.counters.writes.fetch_add(1, Relaxed);
+        match self.base.pwrite(fh.0 as i32, data, offset) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: fuser::LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _ = self.base.close(fh.0 as i32);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Writes reach the backend at once; there is no write-back cache
+        // here to flush.
+        reply.ok();
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.counters.readdirs.fetch_add(1, Relaxed);
+        let ctx = self.ctx(req);
+        let r = (|| {
+            let d = ctx.reopen(self.fd(ino)?, libc::O_RDONLY | libc::O_DIRECTORY)?;
+            let entries = ctx.getdents(d);
+            let _ = ctx.close(d);
+            entries
+        })();
+        match r {
+            Ok(entries) => {
+                let h = self.next_dir.fetch_add(1, Relaxed);
+                self.dirs.lock().insert(h, DirHandle { entries });
+                let f = if self.opts.cache == CacheMode::Loose {
+                    FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR
+                } else {
+                    FopenFlags::empty()
+                };
+                reply.opened(FileHandle(h), f)
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let dirs = self.dirs.lock();
+        let Some(d) = dirs.get(&fh.0) else {
+            reply.error(fuser::Errno::EBADF);
+            return;
+        };
+        for (i, e) in d.entries.iter().enumerate().skip(offset as usize) {
+            let kind = kind_of(e.kind.mode_bits());
+            // The node id here is a hint only (readdir makes no lookup);
+            // the inode number keeps `ls -i` and `find` consistent.
+            if reply.add(
+                INodeNo(e.ino.max(1)),
+                i as u64 + 1,
+                kind,
+                OsStr::from_bytes(&e.name),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let ctx = self.ctx(req);
+        let entries: Vec<(usize, Vec<u8>)> = {
+            let dirs = self.dirs.lock();
+            let Some(d) = dirs.get(&fh.0) else {
+                reply.error(fuser::Errno::EBADF);
+                return;
+            };
+            d.entries
+                .iter()
+                .enumerate()
+                .skip(offset as usize)
+                .map(|(i, e)| (i, e.name.clone()))
+                .collect()
+        };
+        for (i, name) in entries {
+            let off = i as u64 + 1;
+            let attr = if name == b"." {
+                self.attr(ino)
+            } else if name == b".." {
+                // The kernel links no node for `..` (no lookup count): its
+                // attributes only, with its inode number (readdir skips
+                // entries whose d_ino is 0).
+                self.fd(ino).and_then(|fd| {
+                    let x = ctx.statx(
+                        fd,
+                        b"..",
+                        libc::AT_SYMLINK_NOFOLLOW,
+                        libc::STATX_BASIC_STATS,
+                    )?;
+                    Ok(attr_of(x.stx_ino.max(1), &x))
+                })
+            } else {
+                self.lookup_node(&ctx, ino, &name)
+            };
+            let Ok(a) = attr else { continue };
+            let full = reply.add(
+                a.ino,
+                off,
+                OsStr::from_bytes(&name),
+                &self.opts.entry_ttl,
+                &a,
+                Generation(0),
+            );
+            if full {
+                // The kernel did not take this entry: give back its count.
+                if name != b"." && name != b".." {
+                    self.forget(req, a.ino, 1);
+                }
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.lock().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        match self.fd(ino).and_then(|fd| self.base.statfs(fd, b"")) {
+            Ok(s) => reply.statfs(
+                s.blocks,
+                s.bfree,
+                s.bavail,
+                s.files,
+                s.ffree,
+                s.bsize as u32,
+                s.namelen as u32,
+                s.frsize as u32,
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if ino != INodeNo::ROOT || name.as_bytes() != STATS_XATTR.as_bytes() {
+            reply.error(fuser::Errno::NO_XATTR);
+            return;
+        }
+        let body = serde_json::to_vec(&self.stats()).unwrap_or_default();
+        if size == 0 {
+            reply.size(body.len() as u32);
+        } else if (size as usize) < body.len() {
+            reply.error(fuser::Errno::ERANGE);
+        } else {
+            reply.data(&body);
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if size == 0 {
+            reply.size(0);
+        } else {
+            reply.data(&[]);
+        }
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let r = self.fd(ino).and_then(|fd| {
+            self.ctx(req)
+                .faccessat(fd, b"", mask.bits(), libc::AT_EMPTY_PATH)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.counters.creates.fetch_add(1, Relaxed);
+        let ctx = self.ctx(req);
+        let r = Self::name(name).and_then(|n| {
+            let pfd = self.fd(parent)?;
+            let h = ctx.openat(
+                pfd,
+                n,
+                (flags | libc::O_CREAT) & !libc::O_NOCTTY,
+                mode & !umask & 0o7777,
+            )?;
+            match self.lookup_node(&ctx, parent, n) {
+                Ok(a) => Ok((a, h)),
+                Err(e) => {
+                    let _ = ctx.close(h);
+                    Err(e)
+                }
+            }
+        });
+        match r {
+            Ok((a, h)) => reply.created(
+                &self.opts.entry_ttl,
+                &a,
+                Generation(0),
+                FileHandle(h as u64),
+                self.fopen_flags(),
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}

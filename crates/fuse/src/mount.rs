@@ -1,0 +1,156 @@
+//! Mounting: the source to a vfs (a 9P address, or a local directory
+//! served in-process over a socketpair so the whole stack runs), the FUSE
+//! session, and a clean unmount on SIGINT/SIGTERM/SIGHUP or when someone
+//! runs `umount`/`fusermount3 -u`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use fuser::{Config, MountOption, Session, SessionACL};
+use walkfs_p9::Stream;
+use walkfs_vfs::{Options, Vfs};
+
+use crate::{MountOptions, WalkFuse};
+
+/// The vfs for `source`. A local directory (or `mem:`) is exported by a
+/// `walkfs serve` in this process over one end of a socketpair; the 9P
+/// client takes the other end. `direct` skips the 9P layer (the vfs
+/// over the directory itself).
+pub fn open_source(source: &str, opts: &MountOptions, direct: bool) -> Result<Vfs, String> {
+    if walkfs_p9::Addr::parse(source).is_some() {
+        return Vfs::open_source(source, &opts.vfs).map_err(|e| format!("{source}: {e}"));
+    }
+    if direct {
+        return Vfs::open_source(source, &opts.vfs).map_err(|e| format!("{source}: {e}"));
+    }
+    if source != "mem:" && !Path::new(source).is_dir() {
+        return Err(format!(
+            "{source}: not a directory, mem:, unix:PATH or tcp:HOST:PORT"
+        ));
+    }
+    // The server's own vfs is the exported tree's authority: default
+    // switches, its own caches.
+    let served =
+        Vfs::open_source(source, &Options::default()).map_err(|e| format!("{source}: {e}"))?;
+    let cfg = walkfs_server::Config {
+        read_only: opts.read_only,
+        ..Default::default()
+    };
+    let server = walkfs_server::Server::new(served, cfg);
+    let (a, b) = std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    server.serve_stream(Stream::Unix(a));
+    Vfs::open_9p(Stream::Unix(b), &opts.vfs).map_err(|e| format!("attach to {source}: {e}"))
+}
+
+/// A mounted walkfs: dropping it does not unmount; call [`Mounted::wait`].
+pub struct Mounted {
+    unmounter: fuser::SessionUnmounter,
+    thread: std::thread::JoinHandle<std::io::Result<()>>,
+    pub stats: Arc<crate::FuseCounters>,
+}
+
+/// Mount `vfs` on `mountpoint`; the session runs on its own threads.
+/// `on_end` runs on the session's thread when it ends (someone
+/// unmounted).
+pub fn mount(
+    vfs: Vfs,
+    source: &str,
+    mountpoint: &Path,
+    opts: MountOptions,
+    on_end: impl FnOnce() + Send + 'static,
+) -> Result<Mounted, String> {
+    let mut mo = vec![
+        MountOption::FSName(source.to_string()),
+        MountOption::Subtype("walkfs".into()),
+        MountOption::NoDev,
+    ];
+    if opts.default_permissions {
+        mo.push(MountOption::DefaultPermissions);
+    }
+    if opts.read_only {
+        mo.push(MountOption::RO);
+    }
+    let mut cfg = Config::default();
+    cfg.mount_options = mo;
+    cfg.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    cfg.n_threads = Some(opts.threads);
+    cfg.clone_fd = true;
+    let fs = WalkFuse::new(vfs, opts).map_err(|e| format!("root of the source: {e}"))?;
+    let stats = Arc::clone(&fs.counters);
+    let mut session = Session::new(fs, mountpoint, &cfg)
+        .map_err(|e| format!("mount on {}: {e}", mountpoint.display()))?;
+    let unmounter = session.unmount_callable();
+    let thread = std::thread::Builder::new()
+        .name("fuse-session".into())
+        .spawn(move || {
+            let r = session.run();
+            on_end();
+            r
+        })
+        .map_err(|e| format!("session thread: {e}"))?;
+    Ok(Mounted {
+        unmounter,
+        thread,
+        stats,
+    })
+}
+
+impl Mounted {
+    /// Unmount (if still mounted) and wait for the session to end.
+    pub fn unmount(mut self) -> Result<(), String> {
+        let r = self.unmounter.unmount();
+        let j = self.thread.join();
+        r.map_err(|e| format!("unmount: {e}"))?;
+        match j {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("session: {e}")),
+            Err(_) => Err("session thread panicked".into()),
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+}
+
+/// Block SIGINT, SIGTERM and SIGHUP in this thread (and every thread it
+/// starts afterwards), so [`wait_for_signal`] receives them. Call before
+/// starting any thread.
+pub fn block_signals() {
+    // SAFETY: a sigset built with the libc calls and passed by pointer.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Wait for SIGINT, SIGTERM or SIGHUP (blocked by [`block_signals`]).
+pub fn wait_for_signal() -> i32 {
+    // SAFETY: as above; sigwait writes the signal number into `sig`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        let mut sig = 0;
+        libc::sigwait(&set, &mut sig);
+        sig
+    }
+}
+
+/// Wake [`wait_for_signal`] in this process (the session ended by itself).
+pub fn wake_waiter() {
+    // SAFETY: kill of our own pid with a signal every thread blocks.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGTERM);
+    }
+}

@@ -1,0 +1,145 @@
+//! `walkfs mount -o OPTIONS`: the FUSE mount's own options, the rest for
+//! the vfs (and its 9P client).
+
+use std::time::Duration;
+
+use walkfs_vfs::{Errno, Options};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum CacheMode {
+    /// Nothing cached unchecked, in the kernel or in walkfs.
+    None,
+    /// Keep what was learned.
+    Loose,
+}
+
+/// What the kernel is told to cache for how long: the timeouts follow
+/// the cache mode (Linux's 9p client in `cache=loose` never revalidates;
+/// long timeouts are the FUSE equivalent).
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    pub cache: CacheMode,
+    pub entry_ttl: Duration,
+    pub attr_ttl: Duration,
+    /// How long the kernel keeps a negative entry; zero: none.
+    pub neg_ttl: Duration,
+    pub allow_other: bool,
+    pub default_permissions: bool,
+    pub read_only: bool,
+    /// Worker threads of the FUSE session.
+    pub threads: usize,
+    /// The vfs options (switches, `cache`, `negtimeout`, `msize`, ...).
+    pub vfs: Options,
+    /// The text given, for `walkfs stats`.
+    pub text: String,
+}
+
+/// "Forever" for a kernel timeout: a year (the kernel keeps entries
+/// until memory pressure or an invalidation long before that).
+const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
+
+impl MountOptions {
+    /// Parse `name[=value],...`. FUSE options: `allow_other`,
+    /// `default_permissions`, `ro`/`rw`, `threads=N`,
+    /// `entry_timeout=S`, `attr_timeout=S` (seconds; defaults follow the
+    /// cache mode). Everything else is a vfs option (`cache`,
+    /// `negtimeout`/`ndentrytmo`, `msize`, `fastpath`, ...). Mount-command
+    /// noise (`dev`, `suid`, `exec`, `auto`, `_netdev`, ...) is ignored.
+    pub fn parse(text: &str) -> Result<MountOptions, String> {
+        let mut vfs_opts = Vec::new();
+        let (mut allow_other, mut default_permissions, mut read_only) = (false, false, false);
+        let mut threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
+        let (mut entry, mut attr) = (None, None);
+        let secs = |v: &str| -> Result<Duration, String> {
+            v.parse::<f64>()
+                .ok()
+                .filter(|s| *s >= 0.0 && s.is_finite())
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| format!("bad timeout {v:?}"))
+        };
+        for kv in text.split(',').filter(|s| !s.is_empty()) {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            match k {
+                "allow_other" => allow_other = true,
+                "default_permissions" => default_permissions = true,
+                "ro" => read_only = true,
+                "rw" => read_only = false,
+                "threads" => {
+                    threads = v
+                        .parse()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| format!("bad threads {v:?}"))?
+                }
+                "entry_timeout" => entry = Some(secs(v)?),
+                "attr_timeout" => attr = Some(secs(v)?),
+                "dev" | "nodev" | "suid" | "nosuid" | "exec" | "noexec" | "auto" | "noauto"
+                | "user" | "nouser" | "_netdev" | "nofail" | "defaults" | "atime" | "noatime"
+                | "relatime" => {}
+                _ => vfs_opts.push(kv),
+            }
+        }
+        let mut vfs = Options::parse(&vfs_opts.join(","))
+            .map_err(|e: Errno| format!("bad options {text:?}: {e}"))?;
+        vfs.read_only |= read_only;
+        let cache = if vfs.cache_none {
+            CacheMode::None
+        } else {
+            CacheMode::Loose
+        };
+        let (dentry, dattr) = match cache {
+            CacheMode::None => (Duration::ZERO, Duration::ZERO),
+            CacheMode::Loose => (FOREVER, FOREVER),
+        };
+        let neg_ttl = match (cache, vfs.negtimeout_ms) {
+            (CacheMode::None, _) | (_, 0) => Duration::ZERO,
+            (_, n) if n < 0 => FOREVER,
+            (_, n) => Duration::from_millis(n as u64),
+        };
+        Ok(MountOptions {
+            cache,
+            entry_ttl: entry.unwrap_or(dentry),
+            attr_ttl: attr.unwrap_or(dattr),
+            neg_ttl,
+            allow_other,
+            default_permissions,
+            read_only: vfs.read_only,
+            threads,
+            vfs,
+            text: text.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_modes_set_the_kernel_timeouts() {
+        let o = MountOptions::parse("cache=loose,negtimeout=-1").unwrap();
+        assert_eq!(o.cache, CacheMode::Loose);
+        assert_eq!(o.neg_ttl, FOREVER);
+        assert_eq!(o.entry_ttl, FOREVER);
+        let o = MountOptions::parse("cache=loose,ndentrytmo=250").unwrap();
+        assert_eq!(o.neg_ttl, Duration::from_millis(250));
+        let o = MountOptions::parse("cache=loose,negtimeout=0").unwrap();
+        assert!(o.neg_ttl.is_zero());
+        let o = MountOptions::parse("cache=none,negtimeout=-1").unwrap();
+        assert_eq!(o.cache, CacheMode::None);
+        assert!(o.entry_ttl.is_zero() && o.attr_ttl.is_zero() && o.neg_ttl.is_zero());
+    }
+
+    #[test]
+    fn fuse_options_are_taken_out_and_the_rest_checked() {
+        let o =
+            MountOptions::parse("allow_other,ro,default_permissions,threads=3,fastpath=0,nodev")
+                .unwrap();
+        assert!(o.allow_other && o.read_only && o.default_permissions);
+        assert_eq!(o.threads, 3);
+        assert!(!o.vfs.fastpath);
+        assert!(MountOptions::parse("bogus=1").is_err());
+        assert!(MountOptions::parse("threads=0").is_err());
+        assert!(MountOptions::parse("entry_timeout=-1").is_err());
+    }
+}

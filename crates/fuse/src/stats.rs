@@ -1,0 +1,89 @@
+//! The mount's counters, read by `walkfs stats MOUNTPOINT` as the extended
+//! attribute [`STATS_XATTR`] of the mount's root (no side file, no
+//! socket: any process that can see the mount can ask).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use serde::Serialize;
+use walkfs_vfs::Vfs;
+
+use crate::MountOptions;
+
+/// The attribute `walkfs stats` reads: JSON of [`MountStats`].
+pub const STATS_XATTR: &str = "user.walkfs.stats";
+
+/// What the kernel asked of the mount.
+#[derive(Default, Debug)]
+pub struct FuseCounters {
+    pub lookups: AtomicU64,
+    /// Lookups answered "no such name" (with a negative entry the kernel
+    /// keeps when `negtimeout` allows).
+    pub negative_replies: AtomicU64,
+    pub getattrs: AtomicU64,
+    pub readlinks: AtomicU64,
+    pub opens: AtomicU64,
+    pub creates: AtomicU64,
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub readdirs: AtomicU64,
+    pub forgets: AtomicU64,
+}
+
+#[derive(Debug, Serialize, serde::Deserialize, Default)]
+pub struct MountStats {
+    pub options: String,
+    /// Requests from the kernel (those it could not answer from its own
+    /// caches).
+    pub fuse: Vec<(String, u64)>,
+    /// The vfs's dentry cache: lookups that missed the lock-free path,
+    /// lookups that reached the backend, negative entries made.
+    pub vfs_slow_lookups: u64,
+    pub vfs_backend_lookups: u64,
+    pub vfs_negative_created: u64,
+    pub vfs_dentries: u32,
+    /// 9P RPCs by type (empty when the source is not 9P).
+    pub rpcs: Vec<(String, u64)>,
+    pub total_rpcs: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Time spent waiting for the server's replies.
+    pub wait_ms: f64,
+}
+
+impl MountStats {
+    pub(crate) fn collect(c: &FuseCounters, vfs: &Vfs, opts: &MountOptions) -> MountStats {
+        let fuse = [
+            ("lookup", &c.lookups),
+            ("lookup_negative", &c.negative_replies),
+            ("getattr", &c.getattrs),
+            ("readlink", &c.readlinks),
+            ("open", &c.opens),
+            ("create", &c.creates),
+            ("read", &c.reads),
+            ("write", &c.writes),
+            ("opendir", &c.readdirs),
+            ("forget", &c.forgets),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.load(Relaxed)))
+        .collect();
+        let cs = vfs.cache_stats();
+        let mut s = MountStats {
+            options: opts.text.clone(),
+            fuse,
+            vfs_slow_lookups: cs.slow_lookups,
+            vfs_backend_lookups: cs.backend_lookups,
+            vfs_negative_created: cs.negative_created,
+            vfs_dentries: cs.dentries,
+            ..Default::default()
+        };
+        if let Some(p) = vfs.p9_stats() {
+            s.rpcs = p.rpcs.iter().map(|(n, c)| (n.to_string(), *c)).collect();
+            s.total_rpcs = p.total_rpcs;
+            s.bytes_sent = p.bytes_sent;
+            s.bytes_received = p.bytes_received;
+            s.wait_ms = p.wait_ns as f64 / 1e6;
+        }
+        s
+    }
+}
