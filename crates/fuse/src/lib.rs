@@ -72,7 +72,7 @@ pub struct WalkFuse {
     vfs: Vfs,
     /// Root credentials, the descriptor table every request shares.
     base: Ctx,
-    ctxs: RwLock<HashMap<(u32, u32), Arc<Ctx>>>,
+    ctxs: RwLock<HashMap<(u32, u32, Vec<u32>), Arc<Ctx>>>,
     nodes: RwLock<Nodes>,
     next_id: AtomicU64,
     dirs: Mutex<HashMap<u64, DirHandle>>,
@@ -124,6 +124,19 @@ fn attr_of(id: u64, x: &Statx) -> FileAttr {
         blksize: x.stx_blksize,
         flags: 0,
     }
+}
+
+/// The supplementary groups of process `pid` (the `Groups:` line of its
+/// status), sorted; `None` when it is gone.
+fn caller_groups(pid: u32) -> Option<Vec<u32>> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with("Groups:"))?;
+    let mut g: Vec<u32> = line["Groups:".len()..]
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    g.sort_unstable();
+    Some(g)
 }
 
 fn key_of(x: &Statx) -> (u64, u64) {
@@ -183,22 +196,35 @@ impl WalkFuse {
         &self.vfs
     }
 
-    /// The context acting as the caller of `req`.
+    /// The context acting as the caller of `req`: its uid, its gid (the
+    /// caller's fsgid), and — for anyone but root — its supplementary
+    /// groups, which FUSE does not pass: read from /proc like libfuse's
+    /// `fuse_getgroups`, so a group's permission is the caller's own.
     fn ctx(&self, req: &Request) -> Arc<Ctx> {
-        let key = (req.uid(), req.gid());
+        let (uid, gid) = (req.uid(), req.gid());
+        let groups = if uid == 0 {
+            Vec::new()
+        } else {
+            caller_groups(req.pid()).unwrap_or_else(|| {
+                walkfs_server::users::creds_for(uid, b"").map_or_else(Vec::new, |c| c.groups)
+            })
+        };
+        let key = (uid, gid, groups);
         if let Some(c) = self.ctxs.read().get(&key) {
             return Arc::clone(c);
         }
-        let mut creds = walkfs_server::users::creds_for(key.0, b"").unwrap_or(Creds {
-            uid: key.0,
-            gid: key.1,
-            groups: Vec::new(),
-        });
-        // The request's gid is the caller's fsgid, which may differ from
-        // the passwd entry's (newgrp, setgid programs).
-        creds.gid = key.1;
+        let creds = Creds {
+            uid,
+            gid,
+            groups: key.2.clone(),
+        };
         let c = Arc::new(self.base.with_creds(creds));
-        self.ctxs.write().insert(key, Arc::clone(&c));
+        let mut m = self.ctxs.write();
+        // Many callers, few distinct identities; bound it anyway.
+        if m.len() > 4096 {
+            m.clear();
+        }
+        m.insert(key, Arc::clone(&c));
         c
     }
 

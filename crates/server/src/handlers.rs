@@ -492,9 +492,6 @@ fn located(st: &FidState) -> Result<(i32, Vec<u8>)> {
 fn setattr(st: &FidState, a: &p9::SetAttr) -> Result<()> {
     let ctx = &st.ctx;
     let e = libc::AT_EMPTY_PATH;
-    if a.valid & p9::SETATTR_MODE != 0 {
-        ctx.fchmodat(st.fd, b"", a.mode & 0o7777, e)?;
-    }
     let uid = (a.valid & p9::SETATTR_UID != 0).then_some(a.uid);
     let gid = (a.valid & p9::SETATTR_GID != 0).then_some(a.gid);
     if uid.is_some() || gid.is_some() {
@@ -505,6 +502,11 @@ fn setattr(st: &FidState, a: &p9::SetAttr) -> Result<()> {
             gid.unwrap_or(u32::MAX),
             e | libc::AT_SYMLINK_NOFOLLOW,
         )?;
+    }
+    // After the owner: a chown clears set-id bits, and a mode given in
+    // the same request is the one that stands (as in one notify_change).
+    if a.valid & p9::SETATTR_MODE != 0 {
+        ctx.fchmodat(st.fd, b"", a.mode & 0o7777, e)?;
     }
     if a.valid & p9::SETATTR_SIZE != 0 {
         let fd = match st.open {

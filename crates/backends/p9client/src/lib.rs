@@ -119,9 +119,13 @@ impl P9Fs {
         if owner.uid == attr.uid || self.attach_uid != 0 {
             return;
         }
+        // Set-id bits the new file was made with go along (a chown alone
+        // would clear them); a symlink's mode cannot be set at all.
+        let keep_mode = attr.mode & 0o6000 != 0 && attr.mode & libc::S_IFMT != libc::S_IFLNK;
         let set = p9::SetAttr {
-            valid: p9::SETATTR_UID,
+            valid: p9::SETATTR_UID | if keep_mode { p9::SETATTR_MODE } else { 0 },
             uid: owner.uid,
+            mode: attr.mode & 0o7777,
             ..Default::default()
         };
         match self.simple(Fcall::Tsetattr { fid, attr: set }) {
@@ -646,11 +650,22 @@ impl FileSystem for P9Fs {
         newname: &[u8],
         flags: u32,
     ) -> Result<()> {
-        if flags != 0 {
-            // 9P2000.L has no renameat2 flags (Linux's 9p client says the same).
-            return Err(Errno::EINVAL);
-        }
         let (dir, newdir) = (P9Fs::fid(parent)?, P9Fs::fid(newparent)?);
+        match flags {
+            0 => {}
+            // 9P2000.L's renames take no flags. RENAME_NOREPLACE is asked
+            // as a walk first: exact against this client's own changes,
+            // a window against another client's create of the same name.
+            walkfs_fsapi::RENAME_NOREPLACE => {
+                if let Ok((f, _)) = self.walk_getattr(newdir, one(newname)) {
+                    self.clunk(f);
+                    return Err(Errno::EEXIST);
+                }
+            }
+            // An exchange cannot be built from 9P calls atomically
+            // (Linux's 9p client refuses it too).
+            _ => return Err(Errno::EINVAL),
+        }
         match self.simple(Fcall::Trenameat {
             olddirfid: dir,
             oldname: Str(name),
