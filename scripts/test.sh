@@ -10,6 +10,9 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 command -v make >/dev/null || need_apt+=(make)
 # The 9P peers of the interop tests: Debian's diod server and its clients.
 [ -x /usr/sbin/diod ] || need_apt+=(diod)
+# FUSE mounts (fusermount3), and the workloads run on them.
+command -v fusermount3 >/dev/null || need_apt+=(fuse3)
+command -v git >/dev/null || need_apt+=(git)
 # The plot test draws text.
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -62,6 +62,9 @@ struct Nodes {
     by_key: HashMap<(u64, u64), u64>,
 }
 
+/// A caller: uid, gid, supplementary groups (sorted).
+type Identity = (u32, u32, Vec<u32>);
+
 /// An open directory: its entries read once at opendir, served by offset.
 struct DirHandle {
     entries: Vec<walkfs_vfs::DirEntryOut>,
@@ -72,7 +75,7 @@ pub struct WalkFuse {
     vfs: Vfs,
     /// Root credentials, the descriptor table every request shares.
     base: Ctx,
-    ctxs: RwLock<HashMap<(u32, u32, Vec<u32>), Arc<Ctx>>>,
+    ctxs: RwLock<HashMap<Identity, Arc<Ctx>>>,
     nodes: RwLock<Nodes>,
     next_id: AtomicU64,
     dirs: Mutex<HashMap<u64, DirHandle>>,

@@ -1,0 +1,275 @@
+//! `walkfs mount` as users run it: a real FUSE mount of a local directory
+//! through the whole stack (FUSE -> vfs -> 9P client -> in-process server
+//! -> hostfs), real compilers and git on it, and unmounts that leave
+//! nothing behind. Needs root and /dev/fuse (CI has both).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn walkfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_walkfs"))
+}
+
+fn mounted(mnt: &Path) -> bool {
+    let m = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let p = mnt.to_str().expect("utf8");
+    m.lines().any(|l| l.split(' ').nth(1) == Some(p))
+}
+
+/// Processes still running `walkfs mount` on `mnt`.
+fn mount_processes(mnt: &Path) -> usize {
+    let needle = mnt.to_str().expect("utf8");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                let s = String::from_utf8_lossy(&c).replace('\0', " ");
+                s.contains(" mount ") && s.contains(needle)
+            })
+        })
+        .count()
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A background `walkfs mount` of `src` on `mnt`, unmounted (and checked
+/// gone) when dropped.
+struct Mount {
+    mnt: PathBuf,
+}
+
+impl Mount {
+    fn new(src: &Path, mnt: &Path, opts: &str) -> Mount {
+        let o = walkfs()
+            .arg("mount")
+            .arg(src)
+            .arg(mnt)
+            .args(["-o", opts])
+            .output()
+            .expect("run walkfs mount");
+        assert!(
+            o.status.success(),
+            "mount: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            mounted(mnt),
+            "walkfs mount returned before the mount was up"
+        );
+        Mount {
+            mnt: mnt.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if mounted(&self.mnt) {
+            let _ = Command::new("umount").arg(&self.mnt).status();
+        }
+    }
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let o = cmd.output().expect("run");
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+#[test]
+fn a_c_project_builds_and_runs_from_the_mount() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (src, mnt) = (t.path().join("src"), t.path().join("mnt"));
+    std::fs::create_dir_all(src.join("include")).expect("mkdir");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    std::fs::write(
+        src.join("include/greet.h"),
+        "#define GREETING \"hello from walkfs\"\nint twice(int);\n",
+    )
+    .expect("write");
+    std::fs::write(
+        src.join("main.c"),
+        "#include <stdio.h>\n#include \"greet.h\"\nint main(void){printf(\"%s %d\\n\", GREETING, twice(21));return 0;}\n",
+    )
+    .expect("write");
+    std::fs::write(src.join("twice.c"), "int twice(int x){return 2*x;}\n").expect("write");
+    std::fs::write(
+        src.join("Makefile"),
+        "prog: main.o twice.o\n\tcc -o $@ $^\n%.o: %.c\n\tcc -Iinclude -c -o $@ $<\n",
+    )
+    .expect("write");
+    let _m = Mount::new(&src, &mnt, "cache=loose,negtimeout=-1");
+    run(Command::new("make").arg("-s").arg("-C").arg(&mnt));
+    let o = run(&mut Command::new(mnt.join("prog")));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "hello from walkfs 42\n");
+    // What the build wrote through the mount is on the host.
+    assert!(src.join("prog").is_file() && src.join("main.o").is_file());
+    // Counters of the mount: the build's lookups and RPCs.
+    let o = run(walkfs().arg("stats").arg(&mnt).arg("--json"));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert!(s["total_rpcs"].as_u64().unwrap_or(0) > 0, "{s}");
+    let o = run(walkfs().arg("stats").arg(&mnt));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Twalk"));
+}
+
+#[test]
+fn git_works_on_the_mount() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (src, mnt) = (t.path().join("src"), t.path().join("mnt"));
+    std::fs::create_dir_all(src.join("dir")).expect("mkdir");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    for i in 0..20 {
+        std::fs::write(src.join(format!("dir/f{i}.txt")), format!("{i}\n")).expect("write");
+    }
+    let _m = Mount::new(&src, &mnt, "cache=loose,negtimeout=-1");
+    let git = |args: &[&str]| {
+        let mut c = Command::new("git");
+        c.arg("-C").arg(&mnt).args(args);
+        c.env("GIT_AUTHOR_NAME", "t").env("GIT_AUTHOR_EMAIL", "t@e");
+        c.env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@e");
+        run(&mut c)
+    };
+    git(&["init", "-q"]);
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "first"]);
+    let o = git(&["status", "--porcelain"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "", "clean after commit");
+    std::fs::write(mnt.join("dir/f3.txt"), "changed\n").expect("write");
+    std::fs::write(mnt.join("new.txt"), "new\n").expect("write");
+    let o = git(&["status", "--porcelain"]);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        out.contains(" M dir/f3.txt") && out.contains("?? new.txt"),
+        "{out}"
+    );
+    let o = git(&["log", "--oneline"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("first"));
+    // The host sees the same repository.
+    let o = run(Command::new("git")
+        .arg("-C")
+        .arg(&src)
+        .args(["status", "--porcelain"]));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(" M dir/f3.txt"));
+}
+
+#[test]
+fn unmount_leaves_no_process_or_mount_behind() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (src, mnt) = (t.path().join("src"), t.path().join("mnt"));
+    std::fs::create_dir(&src).expect("mkdir");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    std::fs::write(src.join("f"), "x").expect("write");
+    // umount(8).
+    let m = Mount::new(&src, &mnt, "");
+    assert_eq!(std::fs::read_to_string(mnt.join("f")).expect("read"), "x");
+    assert_eq!(mount_processes(&mnt), 1);
+    run(Command::new("umount").arg(&mnt));
+    wait_until("mount process exits after umount", || {
+        mount_processes(&mnt) == 0
+    });
+    assert!(!mounted(&mnt));
+    drop(m);
+    // fusermount3 -u.
+    let m = Mount::new(&src, &mnt, "cache=none");
+    run(Command::new("fusermount3").arg("-u").arg(&mnt));
+    wait_until("mount process exits after fusermount3 -u", || {
+        mount_processes(&mnt) == 0
+    });
+    assert!(!mounted(&mnt));
+    drop(m);
+    // SIGTERM to the mount process (and SIGINT to a foreground one).
+    for (fg, sig) in [(false, libc::SIGTERM), (true, libc::SIGINT)] {
+        let child = if fg {
+            let c = walkfs()
+                .arg("mount")
+                .arg(&src)
+                .arg(&mnt)
+                .arg("--foreground")
+                .spawn()
+                .expect("spawn");
+            wait_until("foreground mount up", || mounted(&mnt));
+            Some(c)
+        } else {
+            let m = Mount::new(&src, &mnt, "");
+            std::mem::forget(m);
+            None
+        };
+        let pid = std::fs::read_dir("/proc")
+            .expect("proc")
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .find(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
+                    let s = String::from_utf8_lossy(&c).replace('\0', " ");
+                    s.contains(" mount ") && s.contains(mnt.to_str().unwrap_or("?"))
+                })
+            })
+            .expect("the mount process");
+        // SAFETY: a signal to a process of this test.
+        unsafe { libc::kill(pid, sig) };
+        wait_until("mount process exits on a signal", || {
+            mount_processes(&mnt) == 0
+        });
+        assert!(!mounted(&mnt), "signal {sig} left the mount behind");
+        if let Some(mut c) = child {
+            assert!(c.wait().expect("wait").success());
+        }
+    }
+}
+
+#[test]
+fn mount_t_walkfs_through_the_helper() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (src, mnt, bin) = (
+        t.path().join("src"),
+        t.path().join("mnt"),
+        t.path().join("bin"),
+    );
+    for d in [&src, &mnt, &bin] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    std::fs::write(src.join("hello"), "via mount(8)\n").expect("write");
+    // mount(8) looks for /sbin/mount.TYPE; the helper is the walkfs binary
+    // under that name (scripts/install.sh links it there). Run it as
+    // mount(8) would.
+    let helper = bin.join("mount.walkfs");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_walkfs"), &helper).expect("symlink");
+    let o = Command::new(&helper)
+        .arg(&src)
+        .arg(&mnt)
+        .args(["-o", "rw,nosuid,nodev,cache=loose,negtimeout=-1"])
+        .output()
+        .expect("run helper");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let _m = Mount { mnt: mnt.clone() };
+    assert!(mounted(&mnt));
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("hello")).expect("read"),
+        "via mount(8)\n"
+    );
+    // Bad options are refused before anything is mounted.
+    let o = walkfs()
+        .arg("mount")
+        .arg(&src)
+        .arg(t.path().join("src"))
+        .args(["-o", "nonsense=1"])
+        .output()
+        .expect("run");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("nonsense"));
+}
