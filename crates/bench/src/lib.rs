@@ -1,6 +1,7 @@
 //! Benchmarks of walkfs. Each prints machine-readable JSON lines and a
 //! table for people.
 
+pub mod build;
 pub mod memory;
 pub mod micro;
 pub mod p9meta;

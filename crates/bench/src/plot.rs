@@ -1,7 +1,8 @@
-//! `--plot FILE.png`: the micro benchmark's single-thread rows as one
-//! horizontal bar chart of nanoseconds per call (log scale), kernel rows
+//! `--plot FILE.png`: horizontal bar charts (log scale). The micro
+//! benchmark's single-thread rows as nanoseconds per call, kernel rows
 //! red, walkfs with every optimization blue, each optimization off grey,
-//! grouped by bench so each group reads like a seed's before/after.
+//! grouped by bench so each group reads like a seed's before/after; the
+//! build benchmark's seconds per file system.
 
 use crate::micro::Row;
 use plotters::prelude::*;
@@ -32,32 +33,72 @@ fn register_font() -> Result<(), String> {
 const ROW_PX: u32 = 22;
 const LABEL_PX: i32 = 330;
 
+/// One bar of a chart.
+pub struct Bar {
+    pub label: String,
+    pub value: f64,
+    pub color: RGBColor,
+}
+
+pub const KERNEL: RGBColor = RGBColor(220, 40, 40);
+pub const WALKFS: RGBColor = RGBColor(40, 70, 220);
+pub const OTHER: RGBColor = RGBColor(160, 160, 160);
+
 /// Draw `rows` (those with `threads == 1`) into the PNG file `path`.
 pub fn plot(rows: &[Row], path: &str) -> Result<(), String> {
-    register_font()?;
-    let mut bars: Vec<&Row> = rows.iter().filter(|r| r.threads == 1).collect();
-    if bars.is_empty() {
+    let mut rows: Vec<&Row> = rows.iter().filter(|r| r.threads == 1).collect();
+    if rows.is_empty() {
         return Err("nothing to plot: no single-thread rows".into());
     }
     // Keep the run's order of benches, kernel first within each.
     let order: Vec<&str> = {
         let mut o: Vec<&str> = Vec::new();
-        for r in &bars {
+        for r in &rows {
             if !o.contains(&r.bench) {
                 o.push(r.bench);
             }
         }
         o
     };
-    bars.sort_by_key(|r| {
+    rows.sort_by_key(|r| {
         (
             order.iter().position(|b| *b == r.bench),
             r.target != "kernel",
         )
     });
-    let ns: Vec<f64> = bars.iter().map(|r| 1e9 / r.ops_per_sec).collect();
-    let lo = ns.iter().cloned().fold(f64::MAX, f64::min).max(0.1) / 2.0;
-    let hi = ns.iter().cloned().fold(0.0, f64::max) * 3.0;
+    let bars: Vec<Bar> = rows
+        .iter()
+        .map(|r| Bar {
+            label: if r.target == "kernel" {
+                format!("{}  kernel {}", r.bench, r.fs)
+            } else {
+                format!("{}  walkfs {} {}", r.bench, r.fs, r.variant)
+            },
+            value: 1e9 / r.ops_per_sec,
+            color: match (r.target, r.variant) {
+                ("kernel", _) => KERNEL,
+                (_, "all") => WALKFS,
+                _ => OTHER,
+            },
+        })
+        .collect();
+    bar_chart(
+        path,
+        "walkfs bench micro: ns per call, 1 thread (log scale; shorter is faster)",
+        "ns per call",
+        &bars,
+    )
+}
+
+/// Horizontal bars (log scale), top to bottom in the order given, each
+/// labelled on the left and with its value at its end.
+pub fn bar_chart(path: &str, title: &str, x_desc: &str, bars: &[Bar]) -> Result<(), String> {
+    register_font()?;
+    if bars.is_empty() {
+        return Err("nothing to plot".into());
+    }
+    let lo = bars.iter().map(|b| b.value).fold(f64::MAX, f64::min).max(0.1) / 2.0;
+    let hi = bars.iter().map(|b| b.value).fold(0.0, f64::max) * 3.0;
     let n = bars.len();
     let height = 120 + ROW_PX * n as u32;
     let err = |e: &dyn std::fmt::Display| format!("plot {path}: {e}");
@@ -66,10 +107,7 @@ pub fn plot(rows: &[Row], path: &str) -> Result<(), String> {
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let (left, right) = root.split_horizontally(LABEL_PX);
     let mut chart = ChartBuilder::on(&right)
-        .caption(
-            "walkfs bench micro: ns per call, 1 thread (log scale; shorter is faster)",
-            ("sans-serif", 18),
-        )
+        .caption(title, ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(30)
         .build_cartesian_2d((lo..hi).log_scale(), 0f64..n as f64)
@@ -78,23 +116,18 @@ pub fn plot(rows: &[Row], path: &str) -> Result<(), String> {
         .configure_mesh()
         .disable_y_mesh()
         .disable_y_axis()
-        .x_desc("ns per call")
+        .x_desc(x_desc)
         .x_label_style(("sans-serif", 13))
         .draw()
         .map_err(|e| err(&e))?;
-    let grey = RGBColor(160, 160, 160);
-    for (i, (r, &v)) in bars.iter().zip(&ns).enumerate() {
-        // Row 0 at the top.
+    for (i, b) in bars.iter().enumerate() {
+        // Bar 0 at the top.
         let y = (n - 1 - i) as f64;
-        let color = match (r.target, r.variant) {
-            ("kernel", _) => RED,
-            (_, "all") => BLUE,
-            _ => grey,
-        };
+        let v = b.value;
         chart
             .draw_series(std::iter::once(Rectangle::new(
                 [(lo, y + 0.15), (v, y + 0.85)],
-                color.filled(),
+                b.color.filled(),
             )))
             .map_err(|e| err(&e))?;
         chart
@@ -106,13 +139,8 @@ pub fn plot(rows: &[Row], path: &str) -> Result<(), String> {
             .map_err(|e| err(&e))?;
         // The label sits left of the chart, on the bar's pixel row.
         let (_, py) = chart.backend_coord(&(lo, y + 0.5));
-        let label = if r.target == "kernel" {
-            format!("{}  kernel {}", r.bench, r.fs)
-        } else {
-            format!("{}  walkfs {} {}", r.bench, r.fs, r.variant)
-        };
         left.draw(&Text::new(
-            label,
+            b.label.clone(),
             (8, py - 7),
             ("sans-serif", 13).into_font(),
         ))

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use walkfs_bench::{memory, micro, p9meta, report};
+use walkfs_bench::{build, memory, micro, p9meta, report};
 use walkfs_vfs::{Creds, Options, Vfs, AT_FDCWD};
 
 #[derive(Parser)]
@@ -210,6 +210,42 @@ enum BenchCmd {
         #[arg(long = "server")]
         servers: Vec<String>,
     },
+    /// Seed 003's workload: a clean `make -j$(nproc)` of hostapd and
+    /// wpa_supplicant (Debian's wpa source, fetched with apt-get source;
+    /// a deb-src entry is added if none exists) on native ext4, on
+    /// `walkfs mount` of a served directory in cache=none, cache=loose,
+    /// cache=loose,negtimeout=-1 and loose with symlink caching off, on
+    /// bindfs and on sshfs over 127.0.0.1 (a private sshd); then the
+    /// walkfs rows behind a slow link (walkfs serve --reply-delay-us), and
+    /// git status / untar / rm -rf. Each build from a fresh copy and a
+    /// fresh mount; medians of 3, configurations interleaved. Walkfs rows
+    /// carry the build's RPCs by type. Needs root.
+    Build {
+        /// One build each of native, walkfs cache=loose,negtimeout=-1 and
+        /// bindfs (about 10 minutes on 2 cores).
+        #[arg(long)]
+        quick: bool,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Also draw the rows as a bar chart into this PNG.
+        #[arg(long, value_name = "FILE.png")]
+        plot: Option<String>,
+        /// Only these configurations (repeatable): native, walkfs-none,
+        /// walkfs-loose, walkfs-loose-neg, walkfs-loose-neg-nosymcache,
+        /// bindfs, sshfs, walkfs-...-slowNus.
+        #[arg(long)]
+        only: Vec<String>,
+        /// Repetitions (default 3; 1 with --quick).
+        #[arg(long)]
+        reps: Option<usize>,
+        /// Reply delay of the slow-link rows in µs (0: none).
+        #[arg(long, default_value_t = 200, value_name = "US")]
+        slow_us: u64,
+        /// Skip git status / untar / rm -rf.
+        #[arg(long)]
+        no_workloads: bool,
+    },
     /// Memory of the dentry and inode caches, in bytes per cached dentry.
     Memory {
         /// Files to cache (13-byte names, 1000 per directory).
@@ -365,6 +401,37 @@ fn run(cmd: Cmd) -> Result<(), String> {
                 }
             } else {
                 print!("{}", p9meta::render(&res));
+            }
+            Ok(())
+        }
+        Cmd::Bench(BenchCmd::Build {
+            quick,
+            json,
+            plot,
+            only,
+            reps,
+            slow_us,
+            no_workloads,
+        }) => {
+            let walkfs = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+            let res = build::run(&build::BuildOpts {
+                quick,
+                walkfs,
+                only,
+                reps,
+                slow_us: if quick { 0 } else { slow_us },
+                workloads: !no_workloads && !quick,
+            })?;
+            if json {
+                for r in &res.rows {
+                    println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
+                }
+            } else {
+                print!("{}", build::render(&res));
+            }
+            if let Some(path) = plot {
+                build::plot(&res, &path)?;
+                eprintln!("walkfs: plot written to {path}");
             }
             Ok(())
         }

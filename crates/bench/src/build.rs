@@ -1,0 +1,742 @@
+//! `walkfs bench build`: seed 003's workload — a clean build of hostapd
+//! and wpa_supplicant (Debian's `wpa` source, hostap 2.10) — timed on the
+//! native file system, on `walkfs mount` in each cache mode, and on the
+//! FUSE peers a user would pick instead (bindfs, sshfs over 127.0.0.1);
+//! then the walkfs rows again behind a slow link (`walkfs serve
+//! --reply-delay-us`), and the shorter workloads users complain about on
+//! shares: `git status`, untar, `rm -rf`.
+//!
+//! Every build starts from a fresh copy of the source and a fresh mount;
+//! configurations are interleaved across repetitions so a noisy moment
+//! of the machine spreads over all of them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::report::{median, progress, progress_done, table};
+
+/// The feature set of upstream's tests/hwsim/build.sh, appended to each
+/// program's defconfig (Debian's tarball ships no tests/).
+pub const HOSTAPD_CONFIG: &str = include_str!("../hostap/hostapd.config");
+pub const WPA_SUPPLICANT_CONFIG: &str = include_str!("../hostap/wpa_supplicant.config");
+
+/// Debian packages the build and the peers need.
+pub const APT_NEEDS: &[&str] = &[
+    "dpkg-dev",
+    "gcc",
+    "make",
+    "pkg-config",
+    "libssl-dev",
+    "libnl-3-dev",
+    "libnl-genl-3-dev",
+    "libnl-route-3-dev",
+    "libdbus-1-dev",
+    "fuse3",
+    "bindfs",
+    "sshfs",
+    "openssh-server",
+    "openssh-client",
+    "git",
+    "xz-utils",
+];
+
+const DEB_SRC: &str = "/etc/apt/sources.list.d/walkfs-deb-src.sources";
+const CACHE: &str = "/var/tmp/walkfs-bench-build";
+
+#[derive(Clone, Debug)]
+pub struct BuildOpts {
+    pub quick: bool,
+    /// The `walkfs` executable (for `walkfs mount` and `walkfs serve`).
+    pub walkfs: PathBuf,
+    /// Only these configurations (by row name); default all.
+    pub only: Vec<String>,
+    /// Repetitions (median reported); default 3, 1 with --quick.
+    pub reps: Option<usize>,
+    /// Delay per reply of the slow-link rows, µs (0: no slow-link rows).
+    pub slow_us: u64,
+    /// Also the shorter workloads (git status, untar, rm -rf).
+    pub workloads: bool,
+}
+
+/// One measured row; JSON as the issue specifies, plus the RPCs of the
+/// run for walkfs rows.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub bench: String,
+    pub fs: String,
+    pub seconds: f64,
+    pub ratio_to_native: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rpcs: Option<u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub rpcs_by_type: BTreeMap<String, u64>,
+}
+
+/// A file system configuration under test.
+#[derive(Clone, Debug)]
+enum Kind {
+    Native,
+    /// `walkfs mount` of the local directory (embedded server) with these
+    /// options; with a delay, a separate `walkfs serve --reply-delay-us`
+    /// and `walkfs mount unix:...`.
+    Walkfs { opts: &'static str, delay_us: u64 },
+    Bindfs,
+    Sshfs,
+}
+
+#[derive(Clone, Debug)]
+struct Config {
+    name: String,
+    kind: Kind,
+}
+
+fn configs(opts: &BuildOpts) -> Vec<Config> {
+    let mut v = vec![Config {
+        name: "native".into(),
+        kind: Kind::Native,
+    }];
+    let walkfs_modes: &[(&str, &str)] = &[
+        ("walkfs-none", "cache=none"),
+        ("walkfs-loose", "cache=loose,negtimeout=0"),
+        ("walkfs-loose-neg", "cache=loose,negtimeout=-1"),
+        (
+            "walkfs-loose-neg-nosymcache",
+            "cache=loose,negtimeout=-1,cache_symlinks=0",
+        ),
+    ];
+    for &(name, o) in walkfs_modes {
+        v.push(Config {
+            name: name.into(),
+            kind: Kind::Walkfs {
+                opts: o,
+                delay_us: 0,
+            },
+        });
+    }
+    v.push(Config {
+        name: "bindfs".into(),
+        kind: Kind::Bindfs,
+    });
+    v.push(Config {
+        name: "sshfs".into(),
+        kind: Kind::Sshfs,
+    });
+    if opts.slow_us > 0 {
+        for &(name, o) in walkfs_modes {
+            v.push(Config {
+                name: format!("{name}-slow{}us", opts.slow_us),
+                kind: Kind::Walkfs {
+                    opts: o,
+                    delay_us: opts.slow_us,
+                },
+            });
+        }
+    }
+    if opts.quick && opts.only.is_empty() {
+        v.retain(|c| ["native", "walkfs-loose-neg", "bindfs"].contains(&c.name.as_str()));
+    } else if !opts.only.is_empty() {
+        v.retain(|c| opts.only.contains(&c.name));
+    }
+    v
+}
+
+fn sh(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{cmd:?}: cannot run: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(8).collect();
+        Err(format!(
+            "{cmd:?} failed ({}):\n{}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        ))
+    }
+}
+
+/// Install what is missing, add a deb-src entry if there is none, and
+/// fetch `wpa`'s upstream tarball with `apt-get source`. Returns the
+/// tarball's path (cached across runs).
+pub fn fetch() -> Result<PathBuf, String> {
+    std::fs::create_dir_all(CACHE).map_err(|e| format!("{CACHE}: {e}"))?;
+    if let Some(t) = find_tarball() {
+        return Ok(t);
+    }
+    let missing: Vec<&str> = APT_NEEDS
+        .iter()
+        .copied()
+        .filter(|p| {
+            !Command::new("dpkg-query")
+                .args(["-W", "-f=${Status}", p])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("ok installed"))
+        })
+        .collect();
+    if !has_deb_src() {
+        std::fs::write(
+            DEB_SRC,
+            "Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n\
+             Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
+        )
+        .map_err(|e| format!("{DEB_SRC}: {e}"))?;
+    }
+    sh(Command::new("apt-get").args(["update", "-qq"]))?;
+    if !missing.is_empty() {
+        sh(Command::new("apt-get")
+            .args(["install", "-y", "-qq"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    sh(Command::new("apt-get")
+        .args(["source", "-qq", "--download-only", "wpa"])
+        .current_dir(CACHE))?;
+    find_tarball().ok_or_else(|| "apt-get source wpa fetched no orig tarball".into())
+}
+
+fn find_tarball() -> Option<PathBuf> {
+    std::fs::read_dir(CACHE)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("wpa_") && n.contains(".orig.tar"))
+        })
+}
+
+fn has_deb_src() -> bool {
+    let mut files = vec![PathBuf::from("/etc/apt/sources.list")];
+    if let Ok(d) = std::fs::read_dir("/etc/apt/sources.list.d") {
+        files.extend(d.flatten().map(|e| e.path()));
+    }
+    files.iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|s| {
+            s.lines().any(|l| {
+                let l = l.trim();
+                l.starts_with("deb-src") || (l.starts_with("Types:") && l.contains("deb-src"))
+            })
+        })
+    })
+}
+
+/// Extract a fresh, configured source tree into `dir`; the tree's root.
+fn fresh_tree(tarball: &Path, dir: &Path) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    sh(Command::new("tar").arg("xf").arg(tarball).arg("-C").arg(dir))?;
+    let root = std::fs::read_dir(dir)
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("hostapd").is_dir())
+        .ok_or("the tarball holds no hostapd/")?;
+    for (prog, extra) in [
+        ("hostapd", HOSTAPD_CONFIG),
+        ("wpa_supplicant", WPA_SUPPLICANT_CONFIG),
+    ] {
+        let base = std::fs::read_to_string(root.join(prog).join("defconfig"))
+            .map_err(|e| format!("{prog}/defconfig: {e}"))?;
+        std::fs::write(root.join(prog).join(".config"), base + extra)
+            .map_err(|e| format!("{prog}/.config: {e}"))?;
+    }
+    Ok(root)
+}
+
+/// Whatever runs a mount: killed and unmounted when dropped.
+struct Mounted {
+    mnt: PathBuf,
+    children: Vec<Child>,
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            let ok = Command::new("umount")
+                .arg(&self.mnt)
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok || !is_mounted(&self.mnt) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn is_mounted(p: &Path) -> bool {
+    let m = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let p = p.to_string_lossy();
+    m.lines().any(|l| l.split(' ').nth(1) == Some(&*p))
+}
+
+/// A private sshd on 127.0.0.1 with a key made for this run (sshfs's
+/// peer); nothing of the machine's ssh configuration is touched.
+struct Sshd {
+    port: u16,
+    key: PathBuf,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_sshd() -> Result<Sshd, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let d = dir.path();
+    for (f, t) in [("host", "ed25519"), ("user", "ed25519")] {
+        sh(Command::new("ssh-keygen")
+            .args(["-q", "-t", t, "-N", "", "-f"])
+            .arg(d.join(f)))?;
+    }
+    std::fs::copy(d.join("user.pub"), d.join("authorized_keys")).map_err(|e| e.to_string())?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let cfg = format!(
+        "Port {port}\nListenAddress 127.0.0.1\nHostKey {h}\nAuthorizedKeysFile {a}\n\
+         PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nPidFile none\n\
+         Subsystem sftp internal-sftp\n",
+        h = d.join("host").display(),
+        a = d.join("authorized_keys").display()
+    );
+    std::fs::write(d.join("sshd_config"), cfg).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all("/run/sshd").map_err(|e| e.to_string())?;
+    let child = Command::new("/usr/sbin/sshd")
+        .arg("-D")
+        .arg("-f")
+        .arg(d.join("sshd_config"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("sshd: {e} (apt-get install openssh-server)"))?;
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if t0.elapsed() > Duration::from_secs(10) {
+            return Err("sshd never listened".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(Sshd {
+        port,
+        key: d.join("user"),
+        child,
+        _dir: dir,
+    })
+}
+
+fn wait_mounted(mnt: &Path) -> Result<(), String> {
+    let t0 = Instant::now();
+    while !is_mounted(mnt) {
+        if t0.elapsed() > Duration::from_secs(20) {
+            return Err(format!("{} never mounted", mnt.display()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Mount `src` on `mnt` as configuration `c`.
+fn mount(
+    c: &Config,
+    opts: &BuildOpts,
+    src: &Path,
+    mnt: &Path,
+    sshd: Option<&Sshd>,
+) -> Result<Option<Mounted>, String> {
+    std::fs::create_dir_all(mnt).map_err(|e| e.to_string())?;
+    let mut m = Mounted {
+        mnt: mnt.to_path_buf(),
+        children: Vec::new(),
+    };
+    match &c.kind {
+        Kind::Native => return Ok(None),
+        Kind::Walkfs { opts: o, delay_us } if *delay_us > 0 => {
+            let sock = mnt.with_extension("sock");
+            let _ = std::fs::remove_file(&sock);
+            let addr = format!("unix:{}", sock.display());
+            let server = Command::new(&opts.walkfs)
+                .arg("serve")
+                .arg(src)
+                .args(["--listen", &addr, "--reply-delay-us", &delay_us.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("walkfs serve: {e}"))?;
+            m.children.push(server);
+            let t0 = Instant::now();
+            while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+                if t0.elapsed() > Duration::from_secs(10) {
+                    return Err("walkfs serve never listened".into());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            sh(Command::new(&opts.walkfs)
+                .args(["mount", &addr])
+                .arg(mnt)
+                .args(["-o", o]))?;
+        }
+        Kind::Walkfs { opts: o, .. } => {
+            sh(Command::new(&opts.walkfs)
+                .arg("mount")
+                .arg(src)
+                .arg(mnt)
+                .args(["-o", o]))?;
+        }
+        Kind::Bindfs => sh(Command::new("bindfs").arg(src).arg(mnt))?,
+        Kind::Sshfs => {
+            let s = sshd.ok_or("sshfs needs the private sshd")?;
+            sh(Command::new("sshfs")
+                .arg(format!("root@127.0.0.1:{}", src.display()))
+                .arg(mnt)
+                .args(["-p", &s.port.to_string()])
+                .arg("-o")
+                .arg(format!(
+                    "IdentityFile={},StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null",
+                    s.key.display()
+                )))?
+        }
+    }
+    wait_mounted(mnt)?;
+    Ok(Some(m))
+}
+
+/// The mount's RPCs (walkfs rows only).
+fn rpcs(opts: &BuildOpts, mnt: &Path) -> Option<(u64, BTreeMap<String, u64>)> {
+    let out = Command::new(&opts.walkfs)
+        .arg("stats")
+        .arg(mnt)
+        .arg("--json")
+        .output()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let by = v["rpcs"]
+        .as_array()?
+        .iter()
+        .filter_map(|p| Some((p[0].as_str()?.to_string(), p[1].as_u64()?)))
+        .collect();
+    Some((v["total_rpcs"].as_u64()?, by))
+}
+
+fn make(dir: &Path, jobs: usize) -> Result<(), String> {
+    for prog in ["hostapd", "wpa_supplicant"] {
+        sh(Command::new("make")
+            .arg(format!("-j{jobs}"))
+            .arg("-s")
+            .arg("-C")
+            .arg(dir.join(prog))
+            .stdout(Stdio::null()))?;
+    }
+    if !dir.join("hostapd/hostapd").is_file() || !dir.join("wpa_supplicant/wpa_supplicant").is_file()
+    {
+        return Err("the build made no hostapd/wpa_supplicant".into());
+    }
+    Ok(())
+}
+
+struct Sample {
+    seconds: f64,
+    rpcs: Option<(u64, BTreeMap<String, u64>)>,
+}
+
+/// One clean build on configuration `c`: fresh tree, fresh mount.
+fn one_build(
+    c: &Config,
+    opts: &BuildOpts,
+    tarball: &Path,
+    sshd: Option<&Sshd>,
+) -> Result<Sample, String> {
+    let work = Path::new(CACHE).join("run");
+    let _ = std::fs::remove_dir_all(&work);
+    let src = work.join("src");
+    let root = fresh_tree(tarball, &src)?;
+    let rel = root.strip_prefix(&src).map_err(|e| e.to_string())?.to_path_buf();
+    // Start cold: the kernel's caches of the fresh copy are dropped.
+    sh(&mut Command::new("sync"))?;
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+    let mnt = work.join("mnt");
+    let m = mount(c, opts, &src, &mnt, sshd)?;
+    let dir = if m.is_some() { mnt.join(&rel) } else { root };
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let t0 = Instant::now();
+    make(&dir, jobs)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let rpcs = if matches!(c.kind, Kind::Walkfs { .. }) {
+        rpcs(opts, &mnt)
+    } else {
+        None
+    };
+    drop(m);
+    Ok(Sample { seconds, rpcs })
+}
+
+/// The shorter workloads on configuration `c`: untar, git status on a
+/// committed copy (untouched, then after touching 100 files), rm -rf.
+fn workloads(
+    c: &Config,
+    opts: &BuildOpts,
+    tarball: &Path,
+    sshd: Option<&Sshd>,
+) -> Result<Vec<(&'static str, f64)>, String> {
+    let work = Path::new(CACHE).join("wl");
+    let _ = std::fs::remove_dir_all(&work);
+    let src = work.join("src");
+    std::fs::create_dir_all(&src).map_err(|e| e.to_string())?;
+    let mnt = work.join("mnt");
+    let mut out = Vec::new();
+    // untar onto the (empty) share.
+    let m = mount(c, opts, &src, &mnt, sshd)?;
+    let dir = if m.is_some() { mnt.clone() } else { src.clone() };
+    let t0 = Instant::now();
+    sh(Command::new("tar").arg("xf").arg(tarball).arg("-C").arg(&dir))?;
+    out.push(("untar", t0.elapsed().as_secs_f64()));
+    drop(m);
+    // A committed repository, made on the host.
+    let root = std::fs::read_dir(&src)
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .ok_or("untar made no tree")?;
+    let rel = root.strip_prefix(&src).map_err(|e| e.to_string())?.to_path_buf();
+    let git = |dir: &Path, args: &[&str]| -> Result<(), String> {
+        sh(Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "bench")
+            .env("GIT_AUTHOR_EMAIL", "bench@walkfs")
+            .env("GIT_COMMITTER_NAME", "bench")
+            .env("GIT_COMMITTER_EMAIL", "bench@walkfs")
+            .stdout(Stdio::null()))
+    };
+    git(&root, &["init", "-q"])?;
+    git(&root, &["add", "."])?;
+    git(&root, &["commit", "-q", "-m", "tree"])?;
+    let m = mount(c, opts, &src, &mnt, sshd)?;
+    let dir = if m.is_some() { mnt.join(&rel) } else { root.clone() };
+    let t0 = Instant::now();
+    git(&dir, &["status", "--porcelain"])?;
+    out.push(("git-status", t0.elapsed().as_secs_f64()));
+    let files: Vec<PathBuf> = walk_files(&dir.join("src")).into_iter().take(100).collect();
+    for f in &files {
+        let now = std::fs::File::options().append(true).open(f);
+        if let Ok(h) = now {
+            let _ = h.set_modified(std::time::SystemTime::now());
+        }
+    }
+    let t0 = Instant::now();
+    git(&dir, &["status", "--porcelain"])?;
+    out.push(("git-status-touched", t0.elapsed().as_secs_f64()));
+    let t0 = Instant::now();
+    sh(Command::new("rm").arg("-rf").arg(&dir))?;
+    out.push(("rm-rf", t0.elapsed().as_secs_f64()));
+    drop(m);
+    Ok(out)
+}
+
+fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        let mut ents: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+        ents.sort();
+        for p in ents {
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "c") {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+pub struct BuildResult {
+    pub rows: Vec<Row>,
+}
+
+pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
+    progress("build: fetching wpa (apt-get source wpa)...");
+    let tarball = fetch()?;
+    let cfgs = configs(opts);
+    let sshd = if cfgs.iter().any(|c| matches!(c.kind, Kind::Sshfs)) {
+        Some(start_sshd()?)
+    } else {
+        None
+    };
+    let reps = opts.reps.unwrap_or(if opts.quick { 1 } else { 3 });
+    let mut samples: Vec<Vec<Sample>> = cfgs.iter().map(|_| Vec::new()).collect();
+    let total = reps * cfgs.len();
+    let mut n = 0;
+    for _ in 0..reps {
+        for (i, c) in cfgs.iter().enumerate() {
+            n += 1;
+            progress(&format!("build: [{n}/{total}] {} ...", c.name));
+            tracing::info!("build {n}/{total}: {}", c.name);
+            samples[i].push(one_build(c, opts, &tarball, sshd.as_ref())?);
+        }
+    }
+    let mut rows = Vec::new();
+    let native = {
+        let mut v: Vec<f64> = samples[0].iter().map(|s| s.seconds).collect();
+        median(&mut v)
+    };
+    for (c, s) in cfgs.iter().zip(&samples) {
+        let mut secs: Vec<f64> = s.iter().map(|x| x.seconds).collect();
+        let seconds = median(&mut secs);
+        // The RPCs of the run whose time is nearest the median.
+        let mid = s
+            .iter()
+            .min_by(|a, b| (a.seconds - seconds).abs().total_cmp(&(b.seconds - seconds).abs()));
+        let r = mid.and_then(|m| m.rpcs.clone());
+        rows.push(Row {
+            bench: "build-hostap".into(),
+            fs: c.name.clone(),
+            seconds,
+            ratio_to_native: seconds / native,
+            rpcs: r.as_ref().map(|x| x.0),
+            rpcs_by_type: r.map(|x| x.1).unwrap_or_default(),
+        });
+    }
+    if opts.workloads {
+        let mut wl: BTreeMap<(&'static str, String), Vec<f64>> = BTreeMap::new();
+        for _ in 0..reps {
+            for c in cfgs.iter().filter(|c| {
+                !matches!(c.kind, Kind::Walkfs { delay_us, .. } if delay_us > 0)
+            }) {
+                progress(&format!("workloads: {} ...", c.name));
+                for (b, s) in workloads(c, opts, &tarball, sshd.as_ref())? {
+                    wl.entry((b, c.name.clone())).or_default().push(s);
+                }
+            }
+        }
+        let natives: BTreeMap<&str, f64> = wl
+            .iter_mut()
+            .filter(|((_, f), _)| f == "native")
+            .map(|((b, _), v)| (*b, median(v)))
+            .collect();
+        for ((b, f), v) in wl.iter_mut() {
+            let s = median(v);
+            rows.push(Row {
+                bench: (*b).into(),
+                fs: f.clone(),
+                seconds: s,
+                ratio_to_native: s / natives.get(b).copied().unwrap_or(f64::NAN),
+                rpcs: None,
+                rpcs_by_type: BTreeMap::new(),
+            });
+        }
+    }
+    progress_done();
+    let _ = std::fs::remove_dir_all(Path::new(CACHE).join("run"));
+    let _ = std::fs::remove_dir_all(Path::new(CACHE).join("wl"));
+    Ok(BuildResult { rows })
+}
+
+pub fn render(res: &BuildResult) -> String {
+    let t: Vec<Vec<String>> = res
+        .rows
+        .iter()
+        .map(|r| {
+            let walks = r.rpcs_by_type.get("Twalk").copied();
+            vec![
+                r.bench.clone(),
+                r.fs.clone(),
+                format!("{:.1}", r.seconds),
+                format!("{:.2}x", r.ratio_to_native),
+                r.rpcs.map(|x| x.to_string()).unwrap_or_default(),
+                walks.map(|x| x.to_string()).unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let mut out = table(
+        &["bench", "fs", "seconds", "vs native", "RPCs", "Twalk"],
+        &t,
+    );
+    for r in res.rows.iter().filter(|r| !r.rpcs_by_type.is_empty()) {
+        let by: Vec<String> = r
+            .rpcs_by_type
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        out.push_str(&format!("{}: {}\n", r.fs, by.join(", ")));
+    }
+    out
+}
+
+/// The build rows as a bar chart of seconds (native red, walkfs blue,
+/// the peers grey).
+pub fn plot(res: &BuildResult, path: &str) -> Result<(), String> {
+    use crate::plot::{bar_chart, Bar, KERNEL, OTHER, WALKFS};
+    let bars: Vec<Bar> = res
+        .rows
+        .iter()
+        .map(|r| Bar {
+            label: format!("{}  {}", r.bench, r.fs),
+            value: r.seconds,
+            color: if r.fs == "native" {
+                KERNEL
+            } else if r.fs.starts_with("walkfs") {
+                WALKFS
+            } else {
+                OTHER
+            },
+        })
+        .collect();
+    bar_chart(
+        path,
+        "walkfs bench build: seconds (log scale; shorter is faster)",
+        "seconds",
+        &bars,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quick_runs_the_three_the_issue_names() {
+        let o = BuildOpts {
+            quick: true,
+            walkfs: PathBuf::from("walkfs"),
+            only: vec![],
+            reps: None,
+            slow_us: 200,
+            workloads: false,
+        };
+        let names: Vec<String> = configs(&o).into_iter().map(|c| c.name).collect();
+        assert_eq!(names, ["native", "walkfs-loose-neg", "bindfs"]);
+        let full = configs(&BuildOpts { quick: false, ..o });
+        assert!(full.iter().any(|c| c.name == "sshfs"));
+        assert!(full.iter().any(|c| c.name == "walkfs-loose-neg-slow200us"));
+        assert!(full.iter().any(|c| c.name == "walkfs-none"));
+    }
+
+    #[test]
+    fn the_configs_are_in_the_repo() {
+        assert!(HOSTAPD_CONFIG.contains("CONFIG_"));
+        assert!(WPA_SUPPLICANT_CONFIG.contains("CONFIG_"));
+    }
+}
