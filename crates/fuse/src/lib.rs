@@ -322,10 +322,25 @@ impl WalkFuse {
         MountStats::collect(&self.counters, &self.vfs, &self.opts)
     }
 
+    /// The flags to open a file with on the vfs for the kernel's `flags`.
+    /// O_CREAT/O_EXCL/O_TRUNC arrive as calls of their own. With
+    /// write-back caching the kernel keeps the file size and appends at
+    /// it itself, and may read pages of a file opened write-only to fill
+    /// them: O_APPEND goes, and write-only becomes read-write (as
+    /// libfuse's passthrough example does).
     fn open_flags(&self, flags: i32) -> i32 {
-        // The kernel handles O_APPEND's offsets only without writeback
-        // caching, and O_CREAT/O_EXCL/O_TRUNC arrive as their own calls.
-        flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_TRUNC)
+        let mut f = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_TRUNC);
+        if self.writeback() {
+            f &= !libc::O_APPEND;
+            if f & libc::O_ACCMODE == libc::O_WRONLY {
+                f = (f & !libc::O_ACCMODE) | libc::O_RDWR;
+            }
+        }
+        f
+    }
+
+    fn writeback(&self) -> bool {
+        self.opts.cache == CacheMode::Loose
     }
 
     fn fopen_flags(&self) -> FopenFlags {
@@ -341,9 +356,14 @@ impl Filesystem for WalkFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let mut want = InitFlags::FUSE_PARALLEL_DIROPS;
         if self.opts.cache == CacheMode::Loose {
+            // Write-back caching: the kernel gathers a program's small
+            // writes in the page cache and sends them in large chunks (a
+            // build's assembler and linker write in small pieces; without
+            // it each is one round trip to the server).
             want |= InitFlags::FUSE_CACHE_SYMLINKS
                 | InitFlags::FUSE_DO_READDIRPLUS
-                | InitFlags::FUSE_READDIRPLUS_AUTO;
+                | InitFlags::FUSE_READDIRPLUS_AUTO
+                | InitFlags::FUSE_WRITEBACK_CACHE;
         }
         if let Err(missing) = config.add_capabilities(want) {
             tracing::info!("kernel lacks FUSE capabilities {missing:?}");
@@ -604,9 +624,17 @@ impl Filesystem for WalkFuse {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.counters.opens.fetch_add(1, Relaxed);
         let ctx = self.ctx(req);
-        let r = self
-            .fd(ino)
-            .and_then(|fd| ctx.reopen(fd, self.open_flags(flags.0)));
+        let r = self.fd(ino).and_then(|fd| {
+            let f = self.open_flags(flags.0);
+            match ctx.reopen(fd, f) {
+                // Write-only by permission: the kernel then writes whole
+                // pages only where it has them.
+                Err(Errno::EACCES) if flags.0 & libc::O_ACCMODE == libc::O_WRONLY => {
+                    ctx.reopen(fd, (f & !libc::O_ACCMODE) | libc::O_WRONLY)
+                }
+                r => r,
+            }
+        });
         match r {
             Ok(h) => reply.opened(FileHandle(h as u64), self.fopen_flags()),
             Err(e) => reply.error(errno(e)),
@@ -891,12 +919,23 @@ impl Filesystem for WalkFuse {
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| {
             let pfd = self.fd(parent)?;
-            let h = ctx.openat(
-                pfd,
-                n,
-                (flags | libc::O_CREAT) & !libc::O_NOCTTY,
-                mode & !umask & 0o7777,
-            )?;
+            let asked = (flags | libc::O_CREAT) & !libc::O_NOCTTY;
+            let mut f = asked;
+            if self.writeback() {
+                // As in open_flags (a new file may be opened read-write
+                // whatever its mode; an existing one may refuse it).
+                f &= !libc::O_APPEND;
+                if f & libc::O_ACCMODE == libc::O_WRONLY {
+                    f = (f & !libc::O_ACCMODE) | libc::O_RDWR;
+                }
+            }
+            let mode = mode & !umask & 0o7777;
+            let h = match ctx.openat(pfd, n, f, mode) {
+                Err(Errno::EACCES) if f != asked => {
+                    ctx.openat(pfd, n, asked & !libc::O_APPEND, mode)?
+                }
+                r => r?,
+            };
             match self.lookup_node(&ctx, parent, n) {
                 Ok(a) => Ok((a, h)),
                 Err(e) => {
