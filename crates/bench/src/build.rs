@@ -83,7 +83,10 @@ enum Kind {
     /// `walkfs mount` of the local directory (embedded server) with these
     /// options; with a delay, a separate `walkfs serve --reply-delay-us`
     /// and `walkfs mount unix:...`.
-    Walkfs { opts: &'static str, delay_us: u64 },
+    Walkfs {
+        opts: &'static str,
+        delay_us: u64,
+    },
     Bindfs,
     Sshfs,
 }
@@ -230,7 +233,11 @@ fn has_deb_src() -> bool {
 /// Extract a fresh, configured source tree into `dir`; the tree's root.
 fn fresh_tree(tarball: &Path, dir: &Path) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    sh(Command::new("tar").arg("xf").arg(tarball).arg("-C").arg(dir))?;
+    sh(Command::new("tar")
+        .arg("xf")
+        .arg(tarball)
+        .arg("-C")
+        .arg(dir))?;
     let root = std::fs::read_dir(dir)
         .map_err(|e| e.to_string())?
         .flatten()
@@ -444,7 +451,8 @@ fn make(dir: &Path, jobs: usize) -> Result<(), String> {
             .arg(dir.join(prog))
             .stdout(Stdio::null()))?;
     }
-    if !dir.join("hostapd/hostapd").is_file() || !dir.join("wpa_supplicant/wpa_supplicant").is_file()
+    if !dir.join("hostapd/hostapd").is_file()
+        || !dir.join("wpa_supplicant/wpa_supplicant").is_file()
     {
         return Err("the build made no hostapd/wpa_supplicant".into());
     }
@@ -467,7 +475,10 @@ fn one_build(
     let _ = std::fs::remove_dir_all(&work);
     let src = work.join("src");
     let root = fresh_tree(tarball, &src)?;
-    let rel = root.strip_prefix(&src).map_err(|e| e.to_string())?.to_path_buf();
+    let rel = root
+        .strip_prefix(&src)
+        .map_err(|e| e.to_string())?
+        .to_path_buf();
     // Start cold: the kernel's caches of the fresh copy are dropped.
     sh(&mut Command::new("sync"))?;
     let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
@@ -503,9 +514,17 @@ fn workloads(
     let mut out = Vec::new();
     // untar onto the (empty) share.
     let m = mount(c, opts, &src, &mnt, sshd)?;
-    let dir = if m.is_some() { mnt.clone() } else { src.clone() };
+    let dir = if m.is_some() {
+        mnt.clone()
+    } else {
+        src.clone()
+    };
     let t0 = Instant::now();
-    sh(Command::new("tar").arg("xf").arg(tarball).arg("-C").arg(&dir))?;
+    sh(Command::new("tar")
+        .arg("xf")
+        .arg(tarball)
+        .arg("-C")
+        .arg(&dir))?;
     out.push(("untar", t0.elapsed().as_secs_f64()));
     drop(m);
     // A committed repository, made on the host.
@@ -515,7 +534,10 @@ fn workloads(
         .map(|e| e.path())
         .find(|p| p.is_dir())
         .ok_or("untar made no tree")?;
-    let rel = root.strip_prefix(&src).map_err(|e| e.to_string())?.to_path_buf();
+    let rel = root
+        .strip_prefix(&src)
+        .map_err(|e| e.to_string())?
+        .to_path_buf();
     let git = |dir: &Path, args: &[&str]| -> Result<(), String> {
         sh(Command::new("git")
             .arg("-C")
@@ -531,7 +553,11 @@ fn workloads(
     git(&root, &["add", "."])?;
     git(&root, &["commit", "-q", "-m", "tree"])?;
     let m = mount(c, opts, &src, &mnt, sshd)?;
-    let dir = if m.is_some() { mnt.join(&rel) } else { root.clone() };
+    let dir = if m.is_some() {
+        mnt.join(&rel)
+    } else {
+        root.clone()
+    };
     let t0 = Instant::now();
     git(&dir, &["status", "--porcelain"])?;
     out.push(("git-status", t0.elapsed().as_secs_f64()));
@@ -606,9 +632,11 @@ pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
         let mut secs: Vec<f64> = s.iter().map(|x| x.seconds).collect();
         let seconds = median(&mut secs);
         // The RPCs of the run whose time is nearest the median.
-        let mid = s
-            .iter()
-            .min_by(|a, b| (a.seconds - seconds).abs().total_cmp(&(b.seconds - seconds).abs()));
+        let mid = s.iter().min_by(|a, b| {
+            (a.seconds - seconds)
+                .abs()
+                .total_cmp(&(b.seconds - seconds).abs())
+        });
         let r = mid.and_then(|m| m.rpcs.clone());
         rows.push(Row {
             bench: "build-hostap".into(),
@@ -622,9 +650,10 @@ pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
     if opts.workloads {
         let mut wl: BTreeMap<(&'static str, String), Vec<f64>> = BTreeMap::new();
         for _ in 0..reps {
-            for c in cfgs.iter().filter(|c| {
-                !matches!(c.kind, Kind::Walkfs { delay_us, .. } if delay_us > 0)
-            }) {
+            for c in cfgs
+                .iter()
+                .filter(|c| !matches!(c.kind, Kind::Walkfs { delay_us, .. } if delay_us > 0))
+            {
                 progress(&format!("workloads: {} ...", c.name));
                 for (b, s) in workloads(c, opts, &tarball, sshd.as_ref())? {
                     wl.entry((b, c.name.clone())).or_default().push(s);

@@ -43,8 +43,13 @@ pub struct MicroOpts {
     /// `9p` to start one (`walkfs serve / --read-only` on a private unix
     /// socket). Default: hostfs over `/` and memfs.
     pub source: Option<String>,
-    /// The `walkfs` executable, to start a server for `--source 9p`.
+    /// The `walkfs` executable, to start a server for `--source 9p` and
+    /// to mount for `fuse`.
     pub walkfs: Option<PathBuf>,
+    /// Also the kernel-side rows with their paths under a `walkfs mount`
+    /// of the host's `/` (cache=loose,negtimeout=-1): warm lookups
+    /// through FUSE should never leave the kernel.
+    pub fuse: bool,
     /// Only these benches (default: all).
     pub benches: Vec<String>,
 }
@@ -676,7 +681,169 @@ pub fn run(opts: &MicroOpts) -> Result<MicroResult, String> {
     for s in &srcs {
         cases.extend(walkfs_cases(s, &calls, &paths));
     }
+    let _mount = if opts.fuse {
+        let exe = opts
+            .walkfs
+            .as_deref()
+            .ok_or("--fuse needs the walkfs executable")?;
+        let m = FuseMount::new(exe)?;
+        let (c, note) = fuse_cases(&m.mnt, &scratch, &calls, &paths);
+        cases.extend(c);
+        notes.push(note);
+        Some(m)
+    } else {
+        None
+    };
     measure_cases(opts, cases, notes)
+}
+
+/// `walkfs mount / MNT -o cache=loose,negtimeout=-1`, unmounted on drop.
+struct FuseMount {
+    mnt: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl FuseMount {
+    fn new(walkfs: &Path) -> Result<FuseMount, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("walkfs-bench-mnt-")
+            .tempdir()
+            .map_err(|e| format!("mountpoint: {e}"))?;
+        let mnt = dir.path().to_path_buf();
+        let out = std::process::Command::new(walkfs)
+            .args(["mount", "/"])
+            .arg(&mnt)
+            .args(["-o", "cache=loose,negtimeout=-1"])
+            .output()
+            .map_err(|e| format!("walkfs mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "walkfs mount / {}: {}",
+                mnt.display(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(FuseMount { mnt, _dir: dir })
+    }
+}
+
+impl Drop for FuseMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.mnt).status();
+    }
+}
+
+/// The kernel rows again with every path under the FUSE mount `mnt` of
+/// the host's `/`: fs "walkfs-fuse", compared with the ext4 rows.
+fn fuse_cases(
+    mnt: &Path,
+    scratch: &Scratch,
+    calls: &[(Call, CString)],
+    paths: &[CString],
+) -> (Vec<Case>, String) {
+    let under = |p: &[u8]| {
+        let mut v = mnt.as_os_str().as_encoded_bytes().to_vec();
+        v.extend_from_slice(p);
+        c(&v)
+    };
+    let fcalls: Arc<Vec<(Call, CString)>> = Arc::new(
+        calls
+            .iter()
+            .map(|(call, _)| (call.clone(), under(call.path())))
+            .collect(),
+    );
+    let fpaths: Arc<Vec<CString>> = Arc::new(paths.iter().map(|p| under(p.as_bytes())).collect());
+    // The answers through the mount against the kernel's own.
+    let bad = calls
+        .iter()
+        .zip(fcalls.iter())
+        .filter(|(k, f)| {
+            kernel_replay(std::slice::from_ref(*k)) != kernel_replay(std::slice::from_ref(*f))
+        })
+        .count();
+    let note = format!(
+        "trace through the walkfs FUSE mount of / at {}: answers differ from the host on {bad} of {} calls",
+        mnt.display(),
+        calls.len()
+    );
+    let link_dir = mnt.join(
+        scratch
+            .ext4
+            .path()
+            .strip_prefix("/")
+            .unwrap_or(scratch.ext4.path()),
+    );
+    let kernel = |bench, make: Maker| Case {
+        bench,
+        target: "kernel",
+        fs: "walkfs-fuse".to_string(),
+        variant: "all",
+        switches: "",
+        vfs: None,
+        make,
+        rpcs: None,
+    };
+    let mut v = Vec::new();
+    v.push(kernel(
+        "readlink",
+        Arc::new(move || {
+            let fd = open_dir(&link_dir).ok();
+            let raw = fd.as_ref().map_or(-1, |f| f.as_raw_fd());
+            let name = c(LINK_NAME.as_bytes());
+            let mut buf = [0u8; 256];
+            Box::new(move || {
+                let _keep = &fd;
+                for _ in 0..1000 {
+                    // SAFETY: valid fd, C string and buffer.
+                    unsafe {
+                        libc::readlinkat(raw, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+                    };
+                }
+                1000
+            })
+        }),
+    ));
+    let base = mnt.to_path_buf();
+    v.push(kernel(
+        "access",
+        Arc::new(move || {
+            let fd = open_dir(&base).ok();
+            let raw = fd.as_ref().map_or(-1, |f| f.as_raw_fd());
+            let p = c(&ACCESS_PATH.as_bytes()[1..]);
+            Box::new(move || {
+                let _keep = &fd;
+                for _ in 0..1000 {
+                    // SAFETY: valid fd and C string.
+                    unsafe { libc::faccessat(raw, p.as_ptr(), libc::R_OK, 0) };
+                }
+                1000
+            })
+        }),
+    ));
+    v.push(kernel(
+        "trace",
+        Arc::new(move || {
+            let calls = fcalls.clone();
+            Box::new(move || {
+                kernel_replay(&calls);
+                calls.len() as u64
+            })
+        }),
+    ));
+    v.push(kernel(
+        "trace_access",
+        Arc::new(move || {
+            let paths = fpaths.clone();
+            Box::new(move || {
+                for p in paths.iter() {
+                    // SAFETY: valid C string.
+                    unsafe { libc::access(p.as_ptr(), libc::F_OK) };
+                }
+                paths.len() as u64
+            })
+        }),
+    ));
+    (v, note)
 }
 
 /// Measure every case on every thread count, repetitions interleaved.
@@ -1000,6 +1167,34 @@ pub fn render(res: &MicroResult) -> String {
                 "vs kernel ext4",
             ],
             &p9,
+        ));
+        out.push('\n');
+    }
+    let fuse: Vec<Vec<String>> = rows
+        .iter()
+        .filter(|r| r.fs == "walkfs-fuse")
+        .filter_map(|r| {
+            let k = find(rows, r.bench, "kernel", "ext4", "all", r.threads)?;
+            Some(vec![
+                r.bench.to_string(),
+                r.threads.to_string(),
+                format!("{:.1}", 1e9 / k.ops_per_sec * r.threads as f64),
+                format!("{:.1}", 1e9 / r.ops_per_sec * r.threads as f64),
+                format!("{:.2}x", r.ops_per_sec / k.ops_per_sec),
+            ])
+        })
+        .collect();
+    if !fuse.is_empty() {
+        out.push_str("the kernel's calls on the host vs under a walkfs FUSE mount of / (cache=loose,negtimeout=-1)\n");
+        out.push_str(&table(
+            &[
+                "bench",
+                "threads",
+                "host ns",
+                "walkfs mount ns",
+                "mount/host",
+            ],
+            &fuse,
         ));
         out.push('\n');
     }

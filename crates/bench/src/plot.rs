@@ -97,7 +97,12 @@ pub fn bar_chart(path: &str, title: &str, x_desc: &str, bars: &[Bar]) -> Result<
     if bars.is_empty() {
         return Err("nothing to plot".into());
     }
-    let lo = bars.iter().map(|b| b.value).fold(f64::MAX, f64::min).max(0.1) / 2.0;
+    let lo = bars
+        .iter()
+        .map(|b| b.value)
+        .fold(f64::MAX, f64::min)
+        .max(0.1)
+        / 2.0;
     let hi = bars.iter().map(|b| b.value).fold(0.0, f64::max) * 3.0;
     let n = bars.len();
     let height = 120 + ROW_PX * n as u32;

@@ -189,6 +189,12 @@ enum BenchCmd {
         /// Also draw the single-thread rows as a bar chart into this PNG.
         #[arg(long, value_name = "FILE.png")]
         plot: Option<String>,
+        /// Also run the kernel's calls (readlink, access, trace,
+        /// trace_access) with their paths under a walkfs FUSE mount of /
+        /// (cache=loose,negtimeout=-1): rows with fs "walkfs-fuse",
+        /// compared with the same calls on the host.
+        #[arg(long)]
+        fuse: bool,
     },
     /// 9P metadata operations per second (Twalk of 3 names + Tgetattr +
     /// Tclunk, each waiting for its reply) against `walkfs serve` and
@@ -351,6 +357,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             source,
             benches,
             plot,
+            fuse,
         }) => {
             let threads = if threads.is_empty() {
                 let n = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -368,6 +375,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
                 source,
                 benches,
                 walkfs: std::env::current_exe().ok(),
+                fuse,
             })?;
             if json {
                 for r in &res.rows {

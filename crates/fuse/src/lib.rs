@@ -80,6 +80,10 @@ pub struct WalkFuse {
     next_id: AtomicU64,
     dirs: Mutex<HashMap<u64, DirHandle>>,
     next_dir: AtomicU64,
+    /// Per-node open files for I/O the kernel sends without a handle
+    /// (zero-message opens): (read-only, read-write), opened on first
+    /// use, closed when the node is forgotten.
+    io: Mutex<HashMap<u64, (Option<i32>, Option<i32>)>>,
     opts: MountOptions,
     pub counters: Arc<FuseCounters>,
 }
@@ -190,6 +194,7 @@ impl WalkFuse {
             next_id: AtomicU64::new(1 << 62),
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
+            io: Mutex::new(HashMap::new()),
             opts,
             counters: Arc::new(FuseCounters::default()),
         })
@@ -339,6 +344,48 @@ impl WalkFuse {
         f
     }
 
+    /// Zero-message opens: in cache=loose with the kernel checking
+    /// permissions, `open` answers ENOSYS once and the kernel stops
+    /// sending opens and releases for files (its page cache kept), so an
+    /// open(2) of a cached file costs nothing here. Reads and writes then
+    /// come without a handle and use the node's own open file.
+    fn no_open(&self) -> bool {
+        self.opts.cache == CacheMode::Loose && self.opts.default_permissions
+    }
+
+    /// The vfs descriptor for I/O on `ino` with handle `fh`: the handle's
+    /// own (kernel handles are descriptor + 1), or for handle 0 the node's
+    /// shared open file, read-write when `write` (or when the file allows
+    /// it, so one descriptor serves both), else read-only.
+    fn io_fd(&self, ino: INodeNo, fh: FileHandle, write: bool) -> Result<i32, Errno> {
+        if fh.0 != 0 {
+            return Ok((fh.0 - 1) as i32);
+        }
+        let mut io = self.io.lock();
+        let e = io.entry(ino.0).or_insert((None, None));
+        if let Some(fd) = e.1 {
+            return Ok(fd);
+        }
+        if !write {
+            if let Some(fd) = e.0 {
+                return Ok(fd);
+            }
+        }
+        let path = self.fd(ino)?;
+        match self.base.reopen(path, libc::O_RDWR) {
+            Ok(fd) => {
+                e.1 = Some(fd);
+                Ok(fd)
+            }
+            Err(err) if write => Err(err),
+            Err(_) => {
+                let fd = self.base.reopen(path, libc::O_RDONLY)?;
+                e.0 = Some(fd);
+                Ok(fd)
+            }
+        }
+    }
+
     fn writeback(&self) -> bool {
         self.opts.cache == CacheMode::Loose
     }
@@ -414,6 +461,11 @@ impl Filesystem for WalkFuse {
                 }
                 drop(nodes);
                 let _ = self.base.close(n.fd);
+                if let Some((ro, rw)) = self.io.lock().remove(&ino.0) {
+                    for fd in [ro, rw].into_iter().flatten() {
+                        let _ = self.base.close(fd);
+                    }
+                }
             }
         }
     }
@@ -462,8 +514,8 @@ impl Filesystem for WalkFuse {
             }
             if let Some(len) = size {
                 let len = i64::try_from(len).map_err(|_| Errno::EFBIG)?;
-                match fh {
-                    Some(h) => ctx.ftruncate(h.0 as i32, len)?,
+                match fh.filter(|h| h.0 != 0) {
+                    Some(h) => ctx.ftruncate((h.0 - 1) as i32, len)?,
                     None => {
                         let w = ctx.reopen(fd, libc::O_WRONLY)?;
                         let r = ctx.ftruncate(w, len);
@@ -623,6 +675,10 @@ impl Filesystem for WalkFuse {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.counters.opens.fetch_add(1, Relaxed);
+        if self.no_open() {
+            reply.error(fuser::Errno::ENOSYS);
+            return;
+        }
         let ctx = self.ctx(req);
         let r = self.fd(ino).and_then(|fd| {
             let f = self.open_flags(flags.0);
@@ -636,7 +692,7 @@ impl Filesystem for WalkFuse {
             }
         });
         match r {
-            Ok(h) => reply.opened(FileHandle(h as u64), self.fopen_flags()),
+            Ok(h) => reply.opened(FileHandle(h as u64 + 1), self.fopen_flags()),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -644,7 +700,7 @@ impl Filesystem for WalkFuse {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -654,7 +710,10 @@ impl Filesystem for WalkFuse {
     ) {
         self.counters.reads.fetch_add(1, Relaxed);
         let mut buf = vec![0u8; size as usize];
-        match self.base.pread(fh.0 as i32, &mut buf, offset) {
+        let r = self
+            .io_fd(ino, fh, false)
+            .and_then(|fd| self.base.pread(fd, &mut buf, offset));
+        match r {
             Ok(n) => reply.data(&buf[..n]),
             Err(e) => reply.error(errno(e)),
         }
@@ -663,7 +722,7 @@ impl Filesystem for WalkFuse {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -673,7 +732,10 @@ impl Filesystem for WalkFuse {
         reply: ReplyWrite,
     ) {
         self.counters.writes.fetch_add(1, Relaxed);
-        match self.base.pwrite(fh.0 as i32, data, offset) {
+        let r = self
+            .io_fd(ino, fh, true)
+            .and_then(|fd| self.base.pwrite(fd, data, offset));
+        match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(e)),
         }
@@ -687,7 +749,10 @@ impl Filesystem for WalkFuse {
         _lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        // Nothing to do at close(2) (no locks, writes already sent; the
+        // kernel writes dirty pages back before it asks). ENOSYS once
+        // makes the kernel stop asking, so a close costs no round trip.
+        reply.error(fuser::Errno::ENOSYS);
     }
 
     fn release(
@@ -700,7 +765,9 @@ impl Filesystem for WalkFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _ = self.base.close(fh.0 as i32);
+        if fh.0 != 0 {
+            let _ = self.base.close((fh.0 - 1) as i32);
+        }
         reply.ok();
     }
 
@@ -949,7 +1016,7 @@ impl Filesystem for WalkFuse {
                 &self.opts.entry_ttl,
                 &a,
                 Generation(0),
-                FileHandle(h as u64),
+                FileHandle(h as u64 + 1),
                 self.fopen_flags(),
             ),
             Err(e) => reply.error(errno(e)),

@@ -40,14 +40,19 @@ const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
 
 impl MountOptions {
     /// Parse `name[=value],...`. FUSE options: `allow_other`,
-    /// `default_permissions`, `ro`/`rw`, `threads=N`,
+    /// `default_permissions` (on unless `no_default_permissions`),
+    /// `ro`/`rw`, `threads=N`,
     /// `entry_timeout=S`, `attr_timeout=S` (seconds; defaults follow the
     /// cache mode). Everything else is a vfs option (`cache`,
     /// `negtimeout`/`ndentrytmo`, `msize`, `fastpath`, ...). Mount-command
     /// noise (`dev`, `suid`, `exec`, `auto`, `_netdev`, ...) is ignored.
     pub fn parse(text: &str) -> Result<MountOptions, String> {
         let mut vfs_opts = Vec::new();
-        let (mut allow_other, mut default_permissions, mut read_only) = (false, false, false);
+        // The kernel checks permissions itself from the attributes it
+        // holds, as on a local file system: exact semantics at every step
+        // of a path (FUSE without it skips search permission), and
+        // access(2) answered without a round trip to us.
+        let (mut allow_other, mut default_permissions, mut read_only) = (false, true, false);
         let mut threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
         let (mut entry, mut attr) = (None, None);
         let secs = |v: &str| -> Result<Duration, String> {
@@ -62,6 +67,7 @@ impl MountOptions {
             match k {
                 "allow_other" => allow_other = true,
                 "default_permissions" => default_permissions = true,
+                "no_default_permissions" => default_permissions = false,
                 "ro" => read_only = true,
                 "rw" => read_only = false,
                 "threads" => {
@@ -140,6 +146,12 @@ mod tests {
         assert!(!o.vfs.fastpath);
         assert!(MountOptions::parse("bogus=1").is_err());
         assert!(MountOptions::parse("threads=0").is_err());
+        assert!(MountOptions::parse("").unwrap().default_permissions);
+        assert!(
+            !MountOptions::parse("no_default_permissions")
+                .unwrap()
+                .default_permissions
+        );
         assert!(MountOptions::parse("entry_timeout=-1").is_err());
     }
 }
