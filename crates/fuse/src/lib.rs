@@ -62,6 +62,9 @@ struct Nodes {
     by_key: HashMap<(u64, u64), u64>,
 }
 
+/// A node's own open files: (read-only, read-write).
+type NodeIo = (Option<i32>, Option<i32>);
+
 /// A caller: uid, gid, supplementary groups (sorted).
 type Identity = (u32, u32, Vec<u32>);
 
@@ -83,7 +86,7 @@ pub struct WalkFuse {
     /// Per-node open files for I/O the kernel sends without a handle
     /// (zero-message opens): (read-only, read-write), opened on first
     /// use, closed when the node is forgotten.
-    io: Mutex<HashMap<u64, (Option<i32>, Option<i32>)>>,
+    io: Mutex<HashMap<u64, NodeIo>>,
     opts: MountOptions,
     pub counters: Arc<FuseCounters>,
 }
