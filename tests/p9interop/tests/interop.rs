@@ -487,7 +487,9 @@ fn hostile_messages_get_errors_and_others_keep_being_served() {
     );
     // A frame bigger than msize: the connection is closed ...
     s.write_all(&(10u32 << 20).to_le_bytes()).expect("send");
-    s.write_all(&[0u8; 64]).expect("send");
+    // The server may have closed already (it reads ahead): that is the
+    // outcome under test, so a failed send is fine.
+    let _ = s.write_all(&[0u8; 64]);
     assert!(reply(&mut s).is_none(), "connection closed");
     // ... a size field under the header closes another one ...
     let mut s2 = raw(&sock);
