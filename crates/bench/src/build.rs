@@ -12,11 +12,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::proc::{wait_until, KillOnDrop};
 use crate::report::{median, progress, progress_done, table};
 
 /// The feature set of upstream's tests/hwsim/build.sh, appended to each
@@ -259,7 +260,8 @@ fn fresh_tree(tarball: &Path, dir: &Path) -> Result<PathBuf, String> {
 /// Whatever runs a mount: killed and unmounted when dropped.
 struct Mounted {
     mnt: PathBuf,
-    children: Vec<Child>,
+    /// Killed after the unmount (fields drop after `drop` runs).
+    children: Vec<KillOnDrop>,
 }
 
 impl Drop for Mounted {
@@ -275,10 +277,6 @@ impl Drop for Mounted {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 
@@ -293,15 +291,8 @@ fn is_mounted(p: &Path) -> bool {
 struct Sshd {
     port: u16,
     key: PathBuf,
-    child: Child,
+    _child: KillOnDrop,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for Sshd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn start_sshd() -> Result<Sshd, String> {
@@ -334,30 +325,28 @@ fn start_sshd() -> Result<Sshd, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("sshd: {e} (apt-get install openssh-server)"))?;
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if t0.elapsed() > Duration::from_secs(10) {
-            return Err("sshd never listened".into());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut child = KillOnDrop(child);
+    wait_until(
+        "sshd",
+        Duration::from_secs(10),
+        || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        || child.exited(),
+    )?;
     Ok(Sshd {
         port,
         key: d.join("user"),
-        child,
+        _child: child,
         _dir: dir,
     })
 }
 
 fn wait_mounted(mnt: &Path) -> Result<(), String> {
-    let t0 = Instant::now();
-    while !is_mounted(mnt) {
-        if t0.elapsed() > Duration::from_secs(20) {
-            return Err(format!("{} never mounted", mnt.display()));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
+    wait_until(
+        &format!("mount on {}", mnt.display()),
+        Duration::from_secs(20),
+        || is_mounted(mnt),
+        || None,
+    )
 }
 
 /// Mount `src` on `mnt` as configuration `c`.
@@ -387,14 +376,14 @@ fn mount(
                 .stderr(Stdio::null())
                 .spawn()
                 .map_err(|e| format!("walkfs serve: {e}"))?;
+            let mut server = KillOnDrop(server);
+            wait_until(
+                "walkfs serve",
+                Duration::from_secs(10),
+                || std::os::unix::net::UnixStream::connect(&sock).is_ok(),
+                || server.exited(),
+            )?;
             m.children.push(server);
-            let t0 = Instant::now();
-            while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-                if t0.elapsed() > Duration::from_secs(10) {
-                    return Err("walkfs serve never listened".into());
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
             sh(Command::new(&opts.walkfs)
                 .args(["mount", &addr])
                 .arg(mnt)

@@ -6,5 +6,6 @@ pub mod memory;
 pub mod micro;
 pub mod p9meta;
 pub mod plot;
+pub mod proc;
 pub mod report;
 pub mod trace;

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use walkfs_vfs::{Creds, Ctx, Errno, Options, Vfs, AT_FDCWD};
 
+use crate::proc::{wait_until, KillOnDrop};
 use crate::report::{median, progress, progress_done, table};
 use crate::trace::{self, Call};
 
@@ -394,51 +395,15 @@ fn kernel_cases(
         ("ext4", scratch.ext4.path().to_path_buf()),
         ("tmpfs", scratch.tmpfs.path().to_path_buf()),
     ] {
-        let d = dir.clone();
-        v.push(kernel(
-            "readlink",
-            fs,
-            Arc::new(move || {
-                let fd = open_dir(&d).ok();
-                let raw = fd.as_ref().map_or(-1, |f| f.as_raw_fd());
-                let name = c(LINK_NAME.as_bytes());
-                let mut buf = [0u8; 256];
-                Box::new(move || {
-                    let _keep = &fd;
-                    for _ in 0..1000 {
-                        // SAFETY: valid fd, C string and buffer.
-                        unsafe {
-                            libc::readlinkat(raw, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
-                        };
-                    }
-                    1000
-                })
-            }),
-        ));
+        v.push(kernel("readlink", fs, kernel_readlink(dir.clone())));
         // ext4: the machine's own path; tmpfs: the mirror under /dev/shm.
-        let (base, rel) = if fs == "ext4" {
-            (PathBuf::from("/"), &ACCESS_PATH[1..])
+        let base = if fs == "ext4" {
+            PathBuf::from("/")
         } else {
-            (dir.clone(), &ACCESS_PATH[1..])
+            dir.clone()
         };
-        let b = base.clone();
-        v.push(kernel(
-            "access",
-            fs,
-            Arc::new(move || {
-                let fd = open_dir(&b).ok();
-                let raw = fd.as_ref().map_or(-1, |f| f.as_raw_fd());
-                let p = c(rel.as_bytes());
-                Box::new(move || {
-                    let _keep = &fd;
-                    for _ in 0..1000 {
-                        // SAFETY: valid fd and C string.
-                        unsafe { libc::faccessat(raw, p.as_ptr(), libc::R_OK, 0) };
-                    }
-                    1000
-                })
-            }),
-        ));
+        let rel = &ACCESS_PATH[1..];
+        v.push(kernel("access", fs, kernel_access(base.clone())));
         for bench in ["fstat", "statx"] {
             let file = base.join(rel);
             v.push(kernel(
@@ -473,34 +438,74 @@ fn kernel_cases(
             ));
         }
     }
-    let calls = calls.clone();
-    v.push(kernel(
-        "trace",
-        "ext4",
-        Arc::new(move || {
-            let calls = calls.clone();
-            Box::new(move || {
-                kernel_replay(&calls);
-                calls.len() as u64
-            })
-        }),
-    ));
-    let paths = paths.clone();
+    v.push(kernel("trace", "ext4", kernel_trace(calls.clone())));
     v.push(kernel(
         "trace_access",
         "ext4",
-        Arc::new(move || {
-            let paths = paths.clone();
-            Box::new(move || {
-                for p in paths.iter() {
-                    // SAFETY: valid C string.
-                    unsafe { libc::access(p.as_ptr(), libc::F_OK) };
-                }
-                paths.len() as u64
-            })
-        }),
+        kernel_trace_access(paths.clone()),
     ));
     v
+}
+
+/// The kernel's `readlinkat(dir, "initrd.img")`, 1000 per batch.
+fn kernel_readlink(dir: PathBuf) -> Maker {
+    Arc::new(move || {
+        let fd = open_dir(&dir).ok();
+        let raw = fd.as_ref().map_or(-1, |f| f.as_raw_fd());
+        let name = c(LINK_NAME.as_bytes());
+        let mut buf = [0u8; 256];
+        Box::new(move || {
+            let _keep = &fd;
+            for _ in 0..1000 {
+                // SAFETY: valid fd, C string and buffer.
+                unsafe { libc::readlinkat(raw, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+            }
+            1000
+        })
+    })
+}
+
+/// The kernel's `faccessat(base, ACCESS_PATH relative, R_OK)`, 1000 per
+/// batch.
+fn kernel_access(base: PathBuf) -> Maker {
+    Arc::new(move || {
+        let fd = open_dir(&base).ok();
+        let raw = fd.as_ref().map_or(-1, |f| f.as_raw_fd());
+        let p = c(&ACCESS_PATH.as_bytes()[1..]);
+        Box::new(move || {
+            let _keep = &fd;
+            for _ in 0..1000 {
+                // SAFETY: valid fd and C string.
+                unsafe { libc::faccessat(raw, p.as_ptr(), libc::R_OK, 0) };
+            }
+            1000
+        })
+    })
+}
+
+/// The kernel replaying `calls` (their C paths), one replay per batch.
+fn kernel_trace(calls: Arc<Vec<(Call, CString)>>) -> Maker {
+    Arc::new(move || {
+        let calls = calls.clone();
+        Box::new(move || {
+            kernel_replay(&calls);
+            calls.len() as u64
+        })
+    })
+}
+
+/// The kernel's `access(path, F_OK)` on every path, one pass per batch.
+fn kernel_trace_access(paths: Arc<Vec<CString>>) -> Maker {
+    Arc::new(move || {
+        let paths = paths.clone();
+        Box::new(move || {
+            for p in paths.iter() {
+                // SAFETY: valid C string.
+                unsafe { libc::access(p.as_ptr(), libc::F_OK) };
+            }
+            paths.len() as u64
+        })
+    })
 }
 
 fn walkfs_cases(
@@ -783,66 +788,12 @@ fn fuse_cases(
         make,
         rpcs: None,
     };
-    let mut v = Vec::new();
-    v.push(kernel(
-        "readlink",
-        Arc::new(move || {
-            let fd = open_dir(&link_dir).ok();
-            let raw = fd.as_ref().map_or(-1, |f| f.as_raw_fd());
-            let name = c(LINK_NAME.as_bytes());
-            let mut buf = [0u8; 256];
-            Box::new(move || {
-                let _keep = &fd;
-                for _ in 0..1000 {
-                    // SAFETY: valid fd, C string and buffer.
-                    unsafe {
-                        libc::readlinkat(raw, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
-                    };
-                }
-                1000
-            })
-        }),
-    ));
-    let base = mnt.to_path_buf();
-    v.push(kernel(
-        "access",
-        Arc::new(move || {
-            let fd = open_dir(&base).ok();
-            let raw = fd.as_ref().map_or(-1, |f| f.as_raw_fd());
-            let p = c(&ACCESS_PATH.as_bytes()[1..]);
-            Box::new(move || {
-                let _keep = &fd;
-                for _ in 0..1000 {
-                    // SAFETY: valid fd and C string.
-                    unsafe { libc::faccessat(raw, p.as_ptr(), libc::R_OK, 0) };
-                }
-                1000
-            })
-        }),
-    ));
-    v.push(kernel(
-        "trace",
-        Arc::new(move || {
-            let calls = fcalls.clone();
-            Box::new(move || {
-                kernel_replay(&calls);
-                calls.len() as u64
-            })
-        }),
-    ));
-    v.push(kernel(
-        "trace_access",
-        Arc::new(move || {
-            let paths = fpaths.clone();
-            Box::new(move || {
-                for p in paths.iter() {
-                    // SAFETY: valid C string.
-                    unsafe { libc::access(p.as_ptr(), libc::F_OK) };
-                }
-                paths.len() as u64
-            })
-        }),
-    ));
+    let v = vec![
+        kernel("readlink", kernel_readlink(link_dir)),
+        kernel("access", kernel_access(mnt.to_path_buf())),
+        kernel("trace", kernel_trace(fcalls)),
+        kernel("trace_access", kernel_trace_access(fpaths)),
+    ];
     (v, note)
 }
 
@@ -914,14 +865,8 @@ const P9_MODES: &[(&str, &str)] = &[
 /// A `walkfs serve` child, killed when dropped (its socket's directory
 /// goes after it).
 struct ServerChild {
-    child: std::process::Child,
+    _child: KillOnDrop,
     _sock_dir: tempfile::TempDir,
-}
-impl Drop for ServerChild {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Start `walkfs serve / --read-only` on a private unix socket.
@@ -938,21 +883,20 @@ fn start_server(walkfs: &Path) -> Result<(ServerChild, String), String> {
         .stderr(std::process::Stdio::null())
         .spawn()
         .map_err(|e| format!("start walkfs serve: {e}"))?;
-    let mut child = ServerChild {
-        child,
-        _sock_dir: dir,
-    };
-    let t0 = Instant::now();
-    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        if let Ok(Some(st)) = child.child.try_wait() {
-            return Err(format!("walkfs serve exited: {st}"));
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            return Err("walkfs serve never listened".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok((child, addr))
+    let mut child = KillOnDrop(child);
+    wait_until(
+        "walkfs serve",
+        Duration::from_secs(10),
+        || std::os::unix::net::UnixStream::connect(&sock).is_ok(),
+        || child.exited(),
+    )?;
+    Ok((
+        ServerChild {
+            _child: child,
+            _sock_dir: dir,
+        },
+        addr,
+    ))
 }
 
 /// The trace replays over 9P: the server at `addr` exports the host's `/`

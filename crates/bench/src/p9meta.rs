@@ -10,7 +10,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use walkfs_p9::{msg, read_frame, Fcall, Names, Str, Stream, GETATTR_BASIC, NOFID, NOTAG, VERSION};
 
+use crate::proc::{wait_until, KillOnDrop};
 use crate::report::{median, progress, progress_done, table};
 
 /// One measured row; the JSON form is exactly these fields.
@@ -59,33 +60,10 @@ fn make_tree(dir: &Path) -> std::io::Result<Vec<[String; 3]>> {
     Ok(out)
 }
 
-/// A child process killed and reaped when dropped.
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
-}
-
-fn wait_port(port: u16, child: &mut Child) -> Result<(), String> {
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Ok(Some(st)) = child.try_wait() {
-            return Err(format!("server exited early: {st}"));
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            return Err(format!("server never listened on port {port}"));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
 }
 
 /// Find a Debian tool in the usual places.
@@ -96,7 +74,7 @@ pub fn tool(name: &str) -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-fn start(server: &str, opts: &P9Opts, dir: &Path) -> Result<(Kill, u16), String> {
+fn start(server: &str, opts: &P9Opts, dir: &Path) -> Result<(KillOnDrop, u16), String> {
     let port = free_port().map_err(|e| format!("free port: {e}"))?;
     let listen = format!("127.0.0.1:{port}");
     let dir_s = dir.to_str().ok_or("export path is not UTF-8")?;
@@ -121,8 +99,13 @@ fn start(server: &str, opts: &P9Opts, dir: &Path) -> Result<(Kill, u16), String>
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("start {server}: {e}"))?;
-    let mut k = Kill(child);
-    wait_port(port, &mut k.0)?;
+    let mut k = KillOnDrop(child);
+    wait_until(
+        &format!("{server} on port {port}"),
+        Duration::from_secs(10),
+        || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        || k.exited(),
+    )?;
     Ok((k, port))
 }
 

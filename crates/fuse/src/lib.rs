@@ -95,6 +95,22 @@ fn errno(e: Errno) -> fuser::Errno {
     fuser::Errno::from_i32(e.0)
 }
 
+/// Answer a request that returns nothing but success or an errno.
+fn done(reply: ReplyEmpty, r: Result<(), Errno>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+/// Answer a request that returns bytes.
+fn data(reply: ReplyData, r: Result<&[u8], Errno>) {
+    match r {
+        Ok(d) => reply.data(d),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
 fn kind_of(mode: u32) -> FileType {
     match mode & libc::S_IFMT {
         libc::S_IFDIR => FileType::Directory,
@@ -307,6 +323,13 @@ impl WalkFuse {
         Ok(attr_of(ino.0, &x))
     }
 
+    fn attr_reply(&self, reply: ReplyAttr, r: Result<FileAttr, Errno>) {
+        match r {
+            Ok(a) => reply.attr(&self.opts.attr_ttl, &a),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
     fn entry(&self, reply: ReplyEntry, r: Result<FileAttr, Errno>) {
         match r {
             Ok(a) => {
@@ -475,10 +498,7 @@ impl Filesystem for WalkFuse {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.counters.getattrs.fetch_add(1, Relaxed);
-        match self.attr(ino) {
-            Ok(a) => reply.attr(&self.opts.attr_ttl, &a),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.attr_reply(reply, self.attr(ino));
     }
 
     fn setattr(
@@ -533,10 +553,7 @@ impl Filesystem for WalkFuse {
             }
             self.attr(ino)
         })();
-        match r {
-            Ok(a) => reply.attr(&self.opts.attr_ttl, &a),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.attr_reply(reply, r);
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -545,10 +562,7 @@ impl Filesystem for WalkFuse {
         let r = self
             .fd(ino)
             .and_then(|fd| self.ctx(req).readlinkat_into(fd, b"", &mut buf));
-        match r {
-            Ok(n) => reply.data(&buf[..n]),
-            Err(e) => reply.error(errno(e)),
-        }
+        data(reply, r.map(|n| &buf[..n]));
     }
 
     fn mkdir(
@@ -601,20 +615,14 @@ impl Filesystem for WalkFuse {
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| ctx.unlinkat(self.fd(parent)?, n, 0));
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(reply, r);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let ctx = self.ctx(req);
         let r =
             Self::name(name).and_then(|n| ctx.unlinkat(self.fd(parent)?, n, libc::AT_REMOVEDIR));
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(reply, r);
     }
 
     fn symlink(
@@ -648,10 +656,7 @@ impl Filesystem for WalkFuse {
             let (a, b) = (Self::name(name)?, Self::name(newname)?);
             ctx.renameat2(self.fd(parent)?, a, self.fd(newparent)?, b, flags.bits())
         })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(reply, r);
     }
 
     fn link(
@@ -716,10 +721,7 @@ impl Filesystem for WalkFuse {
         let r = self
             .io_fd(ino, fh, false)
             .and_then(|fd| self.base.pread(fd, &mut buf, offset));
-        match r {
-            Ok(n) => reply.data(&buf[..n]),
-            Err(e) => reply.error(errno(e)),
-        }
+        data(reply, r.map(|n| &buf[..n]));
     }
 
     fn write(
@@ -969,10 +971,7 @@ impl Filesystem for WalkFuse {
             self.ctx(req)
                 .faccessat(fd, b"", mask.bits(), libc::AT_EMPTY_PATH)
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(reply, r);
     }
 
     fn create(
