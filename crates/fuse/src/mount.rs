@@ -107,6 +107,9 @@ impl Mounted {
         r.map_err(|e| format!("unmount: {e}"))?;
         match j {
             Ok(Ok(())) => Ok(()),
+            // A worker reading /dev/fuse as the unmount tears the
+            // connection down sees it aborted: the session ended as asked.
+            Ok(Err(e)) if e.raw_os_error() == Some(libc::ECONNABORTED) => Ok(()),
             Ok(Err(e)) => Err(format!("session: {e}")),
             Err(_) => Err("session thread panicked".into()),
         }
