@@ -29,6 +29,11 @@ pub(crate) const LOOKUP_FOLLOW: u32 = 1;
 /// `RESOLVE_BENEATH`: `..` above the start, or an absolute path or
 /// symlink, is `EXDEV` instead of being clamped at the root.
 pub(crate) const LOOKUP_BENEATH: u32 = 2;
+/// Stop on a mount point instead of stepping onto what is mounted there:
+/// the last name of unlink, rmdir and rename is the mount point's own
+/// dentry, as in Linux (permissions are those of the covered directory;
+/// the operation then fails with `EBUSY`).
+pub(crate) const LOOKUP_NO_CROSS: u32 = 4;
 
 /// Linux's MAXSYMLINKS.
 const MAX_SYMLINKS: u32 = 40;
@@ -405,7 +410,7 @@ impl<'a> Nameidata<'a> {
                     if s.flags & D_NEGATIVE != 0 {
                         return Err(Errno::ENOENT);
                     }
-                    if s.flags & D_MOUNTPOINT != 0 {
+                    if s.flags & D_MOUNTPOINT != 0 && self.flags & LOOKUP_NO_CROSS == 0 {
                         return self.cross_mount(&w, idx);
                     }
                     return Ok(Cur::from_snap(dc.snap(idx).ok_or(RETRY)?));

@@ -13,7 +13,9 @@ use walkfs_fsapi::{
 
 use crate::dcache::*;
 use crate::file::{FdTable, NO_HANDLE};
-use crate::namei::{self, Cur, Last, Nameidata, Walked, LOOKUP_BENEATH, LOOKUP_FOLLOW, RETRY};
+use crate::namei::{
+    self, Cur, Last, Nameidata, Walked, LOOKUP_BENEATH, LOOKUP_FOLLOW, LOOKUP_NO_CROSS, RETRY,
+};
 use crate::pathcache::{self, Cached};
 use crate::perm::{self, Creds, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::stat::Statx;
@@ -351,7 +353,17 @@ impl Ctx {
 
     /// The child `name` of directory `dir`: `None` if it does not exist.
     fn lookup_child(&self, dir: Cur, name: &[u8]) -> Result<Option<Cur>> {
-        let mut nd = self.nd(dir.d, 0);
+        self.lookup_child_flags(dir, name, 0)
+    }
+
+    /// The last name of unlink, rmdir or rename: a mount point stays the
+    /// covered directory (whose permissions count), as in Linux.
+    fn lookup_victim(&self, dir: Cur, name: &[u8]) -> Result<Option<Cur>> {
+        self.lookup_child_flags(dir, name, LOOKUP_NO_CROSS)
+    }
+
+    fn lookup_child_flags(&self, dir: Cur, name: &[u8], flags: u32) -> Result<Option<Cur>> {
+        let mut nd = self.nd(dir.d, flags);
         nd.cur = dir;
         // A one-component walk from `dir` (already permission-checked).
         match nd.walk_child(name) {
@@ -1333,7 +1345,9 @@ impl Ctx {
             if !victim.is_dir() {
                 return Err(Errno::ENOTDIR);
             }
-            if victim.flags & (D_MOUNTROOT | D_MOUNTPOINT) != 0 || victim.d == inner.root {
+            // The root of a file system (IS_ROOT in Linux). A mount point
+            // is checked by the callers, after every permission check.
+            if victim.flags & D_MOUNTROOT != 0 || victim.d == inner.root {
                 return Err(Errno::EBUSY);
             }
         } else if victim.is_dir() {
@@ -1378,7 +1392,7 @@ impl Ctx {
                 Last::Root if rmdir => return Err(Errno::EBUSY),
                 _ => return Err(Errno::EISDIR),
             };
-            let victim = self.lookup_child(dir, &name)?;
+            let victim = self.lookup_victim(dir, &name)?;
             if !rmdir && trailing {
                 return Err(match victim {
                     None => Errno::ENOENT,
@@ -1389,6 +1403,9 @@ impl Ctx {
             self.check_writable()?;
             let victim = victim.ok_or(Errno::ENOENT)?;
             self.may_delete(dir, victim, rmdir)?;
+            if victim.flags & D_MOUNTPOINT != 0 {
+                return Err(Errno::EBUSY);
+            }
             let inner = self.inner();
             let ds = inner.dc.inode_snap(dir.ino).ok_or(RETRY)?;
             let fs = inner.sb(ds.sb())?;
@@ -1463,8 +1480,8 @@ impl Ctx {
                 _ => return Err(Errno::EBUSY),
             };
             self.check_writable()?;
-            let old = self.lookup_child(odir, &oname)?.ok_or(Errno::ENOENT)?;
-            let new = self.lookup_child(ndir, &nname)?;
+            let old = self.lookup_victim(odir, &oname)?.ok_or(Errno::ENOENT)?;
+            let new = self.lookup_victim(ndir, &nname)?;
             if flags & RENAME_NOREPLACE != 0 && new.is_some() {
                 return Err(Errno::EEXIST);
             }
