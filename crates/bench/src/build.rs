@@ -98,7 +98,7 @@ struct Config {
     kind: Kind,
 }
 
-fn configs(opts: &BuildOpts) -> Vec<Config> {
+fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
     let mut v = vec![Config {
         name: "native".into(),
         kind: Kind::Native,
@@ -143,9 +143,17 @@ fn configs(opts: &BuildOpts) -> Vec<Config> {
     if opts.quick && opts.only.is_empty() {
         v.retain(|c| ["native", "walkfs-loose-neg", "bindfs"].contains(&c.name.as_str()));
     } else if !opts.only.is_empty() {
-        v.retain(|c| opts.only.contains(&c.name));
+        if let Some(bad) = opts.only.iter().find(|o| !v.iter().any(|c| &c.name == *o)) {
+            let names: Vec<&str> = v.iter().map(|c| c.name.as_str()).collect();
+            return Err(format!(
+                "--only {bad}: no such configuration (known: {})",
+                names.join(", ")
+            ));
+        }
+        // Native always runs: every ratio is to it, measured in this run.
+        v.retain(|c| c.name == "native" || opts.only.contains(&c.name));
     }
-    v
+    Ok(v)
 }
 
 fn sh(cmd: &mut Command) -> Result<(), String> {
@@ -594,7 +602,7 @@ pub struct BuildResult {
 pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
     progress("build: fetching wpa (apt-get source wpa)...");
     let tarball = fetch()?;
-    let cfgs = configs(opts);
+    let cfgs = configs(opts)?;
     let sshd = if cfgs.iter().any(|c| matches!(c.kind, Kind::Sshfs)) {
         Some(start_sshd()?)
     } else {
@@ -609,7 +617,16 @@ pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
             n += 1;
             progress(&format!("build: [{n}/{total}] {} ...", c.name));
             tracing::info!("build {n}/{total}: {}", c.name);
-            samples[i].push(one_build(c, opts, &tarball, sshd.as_ref())?);
+            let s = one_build(c, opts, &tarball, sshd.as_ref())?;
+            // Each sample also goes to the log as it is taken, so a run
+            // cut short still leaves its figures behind.
+            tracing::info!(
+                fs = %c.name,
+                seconds = s.seconds,
+                rpcs = s.rpcs.as_ref().map(|r| r.0),
+                "build sample"
+            );
+            samples[i].push(s);
         }
     }
     let mut rows = Vec::new();
@@ -744,12 +761,27 @@ mod tests {
             slow_us: 200,
             workloads: false,
         };
-        let names: Vec<String> = configs(&o).into_iter().map(|c| c.name).collect();
+        let names: Vec<String> = configs(&o).unwrap().into_iter().map(|c| c.name).collect();
         assert_eq!(names, ["native", "walkfs-loose-neg", "bindfs"]);
-        let full = configs(&BuildOpts { quick: false, ..o });
+        let full = configs(&BuildOpts {
+            quick: false,
+            ..o.clone()
+        })
+        .unwrap();
         assert!(full.iter().any(|c| c.name == "sshfs"));
         assert!(full.iter().any(|c| c.name == "walkfs-loose-neg-slow200us"));
         assert!(full.iter().any(|c| c.name == "walkfs-none"));
+        // --only keeps native (every ratio is to it) and refuses a typo.
+        let only = |v: &[&str]| {
+            configs(&BuildOpts {
+                quick: false,
+                only: v.iter().map(|s| s.to_string()).collect(),
+                ..o.clone()
+            })
+            .map(|c| c.into_iter().map(|c| c.name).collect::<Vec<_>>())
+        };
+        assert_eq!(only(&["sshfs"]).unwrap(), ["native", "sshfs"]);
+        assert!(only(&["walkfs-fast"]).unwrap_err().contains("walkfs-fast"));
     }
 
     #[test]

@@ -239,8 +239,9 @@ enum BenchCmd {
         plot: Option<String>,
         /// Only these configurations (repeatable): native, walkfs-none,
         /// walkfs-loose, walkfs-loose-neg, walkfs-loose-neg-nosymcache,
-        /// bindfs, sshfs, walkfs-...-slowNus.
-        #[arg(long)]
+        /// bindfs, sshfs, walkfs-...-slowNus; comma-separated or repeated.
+        /// native is always measured, as every ratio is to it.
+        #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// Repetitions (default 3; 1 with --quick).
         #[arg(long)]
