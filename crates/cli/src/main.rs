@@ -56,9 +56,20 @@ enum Cmd {
     Serve {
         /// The directory to export (or mem: for an in-memory tree).
         dir: String,
-        /// Where to listen: unix:PATH or tcp:HOST:PORT.
+        /// Where to listen: unix:PATH (created mode 0600: only this
+        /// user may connect) or tcp:HOST:PORT. A TCP address other than
+        /// loopback is refused unless --secret-file is given.
         #[arg(long, value_name = "ADDR")]
         listen: String,
+        /// Clients must show the secret in FILE (8 to 4096 bytes, not
+        /// readable by others) before attaching: walkfs with
+        /// -o secret_file=FILE, the Linux kernel with -o aname=secret=....
+        /// It authenticates, it does not encrypt.
+        #[arg(long, value_name = "FILE")]
+        secret_file: Option<std::path::PathBuf>,
+        /// Let this group connect to the unix socket too (mode 0660).
+        #[arg(long, value_name = "GROUP")]
+        socket_group: Option<String>,
         /// Refuse every change with EROFS.
         #[arg(long)]
         read_only: bool,
@@ -315,6 +326,8 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Serve {
             dir,
             listen,
+            secret_file,
+            socket_group,
             read_only,
             threads,
             max_msize,
@@ -325,11 +338,31 @@ fn run(cmd: Cmd) -> Result<(), String> {
             let addr = walkfs_p9::Addr::parse(&listen).ok_or_else(|| {
                 format!("bad address {listen:?}: want unix:PATH or tcp:HOST:PORT")
             })?;
+            let secret = match &secret_file {
+                Some(f) => Some(
+                    walkfs_server::auth::Secret::from_file(f)
+                        .map_err(|e| format!("secret file {}: {e}", f.display()))?,
+                ),
+                None => None,
+            };
+            let exposed = addr
+                .is_exposed()
+                .map_err(|e| format!("bad address {listen:?}: {e}"))?;
+            if exposed && secret.is_none() {
+                return Err(format!(
+                    "refusing to listen on {addr} without authentication: anyone who can \
+                     reach it could read and change {dir}.\n\
+                     Give --secret-file FILE (clients: walkfs mount -o secret_file=FILE; \
+                     Linux: mount -t 9p -o aname=secret=...), or listen on 127.0.0.1 or a \
+                     unix socket."
+                ));
+            }
             let opts =
                 Options::parse(&options).map_err(|e| format!("bad options {options:?}: {e}"))?;
             let vfs =
                 Vfs::open_source(&dir, &opts).map_err(|e| format!("cannot open {dir}: {e}"))?;
             let mut cfg = walkfs_server::Config {
+                secret,
                 read_only,
                 reply_delay: std::time::Duration::from_micros(reply_delay_us),
                 ..Default::default()
@@ -346,6 +379,12 @@ fn run(cmd: Cmd) -> Result<(), String> {
             let listener = addr
                 .listen()
                 .map_err(|e| format!("listen on {addr}: {e}"))?;
+            if let Some(g) = &socket_group {
+                let gid = group_id(g).ok_or_else(|| format!("no group {g:?}"))?;
+                listener
+                    .share(gid)
+                    .map_err(|e| format!("socket group {g}: {e}"))?;
+            }
             let server = walkfs_server::Server::new(vfs, cfg);
             tracing::info!("serving {dir} on {addr}");
             eprintln!("walkfs: serving {dir} on {addr}");
@@ -768,4 +807,18 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
     ]);
     print!("{}", report::table(&["layer", "counter", "value"], &rows));
     Ok(())
+}
+
+/// The id of group `name` (or a number).
+fn group_id(name: &str) -> Option<u32> {
+    if let Ok(n) = name.parse() {
+        return Some(n);
+    }
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: getgrnam takes a valid C string; the result is read at once,
+    // before any other call could reuse its static storage (the CLI calls
+    // it once, before starting threads).
+    let g = unsafe { libc::getgrnam(c.as_ptr()) };
+    // SAFETY: non-null means a valid group entry.
+    (!g.is_null()).then(|| unsafe { (*g).gr_gid })
 }

@@ -38,6 +38,7 @@ pub const MIN_MSIZE: u32 = 4096;
 /// `Qid.ty` bits.
 pub const QTDIR: u8 = 0x80;
 pub const QTSYMLINK: u8 = 0x02;
+pub const QTAUTH: u8 = 0x08;
 pub const QTFILE: u8 = 0;
 
 /// `Tgetattr.request_mask` / `Rgetattr.valid` bits.

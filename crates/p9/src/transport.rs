@@ -1,8 +1,10 @@
 //! Where 9P travels: a unix socket or TCP, named `unix:PATH` or
 //! `tcp:HOST:PORT` on command lines and in `walkfs_open` sources.
 
+use std::fs::Permissions;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 
 /// A 9P address.
@@ -38,23 +40,46 @@ impl Addr {
         })
     }
 
-    /// Listen here. A stale unix socket file is replaced.
+    /// Listen here. A unix socket is created with mode 0600 (its owner
+    /// alone may connect; [`Listener::share`] opens it to a group), and a
+    /// stale socket file is replaced, never a file of another type.
     pub fn listen(&self) -> io::Result<Listener> {
         Ok(match self {
             Addr::Unix(p) => {
-                if std::fs::symlink_metadata(p)
-                    .map(|m| {
-                        use std::os::unix::fs::FileTypeExt;
-                        m.file_type().is_socket()
-                    })
-                    .unwrap_or(false)
-                {
-                    std::fs::remove_file(p)?;
-                }
-                Listener::Unix(UnixListener::bind(p)?)
+                remove_stale_socket(p)?;
+                // Bound under a temporary name, made private, then linked
+                // into place: at no instant does the socket exist at `p`
+                // with the umask's wider mode, and link(2) never replaces.
+                let tmp = format!("{p}.{}.tmp", std::process::id());
+                remove_stale_socket(&tmp)?;
+                let l = UnixListener::bind(&tmp)?;
+                let placed = std::fs::set_permissions(&tmp, Permissions::from_mode(0o600))
+                    .and_then(|()| std::fs::hard_link(&tmp, p));
+                let _ = std::fs::remove_file(&tmp);
+                placed?;
+                Listener::Unix(l, p.clone())
             }
             Addr::Tcp(hp) => Listener::Tcp(TcpListener::bind(hp)?),
         })
+    }
+
+    /// Is this a TCP address reachable from other machines (anything but
+    /// a loopback address)? Unix sockets are not.
+    pub fn is_exposed(&self) -> io::Result<bool> {
+        match self {
+            Addr::Unix(_) => Ok(false),
+            Addr::Tcp(hp) => {
+                use std::net::ToSocketAddrs;
+                let mut any = false;
+                for a in hp.to_socket_addrs()? {
+                    any = true;
+                    if !a.ip().is_loopback() {
+                        return Ok(true);
+                    }
+                }
+                Ok(!any)
+            }
+        }
     }
 }
 
@@ -64,6 +89,14 @@ impl std::fmt::Display for Addr {
             Addr::Unix(p) => write!(f, "unix:{p}"),
             Addr::Tcp(hp) => write!(f, "tcp:{hp}"),
         }
+    }
+}
+
+fn remove_stale_socket(p: &str) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(p),
+        _ => Ok(()),
     }
 }
 
@@ -122,14 +155,24 @@ impl Write for Stream {
 
 /// A listening socket.
 pub enum Listener {
-    Unix(UnixListener),
+    /// The socket and the path it was placed at.
+    Unix(UnixListener, String),
     Tcp(TcpListener),
 }
 
 impl Listener {
+    /// Let group `gid` connect too (mode 0660), for a unix socket.
+    pub fn share(&self, gid: u32) -> io::Result<()> {
+        if let Listener::Unix(_, p) = self {
+            std::os::unix::fs::chown(p, None, Some(gid))?;
+            std::fs::set_permissions(p, Permissions::from_mode(0o660))?;
+        }
+        Ok(())
+    }
+
     pub fn accept(&self) -> io::Result<Stream> {
         Ok(match self {
-            Listener::Unix(l) => Stream::Unix(l.accept()?.0),
+            Listener::Unix(l, _) => Stream::Unix(l.accept()?.0),
             Listener::Tcp(l) => {
                 let s = l.accept()?.0;
                 s.set_nodelay(true)?;
@@ -140,12 +183,7 @@ impl Listener {
     /// The bound address (a TCP port chosen by the system, for tests).
     pub fn local_addr(&self) -> io::Result<Addr> {
         Ok(match self {
-            Listener::Unix(l) => Addr::Unix(
-                l.local_addr()?
-                    .as_pathname()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-            ),
+            Listener::Unix(_, p) => Addr::Unix(p.clone()),
             Listener::Tcp(l) => Addr::Tcp(l.local_addr()?.to_string()),
         })
     }

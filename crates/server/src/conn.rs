@@ -32,7 +32,10 @@ pub(crate) struct Conn {
     /// Contexts by (uid, gid), all sharing one descriptor table.
     ctxs: Mutex<HashMap<(u32, u32), Arc<Ctx>>>,
     base: Ctx,
-    peer: String,
+    pub peer: String,
+    /// Auth fids (`Tauth`) and what was written to each, when the server
+    /// asks for a secret.
+    auth: Mutex<HashMap<u32, Vec<u8>>>,
 }
 
 /// A request handed to the pool, with the fids it names resolved when it
@@ -56,6 +59,14 @@ impl Conn {
             m.entry(key)
                 .or_insert_with(|| Arc::new(self.base.with_creds(creds))),
         )
+    }
+
+    /// Was the secret written to auth fid `afid`?
+    pub fn auth_ok(&self, afid: u32, secret: &crate::auth::Secret) -> bool {
+        self.auth
+            .lock()
+            .get(&afid)
+            .is_some_and(|written| secret.matches(written))
     }
 
     fn send(&self, out: &[u8]) {
@@ -121,6 +132,7 @@ pub(crate) fn run(server: Arc<Server>, stream: Stream) {
         base,
         peer: peer.clone(),
         server,
+        auth: Mutex::new(HashMap::new()),
     });
     tracing::debug!("{peer}: connected");
     let mut buf = Vec::new();
@@ -185,6 +197,9 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
             return Some(frame);
         }
         _ => {}
+    }
+    if conn.server.cfg.secret.is_some() && auth_message(conn, tag, &f) {
+        return Some(frame);
     }
     // Resolve what the request names, in arrival order.
     let (named, makes) = fid_fields(&f);
@@ -268,6 +283,68 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         conn.finish(job.tag, None);
     }
     None
+}
+
+/// The messages of 9P authentication, answered here when the server asks
+/// for a secret: `Tauth` makes an auth fid, `Twrite` on it takes the
+/// secret, `Tclunk` drops it. Auth fids live in their own table, so no
+/// file request can use one. Returns whether `f` was one of these.
+fn auth_message(conn: &Conn, tag: u16, f: &Fcall<'_>) -> bool {
+    use crate::auth::{MAX_AUTH_FIDS, MAX_SECRET};
+    match *f {
+        Fcall::Tauth { afid, .. } => {
+            let mut a = conn.auth.lock();
+            if afid == NOFID || a.contains_key(&afid) || conn.fids.lock().contains_key(&afid) {
+                drop(a);
+                conn.error(tag, Errno::EBADF);
+            } else if a.len() >= MAX_AUTH_FIDS {
+                drop(a);
+                conn.error(tag, Errno::EMFILE);
+            } else {
+                a.insert(afid, Vec::new());
+                drop(a);
+                let aqid = walkfs_p9::Qid {
+                    ty: walkfs_p9::QTAUTH,
+                    version: 0,
+                    path: u64::from(afid),
+                };
+                conn.send_msg(tag, Fcall::Rauth { aqid });
+            }
+            true
+        }
+        Fcall::Twrite {
+            fid,
+            data: walkfs_p9::Data(data),
+            ..
+        } => {
+            let mut a = conn.auth.lock();
+            let Some(buf) = a.get_mut(&fid) else {
+                return false;
+            };
+            if buf.len() + data.len() > MAX_SECRET {
+                drop(a);
+                conn.error(tag, Errno::EFBIG);
+            } else {
+                buf.extend_from_slice(data);
+                drop(a);
+                conn.send_msg(
+                    tag,
+                    Fcall::Rwrite {
+                        count: data.len() as u32,
+                    },
+                );
+            }
+            true
+        }
+        Fcall::Tclunk { fid } => {
+            if conn.auth.lock().remove(&fid).is_none() {
+                return false;
+            }
+            conn.send_msg(tag, Fcall::Rclunk {});
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Requests the vfs answers from its caches without waiting on the disk
@@ -354,6 +431,7 @@ mod fidlist {
 fn version_reply(conn: &Conn, tag: u16, msize: u32, version: &[u8]) {
     // A new session: everything of the old one is dropped.
     conn.fids.lock().clear();
+    conn.auth.lock().clear();
     let max = conn.server.cfg.max_msize;
     if msize < MIN_MSIZE {
         conn.error(tag, Errno::EINVAL);

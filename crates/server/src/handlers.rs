@@ -106,7 +106,21 @@ pub(crate) fn handle(
         Ok(())
     };
     match *f {
-        Fcall::Tattach { uname, n_uname, .. } => {
+        Fcall::Tattach {
+            uname,
+            n_uname,
+            afid,
+            aname,
+            ..
+        } => {
+            if let Some(secret) = &conn.server.cfg.secret {
+                let ok = conn.auth_ok(afid, secret)
+                    || crate::auth::secret_in_aname(aname.0).is_some_and(|s| secret.matches(s));
+                if !ok {
+                    tracing::warn!("{}: attach refused: no or wrong secret", conn.peer);
+                    return Err(Errno::EACCES);
+                }
+            }
             let creds = users::creds_for(n_uname, uname.0).ok_or(Errno::EACCES)?;
             let ctx = conn.ctx_for(creds);
             let mut steps = Vec::new();

@@ -12,10 +12,12 @@
 //!   vfs walk; confinement is the vfs's: its root is the exported
 //!   directory and no path or symlink resolves above it.
 //! - [`users`]: attach names to credentials.
+//! - [`auth`]: the shared secret a connection must show before attaching.
 //!
 //! Threads: one reader per connection, a shared pool of workers for the
 //! requests (many in flight per connection, none per request).
 
+pub mod auth;
 pub mod conn;
 pub mod fid;
 mod handlers;
@@ -46,6 +48,8 @@ pub struct Config {
     /// Hold every reply this long (a stand-in for a slow link in tests
     /// and benchmarks).
     pub reply_delay: Duration,
+    /// Attach only with this secret (see [`auth`]).
+    pub secret: Option<auth::Secret>,
 }
 
 impl Default for Config {
@@ -58,6 +62,7 @@ impl Default for Config {
             max_inflight: 256,
             threads: (2 * cpus).max(4),
             reply_delay: Duration::ZERO,
+            secret: None,
         }
     }
 }

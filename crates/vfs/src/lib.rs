@@ -122,6 +122,17 @@ pub struct CacheStats {
 impl Vfs {
     /// A vfs whose root is `fs`.
     pub fn new(fs: Arc<dyn FileSystem>, opts: &Options) -> Result<Vfs> {
+        let mut opts = opts.clone();
+        if opts.cache_none {
+            // Nothing is answered from the cache unchecked, so no walk
+            // may take the lock-free path, no whole path is remembered,
+            // no negative entry or symlink body kept.
+            opts.fastpath = false;
+            opts.pathcache = false;
+            opts.negtimeout_ms = 0;
+            opts.cache_symlinks = false;
+        }
+        let opts = &opts;
         let max = opts.max_dentries.clamp(1024, u32::MAX / 2);
         let dc = Dcache::new(max);
         let mut w = Writer::new(max);
@@ -182,23 +193,18 @@ impl Vfs {
     /// a socket, or one end of a socketpair whose other end a server in
     /// this process serves).
     pub fn open_9p(stream: walkfs_p9::Stream, opts: &Options) -> Result<Vfs> {
+        let secret = match &opts.secret_file {
+            Some(path) => Some(read_secret(path)?),
+            None => None,
+        };
         let cfg = walkfs_p9client::Config {
             msize: opts.msize,
             aname: opts.aname.clone(),
+            secret,
             ..Default::default()
         };
         let fs = Arc::new(walkfs_p9client::P9Fs::on_stream(stream, &cfg)?);
-        let mut o = opts.clone();
-        if o.cache_none {
-            // Nothing is answered from the cache unchecked, so no walk
-            // may take the lock-free path, no whole path is remembered,
-            // no negative entry or symlink body kept.
-            o.fastpath = false;
-            o.pathcache = false;
-            o.negtimeout_ms = 0;
-            o.cache_symlinks = false;
-        }
-        let vfs = Vfs::new(fs.clone(), &o)?;
+        let vfs = Vfs::new(fs.clone(), opts)?;
         *vfs.inner.p9.lock() = Some(fs);
         Ok(vfs)
     }
@@ -270,6 +276,7 @@ impl Vfs {
                 .as_ref()
                 .map_or(512 * 1024, |f| f.msize()),
             aname: String::new(),
+            secret_file: None,
         }
     }
 
@@ -394,4 +401,21 @@ impl Inner {
             writer::send_forgets(&self.sbs.read(), f);
         }
     }
+}
+
+/// The shared secret in `path` (without a trailing newline), for a server
+/// that asks for one. Like ssh with its keys, a file others may read is
+/// refused: the secret would not be one.
+fn read_secret(path: &str) -> Result<Vec<u8>> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).map_err(Errno::from)?;
+    if meta.mode() & 0o007 != 0 {
+        tracing::error!("{path}: a secret file must not be readable by others");
+        return Err(Errno::EACCES);
+    }
+    let mut s = std::fs::read(path).map_err(Errno::from)?;
+    while s.last().is_some_and(|&b| b == b'\n' || b == b'\r') {
+        s.pop();
+    }
+    Ok(s)
 }

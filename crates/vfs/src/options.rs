@@ -39,6 +39,9 @@ pub struct Options {
     /// For a 9P source: the export to attach to (diod wants its path;
     /// `walkfs serve` exports one tree and ignores it).
     pub aname: String,
+    /// For a 9P source: a file holding the secret the server asks for
+    /// (`walkfs serve --secret-file`), shown with 9P's Tauth.
+    pub secret_file: Option<String>,
 }
 
 impl Default for Options {
@@ -56,6 +59,7 @@ impl Default for Options {
             cache_none: false,
             msize: 512 * 1024,
             aname: String::new(),
+            secret_file: None,
         }
     }
 }
@@ -119,6 +123,7 @@ impl Options {
                 }
             }
             "aname" => self.aname = value.to_string(),
+            "secret_file" if !value.is_empty() => self.secret_file = Some(value.to_string()),
             "msize" => {
                 self.msize = u32::try_from(num(value)?)
                     .ok()

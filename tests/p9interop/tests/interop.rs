@@ -3,44 +3,20 @@
 //! (installed by scripts/test.sh). Every answer through 9P is compared
 //! with the same call on the host directory.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
-use std::os::unix::fs::{symlink, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use walkfs_p9::{Addr, Fcall, Names, Str, NOFID, NOTAG, VERSION};
+use walkfs_p9::{Addr, Fcall, Names, Str, NOFID};
 use walkfs_server::{Config, Server};
-use walkfs_vfs::{Creds, Ctx, Errno, Options, Vfs, AT_FDCWD};
+use walkfs_vfs::{Ctx, Errno, Options, Vfs, AT_FDCWD};
 
-/// A small tree with a file, a directory, relative and absolute symlinks.
-fn make_tree(dir: &Path) {
-    std::fs::create_dir_all(dir.join("usr/lib/gcc")).expect("mkdir");
-    std::fs::write(dir.join("usr/lib/gcc/crtendS.o"), b"object bytes").expect("write");
-    std::fs::write(dir.join("hello.txt"), b"hello, 9p\n").expect("write");
-    symlink("usr/lib/gcc/crtendS.o", dir.join("rel")).expect("symlink");
-    symlink("/etc/passwd", dir.join("abs")).expect("symlink");
-    symlink("../../../../../../usr", dir.join("usr/up")).expect("symlink");
-}
-
-fn serve(dir: &Path, sock: &Path) -> Arc<Server> {
-    let vfs = Vfs::open_source(dir.to_str().expect("utf8"), &Options::default()).expect("vfs");
-    let server = Server::new(vfs, Config::default());
-    let addr = Addr::Unix(sock.display().to_string());
-    let l = addr.listen().expect("listen");
-    let s = Arc::clone(&server);
-    std::thread::spawn(move || s.serve(l));
-    server
-}
-
-fn client(source: &str, opts: &str) -> Ctx {
-    let o = Options::parse(opts).expect("options");
-    Vfs::open_source(source, &o)
-        .expect("connect")
-        .context(Creds::root())
-}
+mod common;
+use common::*;
 
 fn host_errno(r: std::io::Result<impl Sized>) -> Option<i32> {
     r.err().map(|e| e.raw_os_error().unwrap_or(0))
@@ -324,43 +300,6 @@ fn diod_clients_against_walkfs_serve() {
     assert!(!ok && !out.contains("root:"), "{out}");
 }
 
-/// Raw frames for hostile-input tests.
-fn raw(sock: &Path) -> std::os::unix::net::UnixStream {
-    let mut s = std::os::unix::net::UnixStream::connect(sock).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let mut out = Vec::new();
-    Fcall::Tversion {
-        msize: 65536,
-        version: Str(VERSION),
-    }
-    .encode(NOTAG, &mut out);
-    s.write_all(&out).expect("send");
-    let _ = reply(&mut s);
-    s
-}
-
-fn reply(s: &mut impl Read) -> Option<Vec<u8>> {
-    let mut buf = Vec::new();
-    walkfs_p9::read_frame(s, &mut buf, 1 << 20)
-        .ok()?
-        .then_some(buf)
-}
-
-fn rpc(s: &mut std::os::unix::net::UnixStream, tag: u16, f: Fcall<'_>) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    f.encode(tag, &mut out);
-    s.write_all(&out).ok()?;
-    reply(s)
-}
-
-fn errno_of(frame: &[u8]) -> Option<u32> {
-    match Fcall::decode(frame).ok()?.1 {
-        Fcall::Rlerror { ecode } => Some(ecode),
-        _ => None,
-    }
-}
-
 #[test]
 fn hostile_messages_get_errors_and_others_keep_being_served() {
     let t = tempfile::tempdir().expect("tempdir");
@@ -500,41 +439,6 @@ fn hostile_messages_get_errors_and_others_keep_being_served() {
         .fstatat(AT_FDCWD, b"/hello.txt", 0)
         .expect("still served");
     assert_eq!(st.st_size, 10);
-}
-
-/// A raw session attached as root on fid 1.
-fn attached(sock: &Path) -> std::os::unix::net::UnixStream {
-    let mut s = raw(sock);
-    let r = rpc(
-        &mut s,
-        1,
-        Fcall::Tattach {
-            fid: 1,
-            afid: NOFID,
-            uname: Str(b"root"),
-            aname: Str(b""),
-            n_uname: 0,
-        },
-    )
-    .expect("attach");
-    assert!(matches!(
-        Fcall::decode(&r).expect("d").1,
-        Fcall::Rattach { .. }
-    ));
-    s
-}
-
-fn walk_to(s: &mut std::os::unix::net::UnixStream, newfid: u32, names: &[&[u8]]) -> Vec<u8> {
-    rpc(
-        s,
-        2,
-        Fcall::Twalk {
-            fid: 1,
-            newfid,
-            names: Names::new(names).expect("names"),
-        },
-    )
-    .expect("walk")
 }
 
 #[test]

@@ -34,6 +34,8 @@ pub struct Config {
     pub uid: u32,
     /// The export to attach to (servers that export one tree ignore it).
     pub aname: String,
+    /// The secret to show with `Tauth` when the server asks for one.
+    pub secret: Option<Vec<u8>>,
 }
 
 impl Default for Config {
@@ -43,11 +45,47 @@ impl Default for Config {
             // SAFETY: geteuid cannot fail.
             uid: unsafe { libc::geteuid() },
             aname: String::new(),
+            secret: None,
         }
     }
 }
 
 const ROOT_FID: u32 = 0;
+/// The auth fid, clunked once attached.
+const AUTH_FID: u32 = u32::MAX - 1;
+
+/// 9P authentication with a shared secret: `Tauth`, then the secret
+/// written to the auth fid. A server that needs none answers `Tauth` with
+/// an error; the attach then goes without.
+fn authenticate(rpc: &rpc::Rpc, cfg: &Config, secret: &[u8]) -> Result<u32> {
+    let r = rpc.call(
+        Fcall::Tauth {
+            afid: AUTH_FID,
+            uname: Str(b""),
+            aname: Str(cfg.aname.as_bytes()),
+            n_uname: cfg.uid,
+        },
+        |r| match r {
+            Fcall::Rauth { .. } => Ok(()),
+            r => Err(err_of(&r)),
+        },
+    );
+    if r.is_err() {
+        return Ok(NOFID);
+    }
+    rpc.call(
+        Fcall::Twrite {
+            fid: AUTH_FID,
+            offset: 0,
+            data: p9::Data(secret),
+        },
+        |r| match r {
+            Fcall::Rwrite { .. } => Ok(()),
+            r => Err(err_of(&r)),
+        },
+    )?;
+    Ok(AUTH_FID)
+}
 
 struct Nodes {
     /// fid -> (qid path, references the vfs holds).
@@ -144,10 +182,11 @@ impl P9Fs {
     /// Attach over an already connected stream.
     pub fn on_stream(stream: p9::Stream, cfg: &Config) -> Result<P9Fs> {
         let rpc = rpc::Rpc::start(stream, cfg.msize.max(p9::MIN_MSIZE))?;
-        // No authentication: a server that wants it says so here; ENOENT
-        // (and EOPNOTSUPP) mean "not required".
-        let afid = NOFID;
-        rpc.call(
+        let afid = match &cfg.secret {
+            Some(secret) => authenticate(&rpc, cfg, secret)?,
+            None => NOFID,
+        };
+        let attached = rpc.call(
             Fcall::Tattach {
                 fid: ROOT_FID,
                 afid,
@@ -159,7 +198,11 @@ impl P9Fs {
                 Fcall::Rattach { .. } => Ok(()),
                 r => Err(err_of(&r)),
             },
-        )?;
+        );
+        if afid != NOFID {
+            rpc.send_forget(Fcall::Tclunk { fid: afid });
+        }
+        attached?;
         let iounit = rpc.msize - IOHDRSZ;
         Ok(P9Fs {
             rpc,

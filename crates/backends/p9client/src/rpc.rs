@@ -5,6 +5,13 @@
 //! reader thread files each reply under its tag. Counters record RPCs by
 //! type, bytes, and the time callers spent waiting for replies (seed 003's
 //! I/O-wait accounting).
+//!
+//! A lost connection is final: every waiting caller and every later call
+//! fails at once with `ENOTCONN` (what a FUSE mount whose daemon died
+//! gives), nothing hangs, and nothing is re-sent. The client does not
+//! reconnect: after a server restart its fids would name nothing, and
+//! silently re-walking paths could land on different files; the mount
+//! is unmounted and mounted again.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -157,7 +164,7 @@ impl Rpc {
         mut each: impl FnMut(usize, Fcall<'_>),
     ) -> Result<()> {
         if self.dead.load(Relaxed) {
-            return Err(Errno::ECONNRESET);
+            return Err(Errno::ENOTCONN);
         }
         let tags: Vec<u16> = reqs.iter().map(|_| self.take_tag()).collect();
         let mut out = Vec::with_capacity(128 * reqs.len());
@@ -176,12 +183,12 @@ impl Rpc {
             .fetch_add(out.len() as u64, Relaxed);
         let t0 = Instant::now();
         let w = self.writer.lock().write_all(&out);
-        if let Err(e) = w {
+        if w.is_err() {
             self.dead.store(true, Relaxed);
             for t in tags {
                 self.put_tag(t);
             }
-            return Err(Errno::from(e));
+            return Err(Errno::ENOTCONN);
         }
         let mut result = Ok(());
         for (i, &t) in tags.iter().enumerate() {
@@ -204,7 +211,7 @@ impl Rpc {
                     Ok((_, msg)) => each(i, msg),
                     Err(_) => result = Err(Errno::EPROTO),
                 },
-                None => result = Err(Errno::ECONNRESET),
+                None => result = Err(Errno::ENOTCONN),
             }
         }
         self.counters
