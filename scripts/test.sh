@@ -37,6 +37,12 @@ if [ -x scripts/test-capi.sh ]; then
     bash scripts/test-capi.sh
 fi
 
+if [ "${WALKFS_SKIP_FUZZ:-0}" != 1 ]; then
+    echo "== fuzzing, a fixed time each: the 9P codec, the server's sessions"
+    bash scripts/fuzz.sh decode "${WALKFS_FUZZ_SECONDS:-45}"
+    bash scripts/fuzz.sh session "${WALKFS_FUZZ_SECONDS:-90}"
+fi
+
 if [ "${WALKFS_SKIP_LOOM:-0}" != 1 ]; then
     echo "== loom model of the seqlock protocol"
     RUSTFLAGS="--cfg loom" cargo test -p walkfs-vfs --lib --release --target-dir target/loom loom 2>&1 | tail -3

@@ -2,6 +2,7 @@
 //! table for people.
 
 pub mod build;
+pub mod load;
 pub mod memory;
 pub mod micro;
 pub mod p9meta;

@@ -2,38 +2,10 @@
 //! the scriptable 9P client against it, and the 9P benchmarks' output.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
 
-fn walkfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_walkfs"))
-}
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(dir: &Path, sock: &Path) -> Kill {
-    let child = walkfs()
-        .args(["serve", dir.to_str().expect("utf8"), "--listen"])
-        .arg(format!("unix:{}", sock.display()))
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start walkfs serve");
-    let t0 = Instant::now();
-    while std::os::unix::net::UnixStream::connect(sock).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "server never listened"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Kill(child)
-}
+mod common;
+use common::*;
 
 fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -154,4 +126,39 @@ fn bench_9p_rows_for_walkfs_and_diod() {
         assert_eq!(r["conns"], 2);
         assert!(r["ops_per_sec"].as_f64().unwrap_or(0.0) > 100.0, "{r}");
     }
+}
+
+/// Issue 6's load without loss, as CI runs it: 32 clients for a few
+/// seconds through one `walkfs serve`; no call fails, nothing differs
+/// from the clients' models, and the row says what the server held.
+#[test]
+fn load_of_32_clients_loses_nothing() {
+    let o = walkfs()
+        .args([
+            "bench",
+            "load",
+            "--clients",
+            "32",
+            "--seconds",
+            "4",
+            "--json",
+        ])
+        .output()
+        .expect("run");
+    assert!(
+        o.status.success(),
+        "{}{}",
+        text(&o),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rows = json_rows(&o);
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(r["bench"], "load");
+    assert_eq!(r["clients"], 32);
+    assert_eq!(r["errors"], 0, "{r}");
+    assert_eq!(r["mismatches"], 0, "{r}");
+    assert!(r["ops"].as_u64().unwrap_or(0) > 320, "{r}");
+    assert!(r["files"].as_u64().unwrap_or(0) > 32, "{r}");
+    assert!(r["server_rss_kib"].as_u64().unwrap_or(0) > 0, "{r}");
 }

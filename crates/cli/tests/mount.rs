@@ -3,92 +3,10 @@
 //! -> hostfs), real compilers and git on it, and unmounts that leave
 //! nothing behind. Needs root and /dev/fuse (CI has both).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-fn walkfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_walkfs"))
-}
-
-fn mounted(mnt: &Path) -> bool {
-    let m = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    let p = mnt.to_str().expect("utf8");
-    m.lines().any(|l| l.split(' ').nth(1) == Some(p))
-}
-
-/// Processes still running `walkfs mount` on `mnt`.
-fn mount_processes(mnt: &Path) -> usize {
-    let needle = mnt.to_str().expect("utf8");
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
-                let s = String::from_utf8_lossy(&c).replace('\0', " ");
-                s.contains(" mount ") && s.contains(needle)
-            })
-        })
-        .count()
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A background `walkfs mount` of `src` on `mnt`, unmounted (and checked
-/// gone) when dropped.
-struct Mount {
-    mnt: PathBuf,
-}
-
-impl Mount {
-    fn new(src: &Path, mnt: &Path, opts: &str) -> Mount {
-        let o = walkfs()
-            .arg("mount")
-            .arg(src)
-            .arg(mnt)
-            .args(["-o", opts])
-            .output()
-            .expect("run walkfs mount");
-        assert!(
-            o.status.success(),
-            "mount: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert!(
-            mounted(mnt),
-            "walkfs mount returned before the mount was up"
-        );
-        Mount {
-            mnt: mnt.to_path_buf(),
-        }
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if mounted(&self.mnt) {
-            let _ = Command::new("umount").arg(&self.mnt).status();
-        }
-    }
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let o = cmd.output().expect("run");
-    assert!(
-        o.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
+mod common;
+use common::*;
 
 #[test]
 fn a_c_project_builds_and_runs_from_the_mount() {

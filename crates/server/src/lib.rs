@@ -20,6 +20,8 @@
 pub mod auth;
 pub mod conn;
 pub mod fid;
+#[doc(hidden)]
+pub mod fuzz;
 mod handlers;
 pub mod users;
 

@@ -1,0 +1,119 @@
+//! Helpers shared by the CLI's test files: the `walkfs` executable, a
+//! served directory, mounts that clean up after themselves.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn walkfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_walkfs"))
+}
+
+pub fn mounted(mnt: &Path) -> bool {
+    let m = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let p = mnt.to_str().expect("utf8");
+    m.lines().any(|l| l.split(' ').nth(1) == Some(p))
+}
+
+/// Processes still running `walkfs mount` on `mnt`.
+pub fn mount_processes(mnt: &Path) -> usize {
+    let needle = mnt.to_str().expect("utf8");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                let s = String::from_utf8_lossy(&c).replace('\0', " ");
+                s.contains(" mount ") && s.contains(needle)
+            })
+        })
+        .count()
+}
+
+pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A background `walkfs mount` of `src` on `mnt`, unmounted (and checked
+/// gone) when dropped.
+pub struct Mount {
+    pub mnt: PathBuf,
+}
+
+impl Mount {
+    pub fn new(src: &Path, mnt: &Path, opts: &str) -> Mount {
+        let o = walkfs()
+            .arg("mount")
+            .arg(src)
+            .arg(mnt)
+            .args(["-o", opts])
+            .output()
+            .expect("run walkfs mount");
+        assert!(
+            o.status.success(),
+            "mount: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            mounted(mnt),
+            "walkfs mount returned before the mount was up"
+        );
+        Mount {
+            mnt: mnt.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if mounted(&self.mnt) {
+            let _ = Command::new("umount").arg(&self.mnt).status();
+        }
+    }
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    let o = cmd.output().expect("run");
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// A child process killed (and reaped) when dropped.
+pub struct Kill(pub Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `walkfs serve` process of `dir` on unix socket `sock`, up and
+/// listening.
+pub fn serve(dir: &Path, sock: &Path) -> Kill {
+    let child = walkfs()
+        .args(["serve", dir.to_str().expect("utf8"), "--listen"])
+        .arg(format!("unix:{}", sock.display()))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start walkfs serve");
+    let t0 = Instant::now();
+    while std::os::unix::net::UnixStream::connect(sock).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Kill(child)
+}

@@ -1,0 +1,279 @@
+//! Issue 6's faults and exposure, with real processes: a server killed
+//! under a FUSE mount while a writer runs, a client that vanishes holding
+//! fids and open files, and `walkfs serve` refusing to expose a directory
+//! to the network without a secret.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use walkfs_p9::{Fcall, Names, Str, NOFID, NOTAG, VERSION};
+
+mod common;
+use common::*;
+
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// The client does not reconnect: once its server is gone every call
+/// that needs the server fails at once (ENOTCONN), a writer in the middle
+/// of its loop stops with an error instead of hanging, and the mount
+/// unmounts cleanly.
+#[test]
+fn a_killed_server_fails_calls_fast_and_the_mount_unmounts() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (src, mnt, sock) = (
+        t.path().join("src"),
+        t.path().join("mnt"),
+        t.path().join("s.sock"),
+    );
+    std::fs::create_dir(&src).expect("mkdir");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    std::fs::write(src.join("a"), "before").expect("write");
+    let mut server = serve(&src, &sock);
+    let addr = format!("unix:{}", sock.display());
+    let _m = Mount::new(Path::new(&addr), &mnt, "cache=loose,negtimeout=-1");
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("a")).expect("read"),
+        "before"
+    );
+    // A writer creating files as fast as it can, as a build would.
+    let mut writer = Command::new("sh")
+        .arg("-c")
+        .arg("i=0; while :; do echo $i > \"$1/f$i\" || exit 3; i=$((i+1)); done")
+        .arg("sh")
+        .arg(&mnt)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("writer");
+    std::thread::sleep(Duration::from_millis(500));
+    server.0.kill().expect("kill -9 the server");
+    let killed = Instant::now();
+    let status = loop {
+        if let Some(s) = writer.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "the writer hangs on a dead server"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(3), "the writer's write failed");
+    // A lookup the cache cannot answer, and a create: both fail, fast,
+    // with ENOTCONN (or EIO).
+    for attempt in [
+        std::fs::metadata(mnt.join("never-seen")).map(drop),
+        std::fs::write(mnt.join("new"), "x"),
+    ] {
+        let e = attempt.expect_err("no server, no answer");
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::EIO)),
+            "{e}"
+        );
+    }
+    assert!(killed.elapsed() < Duration::from_secs(10));
+    // What was written before the kill is on the host, whole.
+    assert_eq!(std::fs::read_to_string(src.join("a")).expect("a"), "before");
+    run(Command::new("fusermount3").arg("-u").arg(&mnt));
+    wait_until("mount process exits", || mount_processes(&mnt) == 0);
+    assert!(!mounted(&mnt));
+}
+
+fn frame(f: Fcall<'_>, tag: u16) -> Vec<u8> {
+    let mut out = Vec::new();
+    f.encode(tag, &mut out);
+    out
+}
+
+/// A client attaches, walks hundreds of fids, opens files, then dies in
+/// the middle of a message: every descriptor the server held for it is
+/// closed, and the server serves the next client.
+#[test]
+fn a_vanished_client_leaves_nothing_held_in_the_server() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (src, sock) = (t.path().join("src"), t.path().join("s.sock"));
+    std::fs::create_dir(&src).expect("mkdir");
+    for i in 0..50 {
+        std::fs::write(src.join(format!("f{i}")), "data").expect("write");
+    }
+    let server = serve(&src, &sock);
+    let pid = server.0.id();
+    // A session that walks to every file and opens it, then (unlike a
+    // clean client) never clunks and leaves in the middle of a Twrite.
+    let session = || {
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).expect("connect");
+        let mut out = frame(
+            Fcall::Tversion {
+                msize: 65536,
+                version: Str(VERSION),
+            },
+            NOTAG,
+        );
+        out.extend(frame(
+            Fcall::Tattach {
+                fid: 1,
+                afid: NOFID,
+                uname: Str(b""),
+                aname: Str(b""),
+                n_uname: 0,
+            },
+            1,
+        ));
+        for i in 0..50u32 {
+            let name = format!("f{i}");
+            out.extend(frame(
+                Fcall::Twalk {
+                    fid: 1,
+                    newfid: 100 + i,
+                    names: Names::new(&[name.as_bytes()]).expect("names"),
+                },
+                (2 + 3 * i) as u16,
+            ));
+            out.extend(frame(
+                Fcall::Tlopen {
+                    fid: 100 + i,
+                    flags: libc::O_RDONLY as u32,
+                },
+                (3 + 3 * i) as u16,
+            ));
+            // The vfs opens in the backend at the first I/O.
+            out.extend(frame(
+                Fcall::Tread {
+                    fid: 100 + i,
+                    offset: 0,
+                    count: 16,
+                },
+                (4 + 3 * i) as u16,
+            ));
+        }
+        s.write_all(&out).expect("send");
+        s
+    };
+    let vanish = |mut s: std::os::unix::net::UnixStream| {
+        let mut half = 4000u32.to_le_bytes().to_vec();
+        half.push(walkfs_p9::msg::Twrite);
+        half.extend_from_slice(&[7u8; 200]);
+        s.write_all(&half).expect("send half");
+        drop(s);
+    };
+    let settle = || {
+        // The count once it has not changed for 300 ms.
+        let mut last = fd_count(pid);
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            let now = fd_count(pid);
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    };
+    // Warm-up: the backend keeps one descriptor per file it has met (its
+    // node cache, shared by every client); those stay.
+    vanish(session());
+    let baseline = settle();
+    for round in 0..3 {
+        let s = session();
+        // Open files are descriptors the connection holds.
+        let t0 = Instant::now();
+        while fd_count(pid) < baseline + 30 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "round {round}: the server never opened them: {} fds, baseline {baseline}",
+                fd_count(pid)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        vanish(s);
+        wait_until("the server closes what the client held", || {
+            fd_count(pid) <= baseline
+        });
+    }
+    // Still serving.
+    let o = run(walkfs()
+        .args(["9p", &format!("unix:{}", sock.display()), "cat", "/f7"])
+        .stderr(Stdio::null()));
+    assert_eq!(o.stdout, b"data");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// `walkfs serve` will not put a directory on the network unless clients
+/// must show a secret; with one, the walkfs client mounts it with
+/// `secret_file=` and without the secret it is refused.
+#[test]
+fn an_exposed_listener_needs_a_secret() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (src, mnt, key) = (
+        t.path().join("src"),
+        t.path().join("mnt"),
+        t.path().join("key"),
+    );
+    std::fs::create_dir(&src).expect("mkdir");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    std::fs::write(src.join("f"), "shared").expect("write");
+    let port = free_port();
+    let listen = format!("tcp:0.0.0.0:{port}");
+    let o = walkfs()
+        .args(["serve", src.to_str().expect("utf8"), "--listen", &listen])
+        .output()
+        .expect("run");
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("refusing") && err.contains("--secret-file"),
+        "{err}"
+    );
+    // A secret file others can read is refused too.
+    std::fs::write(&key, "a long enough shared secret\n").expect("key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let o = walkfs()
+        .args(["serve", src.to_str().expect("utf8"), "--listen", &listen])
+        .arg("--secret-file")
+        .arg(&key)
+        .output()
+        .expect("run");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("readable by others"));
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let _server = Kill(
+        walkfs()
+            .args(["serve", src.to_str().expect("utf8"), "--listen", &listen])
+            .arg("--secret-file")
+            .arg(&key)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve"),
+    );
+    wait_until("the server listens", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let addr = format!("tcp:127.0.0.1:{port}");
+    let o = walkfs()
+        .args(["mount", &addr])
+        .arg(&mnt)
+        .output()
+        .expect("mount");
+    assert!(!o.status.success(), "mounted without the secret");
+    assert!(!mounted(&mnt));
+    let _m = Mount::new(
+        Path::new(&addr),
+        &mnt,
+        &format!("secret_file={}", key.display()),
+    );
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("f")).expect("read"),
+        "shared"
+    );
+}

@@ -1,0 +1,308 @@
+//! The server's message handling under arbitrary input: the body of the
+//! `session` fuzz target (crates/server/fuzz) and of the test that replays
+//! its checked-in corpus.
+//!
+//! The input is read as a script of 9P requests, structure-aware so the
+//! fuzzer spends its time past the decoder: each step picks a request
+//! type and fills its fields from the bytes that follow, with fids from a
+//! small set (so later requests use what earlier ones made), names from a
+//! small dictionary of the interesting ones (`..`, `.`, empty, with a
+//! slash, too long) and otherwise free numbers (flags, modes, offsets,
+//! counts). A step may also send raw bytes framed with a size of its own.
+//! The session starts with Tversion + Tattach, runs over a fresh memfs
+//! export, and must end with the connection closed by the server after
+//! the input ends; a panic anywhere, or a server that stops answering, is
+//! a failure.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use walkfs_p9::{Data, Fcall, Names, Str, Stream, NOFID, NOTAG, VERSION};
+use walkfs_vfs::{Options, Vfs};
+
+use crate::{Config, Server};
+
+const NAMES: &[&[u8]] = &[
+    b"a",
+    b"b",
+    b"dir",
+    b"..",
+    b".",
+    b"",
+    b"a/b",
+    b"/etc",
+    b"\xff\xfe",
+    &[b'n'; 300],
+];
+
+/// Bytes of the script, consumed as fields.
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn u8(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from(self.u32()) | u64::from(self.u32()) << 32
+    }
+    /// A fid of the small set (sometimes NOFID or a wild number).
+    fn fid(&mut self) -> u32 {
+        match self.u8() {
+            250 => NOFID,
+            251 => self.u32(),
+            b => u32::from(b % 8),
+        }
+    }
+    fn name(&mut self) -> &'static [u8] {
+        NAMES[usize::from(self.u8()) % NAMES.len()]
+    }
+    fn bytes(&mut self, max: usize) -> &[u8] {
+        let n = (usize::from(self.u8())).min(max).min(self.0.len());
+        let (b, rest) = self.0.split_at(n);
+        self.0 = rest;
+        b
+    }
+}
+
+/// Encode the script in `data` as request frames.
+fn script(data: &[u8]) -> Vec<u8> {
+    let mut inp = Input(data);
+    let mut out = Vec::new();
+    Fcall::Tversion {
+        msize: 8192,
+        version: Str(VERSION),
+    }
+    .encode(NOTAG, &mut out);
+    Fcall::Tattach {
+        fid: 0,
+        afid: NOFID,
+        uname: Str(b""),
+        aname: Str(b""),
+        n_uname: 0,
+    }
+    .encode(1, &mut out);
+    let mut steps = 0;
+    while !inp.0.is_empty() && steps < 256 {
+        steps += 1;
+        let tag = u16::from(inp.u8() % 32);
+        let kind = inp.u8() % 24;
+        let f = match kind {
+            0 => {
+                let (fid, newfid) = (inp.fid(), inp.fid());
+                let n = usize::from(inp.u8() % 5);
+                let names: Vec<&[u8]> = (0..n).map(|_| inp.name()).collect();
+                match Names::new(&names) {
+                    Some(names) => Fcall::Twalk { fid, newfid, names },
+                    None => continue,
+                }
+            }
+            1 => Fcall::Tlopen {
+                fid: inp.fid(),
+                flags: inp.u32(),
+            },
+            2 => Fcall::Tlcreate {
+                fid: inp.fid(),
+                name: Str(inp.name()),
+                flags: inp.u32(),
+                mode: inp.u32(),
+                gid: inp.u32() % 4,
+            },
+            3 => Fcall::Tread {
+                fid: inp.fid(),
+                offset: inp.u64() % 100_000,
+                count: inp.u32() % 20_000,
+            },
+            4 => {
+                let fid = inp.fid();
+                let offset = inp.u64() % 100_000;
+                Fcall::Twrite {
+                    fid,
+                    offset,
+                    data: Data(inp.bytes(200)),
+                }
+            }
+            5 => Fcall::Tgetattr {
+                fid: inp.fid(),
+                request_mask: inp.u64(),
+            },
+            6 => Fcall::Tsetattr {
+                fid: inp.fid(),
+                attr: walkfs_p9::SetAttr {
+                    valid: inp.u32(),
+                    mode: inp.u32(),
+                    uid: inp.u32() % 3,
+                    gid: inp.u32() % 3,
+                    size: inp.u64() % 100_000,
+                    atime_sec: inp.u64(),
+                    atime_nsec: inp.u64(),
+                    mtime_sec: inp.u64(),
+                    mtime_nsec: inp.u64(),
+                },
+            },
+            7 => Fcall::Treaddir {
+                fid: inp.fid(),
+                offset: inp.u64() % 64,
+                count: inp.u32() % 9000,
+            },
+            8 => Fcall::Tmkdir {
+                dfid: inp.fid(),
+                name: Str(inp.name()),
+                mode: inp.u32(),
+                gid: 0,
+            },
+            9 => Fcall::Tsymlink {
+                fid: inp.fid(),
+                name: Str(inp.name()),
+                symtgt: Str(inp.name()),
+                gid: 0,
+            },
+            10 => Fcall::Treadlink { fid: inp.fid() },
+            11 => Fcall::Tlink {
+                dfid: inp.fid(),
+                fid: inp.fid(),
+                name: Str(inp.name()),
+            },
+            12 => Fcall::Trenameat {
+                olddirfid: inp.fid(),
+                oldname: Str(inp.name()),
+                newdirfid: inp.fid(),
+                newname: Str(inp.name()),
+            },
+            13 => Fcall::Tunlinkat {
+                dirfid: inp.fid(),
+                name: Str(inp.name()),
+                flags: inp.u32(),
+            },
+            14 => Fcall::Trename {
+                fid: inp.fid(),
+                dfid: inp.fid(),
+                name: Str(inp.name()),
+            },
+            15 => Fcall::Tremove { fid: inp.fid() },
+            16 => Fcall::Tclunk { fid: inp.fid() },
+            17 => Fcall::Tflush {
+                oldtag: u16::from(inp.u8() % 32),
+            },
+            18 => Fcall::Tfsync {
+                fid: inp.fid(),
+                datasync: walkfs_p9::OptU32(inp.u32()),
+            },
+            19 => Fcall::Tstatfs { fid: inp.fid() },
+            20 => Fcall::Tmknod {
+                dfid: inp.fid(),
+                name: Str(inp.name()),
+                mode: inp.u32(),
+                major: inp.u32(),
+                minor: inp.u32(),
+                gid: 0,
+            },
+            21 => Fcall::Txattrwalk {
+                fid: inp.fid(),
+                newfid: inp.fid(),
+                name: Str(inp.name()),
+            },
+            22 => Fcall::Tattach {
+                fid: inp.fid(),
+                afid: inp.fid(),
+                uname: Str(b""),
+                aname: Str(inp.name()),
+                n_uname: inp.u32() % 3,
+            },
+            _ => {
+                // Raw bytes under a size of their own (which may lie).
+                let size = inp.u32() % 10_000;
+                out.extend_from_slice(&size.to_le_bytes());
+                let b = inp.bytes(255);
+                out.extend_from_slice(b);
+                continue;
+            }
+        };
+        f.encode(tag, &mut out);
+    }
+    out
+}
+
+/// Run one session of `data` against a fresh memfs export. Panics if the
+/// server panics, hangs, or answers with something that is not a reply.
+pub fn run_session(data: &[u8]) {
+    let frames = script(data);
+    let vfs = match Vfs::open_source("mem:", &Options::default()) {
+        Ok(v) => v,
+        Err(e) => panic!("memfs: {e}"),
+    };
+    let cfg = Config {
+        threads: 2,
+        max_fids: 64,
+        max_inflight: 16,
+        max_msize: 8192,
+        ..Config::default()
+    };
+    let server = Server::new(vfs, cfg);
+    let (ours, theirs) = match UnixStream::pair() {
+        Ok(p) => p,
+        Err(e) => panic!("socketpair: {e}"),
+    };
+    server.serve_stream(Stream::Unix(theirs));
+    let mut w = match ours.try_clone() {
+        Ok(w) => w,
+        Err(e) => panic!("dup: {e}"),
+    };
+    let writer = std::thread::spawn(move || {
+        // The server may close first (a frame it refuses): not an error.
+        let _ = w.write_all(&frames);
+        let _ = w.shutdown(std::net::Shutdown::Write);
+    });
+    let mut r = ours;
+    if let Err(e) = r.set_read_timeout(Some(Duration::from_secs(20))) {
+        panic!("timeout: {e}");
+    }
+    let mut buf = Vec::new();
+    loop {
+        match walkfs_p9::read_frame(&mut r, &mut buf, 1 << 20) {
+            Ok(true) => match Fcall::decode(&buf) {
+                Ok((_, f)) => assert!(!f.is_request(), "the server sent a request"),
+                Err(e) => panic!("the server sent a malformed reply: {e}"),
+            },
+            Ok(false) => break,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                panic!("the server stopped answering")
+            }
+            Err(_) => break,
+        }
+    }
+    // Drain whatever is left (a reset connection).
+    let _ = r.read_to_end(&mut buf);
+    let _ = writer.join();
+}
+
+#[cfg(test)]
+mod tests {
+    /// The checked-in corpus of the `session` fuzz target replays without
+    /// a panic or a hang.
+    #[test]
+    fn session_corpus_replays() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/session");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).expect("corpus dir") {
+            let data = std::fs::read(e.expect("entry").path()).expect("read");
+            super::run_session(&data);
+            n += 1;
+        }
+        assert!(n >= 10, "the corpus has its seeds");
+    }
+}
