@@ -57,6 +57,8 @@ pub struct BuildOpts {
     pub only: Vec<String>,
     /// Repetitions (median reported); default 3, 1 with --quick.
     pub reps: Option<usize>,
+    /// Run the builds (off: the workloads alone).
+    pub builds: bool,
     /// Delay per reply of the slow-link rows, µs (0: no slow-link rows).
     pub slow_us: u64,
     /// Also the shorter workloads (git status, untar, rm -rf).
@@ -523,6 +525,13 @@ fn workloads(
         .arg("-C")
         .arg(&dir))?;
     out.push(("untar", t0.elapsed().as_secs_f64()));
+    if m.is_some() && !is_mounted(&mnt) {
+        return Err(format!(
+            "{} vanished from {} during the untar",
+            c.name,
+            mnt.display()
+        ));
+    }
     drop(m);
     // A committed repository, made on the host.
     let root = std::fs::read_dir(&src)
@@ -612,7 +621,7 @@ pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
     let mut samples: Vec<Vec<Sample>> = cfgs.iter().map(|_| Vec::new()).collect();
     let total = reps * cfgs.len();
     let mut n = 0;
-    for _ in 0..reps {
+    for _ in 0..if opts.builds { reps } else { 0 } {
         for (i, c) in cfgs.iter().enumerate() {
             n += 1;
             progress(&format!("build: [{n}/{total}] {} ...", c.name));
@@ -634,7 +643,7 @@ pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
         let mut v: Vec<f64> = samples[0].iter().map(|s| s.seconds).collect();
         median(&mut v)
     };
-    for (c, s) in cfgs.iter().zip(&samples) {
+    for (c, s) in cfgs.iter().zip(&samples).filter(|(_, s)| !s.is_empty()) {
         let mut secs: Vec<f64> = s.iter().map(|x| x.seconds).collect();
         let seconds = median(&mut secs);
         // The RPCs of the run whose time is nearest the median.
@@ -661,8 +670,17 @@ pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
                 .filter(|c| !matches!(c.kind, Kind::Walkfs { delay_us, .. } if delay_us > 0))
             {
                 progress(&format!("workloads: {} ...", c.name));
-                for (b, s) in workloads(c, opts, &tarball, sshd.as_ref())? {
-                    wl.entry((b, c.name.clone())).or_default().push(s);
+                // A failed workload loses its own row, not the builds'.
+                match workloads(c, opts, &tarball, sshd.as_ref()) {
+                    Ok(v) => {
+                        for (b, s) in v {
+                            wl.entry((b, c.name.clone())).or_default().push(s);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!("workloads on {}: {e}", c.name);
+                        eprintln!("walkfs: workloads on {}: {e}", c.name);
+                    }
                 }
             }
         }
@@ -758,6 +776,7 @@ mod tests {
             walkfs: PathBuf::from("walkfs"),
             only: vec![],
             reps: None,
+            builds: true,
             slow_us: 200,
             workloads: false,
         };

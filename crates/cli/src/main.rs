@@ -283,6 +283,9 @@ enum BenchCmd {
         /// Skip git status / untar / rm -rf.
         #[arg(long)]
         no_workloads: bool,
+        /// Only git status / untar / rm -rf, no builds.
+        #[arg(long, conflicts_with = "no_workloads")]
+        workloads_only: bool,
     },
     /// Memory of the dentry and inode caches, in bytes per cached dentry.
     Memory {
@@ -512,6 +515,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             reps,
             slow_us,
             no_workloads,
+            workloads_only,
         }) => {
             let walkfs = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
             let res = build::run(&build::BuildOpts {
@@ -520,7 +524,8 @@ fn run(cmd: Cmd) -> Result<(), String> {
                 only,
                 reps,
                 slow_us: if quick { 0 } else { slow_us },
-                workloads: !no_workloads && !quick,
+                builds: !workloads_only,
+                workloads: workloads_only || !no_workloads && !quick,
             })?;
             if json {
                 for r in &res.rows {

@@ -191,3 +191,34 @@ fn mount_t_walkfs_through_the_helper() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("nonsense"));
 }
+
+/// A script unmounts walkfs and mounts something else on the same
+/// directory at once: the exiting walkfs process must not unmount the
+/// newcomer (fuser's own session end would have).
+#[test]
+fn an_outside_unmount_never_takes_the_next_mount_with_it() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (src, mnt, other) = (
+        t.path().join("src"),
+        t.path().join("mnt"),
+        t.path().join("other"),
+    );
+    for d in [&src, &mnt, &other] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    std::fs::write(other.join("mark"), "other").expect("write");
+    for _ in 0..3 {
+        let m = Mount::new(&src, &mnt, "cache=loose,negtimeout=-1");
+        run(Command::new("umount").arg(&mnt));
+        run(Command::new("mount").arg("--bind").arg(&other).arg(&mnt));
+        wait_until("the walkfs process exits", || mount_processes(&mnt) == 0);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(mounted(&mnt), "the bind mount was unmounted");
+        assert_eq!(
+            std::fs::read_to_string(mnt.join("mark")).expect("read"),
+            "other"
+        );
+        run(Command::new("umount").arg(&mnt));
+        std::mem::forget(m);
+    }
+}

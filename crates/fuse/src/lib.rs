@@ -19,6 +19,7 @@
 //! supplementary groups from the user database), so permission checks and
 //! the owners of new files are the caller's.
 
+mod kmount;
 pub mod mount;
 pub mod options;
 mod stats;

@@ -4,13 +4,14 @@
 //! runs `umount`/`fusermount3 -u`.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use fuser::{Config, MountOption, Session, SessionACL};
+use fuser::{Config, Session, SessionACL};
 use walkfs_p9::Stream;
 use walkfs_vfs::{Options, Vfs};
 
-use crate::{MountOptions, WalkFuse};
+use crate::{kmount, MountOptions, WalkFuse};
 
 /// The vfs for `source`. A local directory (or `mem:`) is exported by a
 /// `walkfs serve` in this process over one end of a socketpair; the 9P
@@ -44,8 +45,11 @@ pub fn open_source(source: &str, opts: &MountOptions, direct: bool) -> Result<Vf
 
 /// A mounted walkfs: dropping it does not unmount; call [`Mounted::wait`].
 pub struct Mounted {
-    unmounter: fuser::SessionUnmounter,
+    mountpoint: std::path::PathBuf,
     thread: std::thread::JoinHandle<std::io::Result<()>>,
+    /// Set by the session's thread when the kernel ended the session
+    /// (someone else unmounted).
+    ended: Arc<AtomicBool>,
     pub stats: Arc<crate::FuseCounters>,
 }
 
@@ -59,52 +63,65 @@ pub fn mount(
     opts: MountOptions,
     on_end: impl FnOnce() + Send + 'static,
 ) -> Result<Mounted, String> {
-    let mut mo = vec![
-        MountOption::FSName(source.to_string()),
-        MountOption::Subtype("walkfs".into()),
-        MountOption::NoDev,
-    ];
-    if opts.default_permissions {
-        mo.push(MountOption::DefaultPermissions);
-    }
-    if opts.read_only {
-        mo.push(MountOption::RO);
-    }
     let mut cfg = Config::default();
-    cfg.mount_options = mo;
-    cfg.acl = if opts.allow_other {
+    let acl = if opts.allow_other {
         SessionACL::All
     } else {
         SessionACL::Owner
     };
+    cfg.acl = acl;
     cfg.n_threads = Some(opts.threads);
     cfg.clone_fd = true;
+    let spec = kmount::Spec {
+        fsname: source,
+        read_only: opts.read_only,
+        default_permissions: opts.default_permissions,
+        allow_other: opts.allow_other,
+    };
     let fs = WalkFuse::new(vfs, opts).map_err(|e| format!("root of the source: {e}"))?;
     let stats = Arc::clone(&fs.counters);
-    let mut session = Session::new(fs, mountpoint, &cfg)
-        .map_err(|e| format!("mount on {}: {e}", mountpoint.display()))?;
-    let unmounter = session.unmount_callable();
+    let fd = kmount::mount(mountpoint, &spec)?;
+    let session = match Session::from_fd(fs, fd, acl, cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = kmount::unmount(mountpoint);
+            return Err(format!("mount on {}: {e}", mountpoint.display()));
+        }
+    };
+    let ended = Arc::new(AtomicBool::new(false));
+    let ended2 = Arc::clone(&ended);
     let thread = std::thread::Builder::new()
         .name("fuse-session".into())
         .spawn(move || {
             let r = session.run();
+            ended2.store(true, Ordering::SeqCst);
             on_end();
             r
         })
         .map_err(|e| format!("session thread: {e}"))?;
     Ok(Mounted {
-        unmounter,
+        mountpoint: mountpoint.to_path_buf(),
         thread,
+        ended,
         stats,
     })
 }
 
 impl Mounted {
-    /// Unmount (if still mounted) and wait for the session to end.
-    pub fn unmount(mut self) -> Result<(), String> {
-        let r = self.unmounter.unmount();
+    /// Unmount (if still mounted) and wait for the session to end. After
+    /// someone else unmounted, the path is left alone: something else may
+    /// be mounted there by now.
+    pub fn unmount(self) -> Result<(), String> {
+        let r = if self.ended.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            kmount::unmount(&self.mountpoint)
+        };
+        if r.is_err() && !self.ended.load(Ordering::SeqCst) {
+            // Still mounted (busy): the session goes on; say why.
+            return r;
+        }
         let j = self.thread.join();
-        r.map_err(|e| format!("unmount: {e}"))?;
         match j {
             Ok(Ok(())) => Ok(()),
             // A worker reading /dev/fuse as the unmount tears the

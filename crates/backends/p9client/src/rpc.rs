@@ -140,11 +140,17 @@ impl Rpc {
         Ok(rpc)
     }
 
-    fn take_tag(&self) -> u16 {
+    /// A free tag; `None` once the connection is dead (tags held by
+    /// requests whose replies will never come are never given back, so
+    /// waiting for one would be forever).
+    fn take_tag(&self) -> Option<u16> {
         let mut f = self.free.lock();
         loop {
             if let Some(t) = f.pop() {
-                return t;
+                return Some(t);
+            }
+            if self.dead.load(Relaxed) {
+                return None;
             }
             self.free_cv.wait(&mut f);
         }
@@ -166,7 +172,18 @@ impl Rpc {
         if self.dead.load(Relaxed) {
             return Err(Errno::ENOTCONN);
         }
-        let tags: Vec<u16> = reqs.iter().map(|_| self.take_tag()).collect();
+        let mut tags: Vec<u16> = Vec::with_capacity(reqs.len());
+        for _ in reqs {
+            match self.take_tag() {
+                Some(t) => tags.push(t),
+                None => {
+                    for t in tags {
+                        self.put_tag(t);
+                    }
+                    return Err(Errno::ENOTCONN);
+                }
+            }
+        }
         let mut out = Vec::with_capacity(128 * reqs.len());
         for (r, &t) in reqs.iter().zip(&tags) {
             r.encode(t, &mut out);
@@ -241,7 +258,7 @@ impl Rpc {
         if self.dead.load(Relaxed) {
             return;
         }
-        let t = self.take_tag();
+        let Some(t) = self.take_tag() else { return };
         self.orphan[t as usize].store(true, Relaxed);
         let mut out = Vec::with_capacity(16);
         req.encode(t, &mut out);
@@ -280,6 +297,9 @@ fn reader_loop(rpc: std::sync::Weak<Rpc>, stream: Stream, msize: u32) {
                     let _g = s.reply.lock();
                     s.cv.notify_all();
                 }
+                // And whoever waits for a free tag.
+                let _g = rpc.free.lock();
+                rpc.free_cv.notify_all();
                 return;
             }
         }
