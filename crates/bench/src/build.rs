@@ -73,6 +73,11 @@ pub struct Row {
     pub fs: String,
     pub seconds: f64,
     pub ratio_to_native: f64,
+    /// CPU seconds (user + system) of the build's processes, median: the
+    /// same compile work takes more of them when the machine's CPUs run
+    /// slower (a shared host), so it tells noise from overhead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rpcs: Option<u64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -460,6 +465,7 @@ fn make(dir: &Path, jobs: usize) -> Result<(), String> {
 
 struct Sample {
     seconds: f64,
+    cpu: f64,
     rpcs: Option<(u64, BTreeMap<String, u64>)>,
 }
 
@@ -485,16 +491,30 @@ fn one_build(
     let m = mount(c, opts, &src, &mnt, sshd)?;
     let dir = if m.is_some() { mnt.join(&rel) } else { root };
     let jobs = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let cpu0 = children_cpu();
     let t0 = Instant::now();
     make(&dir, jobs)?;
     let seconds = t0.elapsed().as_secs_f64();
+    let cpu = children_cpu() - cpu0;
     let rpcs = if matches!(c.kind, Kind::Walkfs { .. }) {
         rpcs(opts, &mnt)
     } else {
         None
     };
     drop(m);
-    Ok(Sample { seconds, rpcs })
+    Ok(Sample { seconds, cpu, rpcs })
+}
+
+/// User + system seconds of this process's waited-for children so far.
+fn children_cpu() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// The shorter workloads on configuration `c`: untar, git status on a
@@ -632,6 +652,7 @@ pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
             tracing::info!(
                 fs = %c.name,
                 seconds = s.seconds,
+                cpu = s.cpu,
                 rpcs = s.rpcs.as_ref().map(|r| r.0),
                 "build sample"
             );
@@ -653,11 +674,13 @@ pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
                 .total_cmp(&(b.seconds - seconds).abs())
         });
         let r = mid.and_then(|m| m.rpcs.clone());
+        let mut cpu: Vec<f64> = s.iter().map(|x| x.cpu).collect();
         rows.push(Row {
             bench: "build-hostap".into(),
             fs: c.name.clone(),
             seconds,
             ratio_to_native: seconds / native,
+            cpu_seconds: Some(median(&mut cpu)),
             rpcs: r.as_ref().map(|x| x.0),
             rpcs_by_type: r.map(|x| x.1).unwrap_or_default(),
         });
@@ -696,6 +719,7 @@ pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
                 fs: f.clone(),
                 seconds: s,
                 ratio_to_native: s / natives.get(b).copied().unwrap_or(f64::NAN),
+                cpu_seconds: None,
                 rpcs: None,
                 rpcs_by_type: BTreeMap::new(),
             });
@@ -718,13 +742,22 @@ pub fn render(res: &BuildResult) -> String {
                 r.fs.clone(),
                 format!("{:.1}", r.seconds),
                 format!("{:.2}x", r.ratio_to_native),
+                r.cpu_seconds.map(|x| format!("{x:.0}")).unwrap_or_default(),
                 r.rpcs.map(|x| x.to_string()).unwrap_or_default(),
                 walks.map(|x| x.to_string()).unwrap_or_default(),
             ]
         })
         .collect();
     let mut out = table(
-        &["bench", "fs", "seconds", "vs native", "RPCs", "Twalk"],
+        &[
+            "bench",
+            "fs",
+            "seconds",
+            "vs native",
+            "CPU s",
+            "RPCs",
+            "Twalk",
+        ],
         &t,
     );
     for r in res.rows.iter().filter(|r| !r.rpcs_by_type.is_empty()) {
