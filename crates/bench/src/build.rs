@@ -381,23 +381,10 @@ fn mount(
         Kind::Native => return Ok(None),
         Kind::Walkfs { opts: o, delay_us } if *delay_us > 0 => {
             let sock = mnt.with_extension("sock");
-            let _ = std::fs::remove_file(&sock);
             let addr = format!("unix:{}", sock.display());
-            let server = Command::new(&opts.walkfs)
-                .arg("serve")
-                .arg(src)
-                .args(["--listen", &addr, "--reply-delay-us", &delay_us.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("walkfs serve: {e}"))?;
-            let mut server = KillOnDrop(server);
-            wait_until(
-                "walkfs serve",
-                Duration::from_secs(10),
-                || std::os::unix::net::UnixStream::connect(&sock).is_ok(),
-                || server.exited(),
-            )?;
+            let delay = delay_us.to_string();
+            let server =
+                crate::proc::walkfs_serve(&opts.walkfs, src, &sock, &["--reply-delay-us", &delay])?;
             m.children.push(server);
             sh(Command::new(&opts.walkfs)
                 .args(["mount", &addr])

@@ -15,7 +15,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +22,6 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use walkfs_vfs::{Creds, Ctx, Options, Vfs, AT_FDCWD};
 
-use crate::proc::{wait_until, KillOnDrop};
 use crate::report::{progress, progress_done, table};
 
 #[derive(Clone, Debug)]
@@ -323,22 +321,7 @@ pub fn run(opts: &LoadOpts) -> Result<(Row, Vec<String>), String> {
             .map_err(|e| format!("mkdir: {e}"))?;
     }
     let sock = tmp.path().join("s.sock");
-    let child = Command::new(&opts.walkfs)
-        .arg("serve")
-        .arg(&export)
-        .arg("--listen")
-        .arg(format!("unix:{}", sock.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("start walkfs serve: {e}"))?;
-    let mut server = KillOnDrop(child);
-    wait_until(
-        "walkfs serve",
-        Duration::from_secs(10),
-        || std::os::unix::net::UnixStream::connect(&sock).is_ok(),
-        || server.exited(),
-    )?;
+    let server = crate::proc::walkfs_serve(&opts.walkfs, &export, &sock, &[])?;
     let source = format!("unix:{}", sock.display());
     let o = Options::parse("cache=loose").map_err(|e| e.to_string())?;
     let mut ctxs = Vec::new();

@@ -1,7 +1,8 @@
 //! Processes a benchmark starts: servers and mounts it waits for and
 //! stops.
 
-use std::process::Child;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A child process killed and reaped when dropped.
@@ -43,4 +44,33 @@ pub fn wait_until(
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(())
+}
+
+/// A `walkfs serve` of `dir` (the executable `walkfs`) on unix socket
+/// `sock`, with `extra` arguments, up and listening.
+pub fn walkfs_serve(
+    walkfs: &Path,
+    dir: &Path,
+    sock: &Path,
+    extra: &[&str],
+) -> Result<KillOnDrop, String> {
+    let _ = std::fs::remove_file(sock);
+    let child = Command::new(walkfs)
+        .arg("serve")
+        .arg(dir)
+        .arg("--listen")
+        .arg(format!("unix:{}", sock.display()))
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("start walkfs serve: {e}"))?;
+    let mut server = KillOnDrop(child);
+    wait_until(
+        "walkfs serve",
+        Duration::from_secs(10),
+        || std::os::unix::net::UnixStream::connect(sock).is_ok(),
+        || server.exited(),
+    )?;
+    Ok(server)
 }

@@ -70,6 +70,12 @@ enum Cmd {
         /// Let this group connect to the unix socket too (mode 0660).
         #[arg(long, value_name = "GROUP")]
         socket_group: Option<String>,
+        /// Confine the server process once it listens: a mount namespace
+        /// whose root is DIR, no supplementary groups, only the file-owner
+        /// capabilities. auto: what the kernel and privileges allow; on:
+        /// fail otherwise; off: none.
+        #[arg(long, default_value = "auto", value_name = "auto|on|off")]
+        sandbox: walkfs_server::sandbox::Mode,
         /// Refuse every change with EROFS.
         #[arg(long)]
         read_only: bool,
@@ -351,6 +357,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             listen,
             secret_file,
             socket_group,
+            sandbox,
             read_only,
             threads,
             max_msize,
@@ -407,6 +414,11 @@ fn run(cmd: Cmd) -> Result<(), String> {
                 listener
                     .share(gid)
                     .map_err(|e| format!("socket group {g}: {e}"))?;
+            }
+            let export = std::path::Path::new(&dir);
+            let done = walkfs_server::sandbox::enter(export.is_dir().then_some(export), sandbox)?;
+            if !done.is_empty() {
+                tracing::info!("sandbox: {}", done.join(", "));
             }
             let server = walkfs_server::Server::new(vfs, cfg);
             tracing::info!("serving {dir} on {addr}");

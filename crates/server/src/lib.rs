@@ -13,6 +13,7 @@
 //!   directory and no path or symlink resolves above it.
 //! - [`users`]: attach names to credentials.
 //! - [`auth`]: the shared secret a connection must show before attaching.
+//! - [`sandbox`]: the server process confined to the export.
 //!
 //! Threads: one reader per connection, a shared pool of workers for the
 //! requests (many in flight per connection, none per request).
@@ -23,6 +24,7 @@ pub mod fid;
 #[doc(hidden)]
 pub mod fuzz;
 mod handlers;
+pub mod sandbox;
 pub mod users;
 
 use std::io;
