@@ -21,7 +21,16 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --quiet
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 cd "$dir/.."
+set +e
 RUSTC_BOOTSTRAP=1 cargo fuzz run --release "$target" "$scratch" "fuzz/corpus/$target" -- \
-    -max_total_time="$secs" -rss_limit_mb=2048 -timeout=30 -print_final_stats=1 2>&1 |
-    grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==|SUMMARY|thread .* panicked|Done [0-9]+ runs)" || true
-exit "${PIPESTATUS[0]}"
+    -max_total_time="$secs" -rss_limit_mb=2048 -timeout=30 -print_final_stats=1 \
+    >"$scratch.log" 2>&1
+status=$?
+set -e
+grep -E "^(Done [0-9]+ runs|stat::number_of_executed_units|stat::peak_rss_mb)" "$scratch.log" || true
+if [ "$status" -ne 0 ]; then
+    echo "fuzz target $target failed (exit $status):" >&2
+    tail -60 "$scratch.log" >&2
+fi
+rm -f "$scratch.log"
+exit "$status"
