@@ -17,7 +17,7 @@ use std::fmt;
 use std::io::{self, Read};
 
 pub mod transport;
-pub use transport::{Addr, Listener, Stream};
+pub use transport::{read_secret_file, Addr, Listener, Stream};
 
 /// The protocol version string this codec speaks.
 pub const VERSION: &[u8] = b"9P2000.L";

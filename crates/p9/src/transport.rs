@@ -100,6 +100,27 @@ fn remove_stale_socket(p: &str) -> io::Result<()> {
     }
 }
 
+/// The shared secret in `path` for a server that asks for one (without a
+/// trailing newline). Like ssh with its keys, a file others may read is
+/// refused: the secret would not be one.
+pub fn read_secret_file(path: &std::path::Path) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::metadata(path)?.mode() & 0o007 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is readable by others: chmod o-rwx it first",
+                path.display()
+            ),
+        ));
+    }
+    let mut s = std::fs::read(path)?;
+    while s.last().is_some_and(|&b| b == b'\n' || b == b'\r') {
+        s.pop();
+    }
+    Ok(s)
+}
+
 /// A connected byte stream.
 #[derive(Debug)]
 pub enum Stream {

@@ -49,18 +49,7 @@ impl Secret {
     /// Read the secret from `path`, which must not be readable by others
     /// (the secret is only as private as its file).
     pub fn from_file(path: &Path) -> io::Result<Secret> {
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(path)?;
-        if meta.mode() & 0o007 != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!(
-                    "{} is readable by others: chmod o-rwx it first",
-                    path.display()
-                ),
-            ));
-        }
-        Secret::new(&std::fs::read(path)?)
+        Secret::new(&walkfs_p9::read_secret_file(path)?)
     }
 
     /// Does `given` equal the secret? In time that depends only on the

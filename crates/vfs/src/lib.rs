@@ -403,19 +403,13 @@ impl Inner {
     }
 }
 
-/// The shared secret in `path` (without a trailing newline), for a server
-/// that asks for one. Like ssh with its keys, a file others may read is
-/// refused: the secret would not be one.
+/// The secret for `secret_file=`: see [`walkfs_p9::read_secret_file`].
 fn read_secret(path: &str) -> Result<Vec<u8>> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).map_err(Errno::from)?;
-    if meta.mode() & 0o007 != 0 {
-        tracing::error!("{path}: a secret file must not be readable by others");
-        return Err(Errno::EACCES);
-    }
-    let mut s = std::fs::read(path).map_err(Errno::from)?;
-    while s.last().is_some_and(|&b| b == b'\n' || b == b'\r') {
-        s.pop();
-    }
-    Ok(s)
+    walkfs_p9::read_secret_file(std::path::Path::new(path)).map_err(|e| {
+        tracing::error!("secret file: {e}");
+        match e.kind() {
+            std::io::ErrorKind::PermissionDenied => Errno::EACCES,
+            _ => Errno::from(e),
+        }
+    })
 }
