@@ -141,6 +141,14 @@ impl Stream {
             Stream::Tcp(s) => s.shutdown(Shutdown::Both),
         }
     }
+    /// Give up on a write that makes no progress for `t` (a peer that
+    /// stopped reading); `None` waits forever.
+    pub fn set_write_timeout(&self, t: Option<std::time::Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_write_timeout(t),
+            Stream::Tcp(s) => s.set_write_timeout(t),
+        }
+    }
     /// Who is on the other end, for logs.
     pub fn peer(&self) -> String {
         match self {

@@ -2,11 +2,11 @@
 //! tag table (`Tflush`), limits, and replies.
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use walkfs_p9::{peek_header, read_frame, Fcall, Stream, MIN_MSIZE, NOFID, VERSION};
 use walkfs_vfs::{Creds, Ctx, Errno};
 
@@ -23,9 +23,25 @@ struct TagState {
     flushes: Vec<u16>,
 }
 
+/// Where a connection's replies go.
+enum Sink {
+    Stream(Stream),
+    /// Collected in memory: the fuzz target's single-threaded sessions.
+    Memory(Vec<u8>),
+}
+
 pub(crate) struct Conn {
     pub server: Arc<Server>,
-    writer: Mutex<Stream>,
+    writer: Mutex<Sink>,
+    /// Set once a reply could not be written (the peer stopped reading or
+    /// went away): the connection is shut down and nothing more is sent.
+    broken: AtomicBool,
+    /// Bytes of request frames handed to the pool and not yet answered.
+    /// The reader waits on `room` while this is over
+    /// `Config::max_pending_bytes`, so a client that pipelines faster than
+    /// the server answers is slowed by its own socket, not buffered here.
+    pending: Mutex<usize>,
+    room: Condvar,
     tags: Mutex<HashMap<u16, TagState>>,
     pub fids: Mutex<HashMap<u32, Arc<Fid>>>,
     pub msize: AtomicU32,
@@ -44,6 +60,8 @@ pub(crate) struct Job {
     conn: Arc<Conn>,
     tag: u16,
     frame: Vec<u8>,
+    /// Bytes this job counts in `Conn::pending` (0 when run inline).
+    counted: usize,
     /// The fids the request names, in field order.
     fids: Vec<Arc<Fid>>,
     /// The fid the request makes, pending until it runs.
@@ -69,9 +87,75 @@ impl Conn {
             .is_some_and(|written| secret.matches(written))
     }
 
+    fn new(server: Arc<Server>, sink: Sink, peer: String) -> Conn {
+        let base = server.vfs.context_with_fds(
+            Creds::root(),
+            // Each fid holds at most two descriptors (path and open).
+            server.cfg.max_fids * 2 + 16,
+        );
+        Conn {
+            writer: Mutex::new(sink),
+            broken: AtomicBool::new(false),
+            pending: Mutex::new(0),
+            room: Condvar::new(),
+            tags: Mutex::new(HashMap::new()),
+            fids: Mutex::new(HashMap::new()),
+            msize: AtomicU32::new(MIN_MSIZE),
+            ctxs: Mutex::new(HashMap::new()),
+            base,
+            peer,
+            server,
+            auth: Mutex::new(HashMap::new()),
+        }
+    }
+
     fn send(&self, out: &[u8]) {
-        if let Err(e) = self.writer.lock().write_all(out) {
-            tracing::debug!("{}: write: {e}", self.peer);
+        if self.broken.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut w = self.writer.lock();
+        let s = match &mut *w {
+            Sink::Memory(v) => {
+                v.extend_from_slice(out);
+                return;
+            }
+            Sink::Stream(s) => s,
+        };
+        if let Err(e) = s.write_all(out) {
+            // A reply cut short breaks the framing: nothing more can be
+            // sent on this connection. Shutting it down also ends the
+            // reader, so the connection's fids and pending work go.
+            self.broken.store(true, Ordering::Relaxed);
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) {
+                tracing::warn!(
+                    "{}: not reading its replies for {:?}: closing the connection",
+                    self.peer,
+                    self.server.cfg.reply_timeout
+                );
+            } else {
+                tracing::debug!("{}: write: {e}", self.peer);
+            }
+            let _ = s.shutdown();
+        }
+    }
+
+    /// Wait until a frame of `len` bytes may be handed on (always when
+    /// nothing is pending, so one frame of any allowed size goes through).
+    fn wait_for_room(&self, len: usize) {
+        let max = self.server.cfg.max_pending_bytes;
+        let mut p = self.pending.lock();
+        while *p > 0 && *p + len > max {
+            self.room.wait(&mut p);
+        }
+    }
+
+    fn release(&self, n: usize) {
+        if n > 0 {
+            *self.pending.lock() -= n;
+            self.room.notify_one();
         }
     }
 
@@ -109,34 +193,47 @@ const READ_BUF: usize = 16 * 1024;
 /// Serve one connection until the peer goes away or breaks the framing.
 pub(crate) fn run(server: Arc<Server>, stream: Stream) {
     let peer = stream.peer();
+    if let Err(e) = stream.set_write_timeout(Some(server.cfg.reply_timeout)) {
+        tracing::warn!("{peer}: {e}");
+        return;
+    }
     // Buffered: one read(2) brings in a frame's size and body (and, from a
     // pipelining client, the frames after it).
-    let mut rd = match stream.try_clone() {
+    let rd = match stream.try_clone() {
         Ok(r) => std::io::BufReader::with_capacity(READ_BUF, r),
         Err(e) => {
             tracing::warn!("{peer}: {e}");
             return;
         }
     };
-    let base = server.vfs.context_with_fds(
-        Creds::root(),
-        // Each fid holds at most two descriptors (path and open).
-        server.cfg.max_fids * 2 + 16,
-    );
-    let conn = Arc::new(Conn {
-        writer: Mutex::new(stream),
-        tags: Mutex::new(HashMap::new()),
-        fids: Mutex::new(HashMap::new()),
-        msize: AtomicU32::new(MIN_MSIZE),
-        ctxs: Mutex::new(HashMap::new()),
-        base,
-        peer: peer.clone(),
-        server,
-        auth: Mutex::new(HashMap::new()),
-    });
+    let conn = Arc::new(Conn::new(server, Sink::Stream(stream), peer.clone()));
     tracing::debug!("{peer}: connected");
+    serve_frames(&conn, rd);
+    if let Sink::Stream(s) = &*conn.writer.lock() {
+        let _ = s.shutdown();
+    }
+    tracing::debug!("{peer}: gone");
+}
+
+/// Serve the requests in `input` on a connection whose replies are
+/// collected in memory, and return the replies. Every request runs on
+/// this thread (`Config::inline_all` is implied): the fuzz target's
+/// session, deterministic and without threads.
+pub(crate) fn serve_memory(server: Arc<Server>, input: &[u8]) -> Vec<u8> {
+    let conn = Arc::new(Conn::new(server, Sink::Memory(Vec::new()), "fuzz".into()));
+    serve_frames(&conn, input);
+    let mut w = conn.writer.lock();
+    match &mut *w {
+        Sink::Memory(v) => std::mem::take(v),
+        Sink::Stream(_) => Vec::new(),
+    }
+}
+
+/// The reader's loop: frame, check, dispatch, until the input ends, the
+/// framing breaks or a reply could not be sent.
+fn serve_frames(conn: &Arc<Conn>, mut rd: impl Read) {
     let mut buf = Vec::new();
-    loop {
+    while !conn.broken.load(Ordering::Relaxed) {
         // Before Tversion only a small frame is accepted.
         let max = conn.msize.load(Ordering::Relaxed);
         match read_frame(&mut rd, &mut buf, max) {
@@ -144,20 +241,18 @@ pub(crate) fn run(server: Arc<Server>, stream: Stream) {
             Ok(false) => break,
             Err(e) => {
                 conn.server.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
-                tracing::info!("{peer}: closing: {e}");
+                tracing::info!("{}: closing: {e}", conn.peer);
                 break;
             }
         }
         conn.server.stats.requests.fetch_add(1, Ordering::Relaxed);
         let frame = std::mem::take(&mut buf);
-        if let Some(frame) = dispatch(&conn, frame) {
+        if let Some(frame) = dispatch(conn, frame) {
             buf = frame;
         }
     }
     // Fids close when the last request holding them finishes.
     conn.fids.lock().clear();
-    let _ = conn.writer.lock().shutdown();
-    tracing::debug!("{peer}: gone");
 }
 
 /// Check one frame and hand it to the pool (or answer it here). Returns
@@ -263,10 +358,12 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         }
         tags.insert(tag, TagState::default());
     }
-    let inline = answers_from_cache(&f) && conn.server.cfg.reply_delay.is_zero();
-    let job = Job {
+    let cfg = &conn.server.cfg;
+    let inline = cfg.inline_all || (answers_from_cache(&f) && cfg.reply_delay.is_zero());
+    let mut job = Job {
         conn: Arc::clone(conn),
         tag,
+        counted: 0,
         frame,
         fids,
         newfid,
@@ -276,11 +373,15 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         frame.clear();
         return Some(frame);
     }
+    job.counted = job.frame.len();
+    conn.wait_for_room(job.counted);
+    *conn.pending.lock() += job.counted;
     if let Err(e) = conn.server.pool.send(job) {
         // The pool is gone (server shutting down): nothing will answer.
         tracing::error!("worker pool closed");
         let job = e.into_inner();
         conn.finish(job.tag, None);
+        conn.release(job.counted);
     }
     None
 }
@@ -467,6 +568,14 @@ impl Job {
 
     /// Answer the request; gives back its frame buffer.
     pub(crate) fn run(self) -> Vec<u8> {
+        let conn = Arc::clone(&self.conn);
+        let counted = self.counted;
+        let frame = self.answer();
+        conn.release(counted);
+        frame
+    }
+
+    fn answer(self) -> Vec<u8> {
         let conn = &self.conn;
         let cancelled = conn.tags.lock().get(&self.tag).is_some_and(|t| t.cancelled);
         if cancelled {

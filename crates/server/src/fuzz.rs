@@ -9,16 +9,12 @@
 //! small dictionary of the interesting ones (`..`, `.`, empty, with a
 //! slash, too long) and otherwise free numbers (flags, modes, offsets,
 //! counts). A step may also send raw bytes framed with a size of its own.
-//! The session starts with Tversion + Tattach, runs over a fresh memfs
-//! export, and must end with the connection closed by the server after
-//! the input ends; a panic anywhere, or a server that stops answering, is
-//! a failure.
+//! The session starts with Tversion + Tattach and runs over a fresh memfs
+//! export through the connection's own reader loop, with every request
+//! answered on the calling thread; a panic anywhere, or a reply that is
+//! not a whole well-formed reply, is a failure.
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
-use std::time::Duration;
-
-use walkfs_p9::{Data, Fcall, Names, Str, Stream, NOFID, NOTAG, VERSION};
+use walkfs_p9::{Data, Fcall, Names, Str, NOFID, NOTAG, VERSION};
 use walkfs_vfs::{Options, Vfs};
 
 use crate::{Config, Server};
@@ -232,62 +228,55 @@ fn script(data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Run one session of `data` against a fresh memfs export. Panics if the
-/// server panics, hangs, or answers with something that is not a reply.
+/// Run one session of `data` against a fresh memfs export, every request
+/// on this thread (no pool, no socket: deterministic, and fast enough for
+/// the fuzzer). Panics if the server panics, or answers with anything but
+/// whole, well-formed replies.
 pub fn run_session(data: &[u8]) {
     let frames = script(data);
-    let vfs = match Vfs::open_source("mem:", &Options::default()) {
+    // A small cache: its tables are made per input.
+    let opts = Options {
+        max_dentries: 1024,
+        ..Options::default()
+    };
+    let vfs = match Vfs::open_source("mem:", &opts) {
         Ok(v) => v,
         Err(e) => panic!("memfs: {e}"),
     };
-    let cfg = Config {
-        threads: 2,
-        max_fids: 64,
-        max_inflight: 16,
-        max_msize: 8192,
-        ..Config::default()
-    };
-    let server = Server::new(vfs, cfg);
-    let (ours, theirs) = match UnixStream::pair() {
-        Ok(p) => p,
-        Err(e) => panic!("socketpair: {e}"),
-    };
-    server.serve_stream(Stream::Unix(theirs));
-    let mut w = match ours.try_clone() {
-        Ok(w) => w,
-        Err(e) => panic!("dup: {e}"),
-    };
-    let writer = std::thread::spawn(move || {
-        // The server may close first (a frame it refuses): not an error.
-        let _ = w.write_all(&frames);
-        let _ = w.shutdown(std::net::Shutdown::Write);
-    });
-    let mut r = ours;
-    if let Err(e) = r.set_read_timeout(Some(Duration::from_secs(20))) {
-        panic!("timeout: {e}");
-    }
-    let mut buf = Vec::new();
-    loop {
-        match walkfs_p9::read_frame(&mut r, &mut buf, 1 << 20) {
-            Ok(true) => match Fcall::decode(&buf) {
-                Ok((_, f)) => assert!(!f.is_request(), "the server sent a request"),
-                Err(e) => panic!("the server sent a malformed reply: {e}"),
-            },
-            Ok(false) => break,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                panic!("the server stopped answering")
+    // Set up once per process: the user database read into memory, and a
+    // config (whose default asks the system for its CPU count).
+    static CFG: std::sync::OnceLock<Config> = std::sync::OnceLock::new();
+    let cfg = CFG
+        .get_or_init(|| {
+            crate::users::snapshot();
+            Config {
+                max_fids: 64,
+                max_inflight: 16,
+                max_msize: 8192,
+                inline_all: true,
+                ..Config::default()
             }
-            Err(_) => break,
+        })
+        .clone();
+    let server = Server::new(vfs, cfg);
+    let out = crate::conn::serve_memory(server, &frames);
+    let mut rest: &[u8] = &out;
+    while !rest.is_empty() {
+        let Some(size) = rest.get(..4) else {
+            panic!("a reply cut short: {} bytes left", rest.len());
+        };
+        let size = u32::from_le_bytes([size[0], size[1], size[2], size[3]]) as usize;
+        assert!(
+            size >= 7 && size <= rest.len(),
+            "a reply of size {size} with {} bytes left",
+            rest.len()
+        );
+        match Fcall::decode(&rest[..size]) {
+            Ok((_, f)) => assert!(!f.is_request(), "the server sent a request"),
+            Err(e) => panic!("the server sent a malformed reply: {e}"),
         }
+        rest = &rest[size..];
     }
-    // Drain whatever is left (a reset connection).
-    let _ = r.read_to_end(&mut buf);
-    let _ = writer.join();
 }
 
 #[cfg(test)]

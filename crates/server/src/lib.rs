@@ -54,6 +54,16 @@ pub struct Config {
     pub reply_delay: Duration,
     /// Attach only with this secret (see [`auth`]).
     pub secret: Option<auth::Secret>,
+    /// Request bytes one connection may have waiting in the pool; its
+    /// reader stops reading beyond (the client is slowed, not refused).
+    pub max_pending_bytes: usize,
+    /// A connection whose peer takes no reply bytes for this long is
+    /// closed, so a client that stops reading holds no worker longer.
+    pub reply_timeout: Duration,
+    /// Run every request on the connection's reader thread (no pool):
+    /// deterministic sessions for the fuzz target.
+    #[doc(hidden)]
+    pub inline_all: bool,
 }
 
 impl Default for Config {
@@ -67,6 +77,9 @@ impl Default for Config {
             threads: (2 * cpus).max(4),
             reply_delay: Duration::ZERO,
             secret: None,
+            max_pending_bytes: 16 << 20,
+            reply_timeout: Duration::from_secs(30),
+            inline_all: false,
         }
     }
 }
@@ -93,7 +106,11 @@ impl Server {
     /// [`Server::serve_stream`].
     pub fn new(vfs: Vfs, cfg: Config) -> Arc<Server> {
         let (tx, rx) = crossbeam_channel::unbounded::<conn::Job>();
-        let threads = cfg.threads.max(1);
+        let threads = if cfg.inline_all {
+            0
+        } else {
+            cfg.threads.max(1)
+        };
         let server = Arc::new(Server {
             vfs,
             cfg,

@@ -165,7 +165,7 @@ impl Vfs {
             epoch: Instant::now(),
             root,
             counters: Counters::default(),
-            pc: pathcache::PathCache::new(),
+            pc: pathcache::PathCache::new(max),
             max_files: opts.max_files,
             cred_ids: pathcache::CredIds::default(),
             p9: Mutex::new(None),

@@ -21,7 +21,8 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering::Relaxed};
 /// Paths longer than this are never cached.
 pub(crate) const MAX_PATH: usize = 128;
 const WORDS: usize = MAX_PATH / 8;
-const SLOTS: usize = 4096;
+/// Slots of a cache in front of a full-sized dcache (fewer for a small one).
+const MAX_SLOTS: usize = 4096;
 
 /// An error result is stored with this in `res`.
 const ERR_MARK: u64 = u64::MAX;
@@ -98,16 +99,27 @@ pub(crate) fn key(start: u32, cred: u32, flags: u32) -> u64 {
 }
 
 impl PathCache {
-    pub fn new() -> PathCache {
+    /// A cache sized for a dcache of `max_dentries`: a slot per 64
+    /// dentries, 64 to 4096 slots (a power of two, indexed by mask).
+    pub fn new(max_dentries: u32) -> PathCache {
+        let n = (max_dentries as usize / 64)
+            .next_power_of_two()
+            .clamp(64, MAX_SLOTS);
         PathCache {
-            slots: (0..SLOTS).map(|_| Slot::default()).collect(),
+            slots: (0..n).map(|_| Slot::default()).collect(),
         }
+    }
+
+    #[inline(always)]
+    fn slot(&self, h: u64) -> &Slot {
+        // In bounds: the length is a power of two.
+        &self.slots[h as usize & (self.slots.len() - 1)]
     }
 
     /// The cached answer for this walk at generation `gen`, if any.
     #[inline(always)]
     pub fn get(&self, h: u64, key: u64, path: &[u8], gen: u64) -> Option<Cached> {
-        let s = &self.slots[h as usize & (SLOTS - 1)];
+        let s = self.slot(h);
         let seq = s.seq.read_begin()?;
         if s.hash.load(Relaxed) != h
             || s.key.load(Relaxed) != key
@@ -148,7 +160,7 @@ impl PathCache {
         if path.len() > MAX_PATH {
             return;
         }
-        let s = &self.slots[h as usize & (SLOTS - 1)];
+        let s = self.slot(h);
         let Some(seq) = s.seq.try_write_begin() else {
             return;
         };
@@ -203,7 +215,7 @@ mod tests {
 
     #[test]
     fn put_get_and_generation() {
-        let pc = PathCache::new();
+        let pc = PathCache::new(1_000_000);
         let p = b"/usr/lib/gcc/x86_64-linux-gnu/12/crtendS.o";
         let k = key(1, 0, 1);
         let h = hash(k, p);
