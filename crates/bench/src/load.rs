@@ -31,6 +31,9 @@ pub struct LoadOpts {
     /// The `walkfs` executable to start `walkfs serve` with.
     pub walkfs: PathBuf,
     pub seed: u64,
+    /// The server holds every reply this long (`--reply-delay-us`): a slow
+    /// link, under which nothing may be lost either.
+    pub reply_delay_us: u64,
 }
 
 /// The result; the JSON form is exactly these fields.
@@ -39,6 +42,7 @@ pub struct Row {
     pub bench: &'static str,
     pub clients: usize,
     pub seconds: f64,
+    pub reply_delay_us: u64,
     pub ops: u64,
     pub ops_per_sec: f64,
     /// Calls that failed.
@@ -321,7 +325,9 @@ pub fn run(opts: &LoadOpts) -> Result<(Row, Vec<String>), String> {
             .map_err(|e| format!("mkdir: {e}"))?;
     }
     let sock = tmp.path().join("s.sock");
-    let server = crate::proc::walkfs_serve(&opts.walkfs, &export, &sock, &[])?;
+    let delay = opts.reply_delay_us.to_string();
+    let server =
+        crate::proc::walkfs_serve(&opts.walkfs, &export, &sock, &["--reply-delay-us", &delay])?;
     let source = format!("unix:{}", sock.display());
     let o = Options::parse("cache=loose").map_err(|e| e.to_string())?;
     let mut ctxs = Vec::new();
@@ -372,6 +378,7 @@ pub fn run(opts: &LoadOpts) -> Result<(Row, Vec<String>), String> {
         bench: "load",
         clients: opts.clients,
         seconds: secs,
+        reply_delay_us: opts.reply_delay_us,
         ops,
         ops_per_sec: ops as f64 / secs,
         errors: tallies.iter().map(|t| t.errors).sum(),
@@ -389,6 +396,7 @@ pub fn render(r: &Row) -> String {
         &[
             "clients",
             "seconds",
+            "reply delay µs",
             "ops/s",
             "errors",
             "mismatches",
@@ -400,6 +408,7 @@ pub fn render(r: &Row) -> String {
         &[vec![
             r.clients.to_string(),
             format!("{:.1}", r.seconds),
+            r.reply_delay_us.to_string(),
             format!("{:.0}", r.ops_per_sec),
             r.errors.to_string(),
             r.mismatches.to_string(),

@@ -92,6 +92,14 @@ enum Cmd {
         /// link in tests and benchmarks).
         #[arg(long, default_value_t = 0, value_name = "US")]
         reply_delay_us: u64,
+        /// Request bytes one connection may have waiting for a worker; its
+        /// further requests are not read until some are answered.
+        #[arg(long, default_value_t = 16 << 20, value_name = "BYTES")]
+        max_pending_bytes: usize,
+        /// Close a connection whose client takes none of its replies for
+        /// this many seconds (it stopped reading).
+        #[arg(long, default_value_t = 30, value_name = "SECS")]
+        reply_timeout_secs: u64,
         /// vfs options for the export (e.g. negtimeout=0 to see changes
         /// made behind its back at once).
         #[arg(short, long, default_value = "")]
@@ -249,6 +257,10 @@ enum BenchCmd {
         /// the interleaving of the clients).
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// The server holds every reply this many microseconds (a slow
+        /// link: the run must lose nothing either).
+        #[arg(long, default_value_t = 0, value_name = "US")]
+        reply_delay_us: u64,
         /// One JSON object instead of a table.
         #[arg(long)]
         json: bool,
@@ -363,6 +375,8 @@ fn run(cmd: Cmd) -> Result<(), String> {
             max_msize,
             max_fids,
             reply_delay_us,
+            max_pending_bytes,
+            reply_timeout_secs,
             options,
         } => {
             let addr = walkfs_p9::Addr::parse(&listen).ok_or_else(|| {
@@ -395,6 +409,8 @@ fn run(cmd: Cmd) -> Result<(), String> {
                 secret,
                 read_only,
                 reply_delay: std::time::Duration::from_micros(reply_delay_us),
+                max_pending_bytes,
+                reply_timeout: std::time::Duration::from_secs(reply_timeout_secs.max(1)),
                 ..Default::default()
             };
             if let Some(t) = threads {
@@ -469,6 +485,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             clients,
             seconds,
             seed,
+            reply_delay_us,
             json,
         }) => {
             let walkfs = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
@@ -477,6 +494,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
                 seconds,
                 walkfs,
                 seed,
+                reply_delay_us,
             })?;
             if json {
                 println!(

@@ -130,6 +130,7 @@ impl Conn {
                 e.kind(),
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
             ) {
+                self.server.stats.stalled.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
                     "{}: not reading its replies for {:?}: closing the connection",
                     self.peer,
@@ -375,7 +376,15 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
     }
     job.counted = job.frame.len();
     conn.wait_for_room(job.counted);
-    *conn.pending.lock() += job.counted;
+    let now = {
+        let mut p = conn.pending.lock();
+        *p += job.counted;
+        *p
+    };
+    conn.server
+        .stats
+        .pending_peak
+        .fetch_max(now as u64, Ordering::Relaxed);
     if let Err(e) = conn.server.pool.send(job) {
         // The pool is gone (server shutting down): nothing will answer.
         tracing::error!("worker pool closed");

@@ -91,6 +91,10 @@ pub struct Stats {
     pub requests: AtomicU64,
     pub errors: AtomicU64,
     pub bad_frames: AtomicU64,
+    /// The most request bytes any one connection had waiting for the pool.
+    pub pending_peak: AtomicU64,
+    /// Connections closed because their client stopped taking replies.
+    pub stalled: AtomicU64,
 }
 
 /// A 9P server over one vfs.

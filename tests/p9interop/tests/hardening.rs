@@ -533,3 +533,136 @@ fn a_client_vanishing_mid_message_leaves_the_others_served() {
     );
     let _ = server;
 }
+
+/// Walk fid 1 to `name` as `fid` and open it with `flags`.
+fn open_fid(s: &mut std::os::unix::net::UnixStream, fid: u32, name: &[u8], flags: u32) {
+    let r = walk_to(s, fid, &[name]);
+    assert!(
+        matches!(decoded(&r), Fcall::Rwalk { .. }),
+        "{:?}",
+        decoded(&r)
+    );
+    let r = rpc(s, 3, Fcall::Tlopen { fid, flags }).expect("open");
+    assert!(
+        matches!(decoded(&r), Fcall::Rlopen { .. }),
+        "{:?}",
+        decoded(&r)
+    );
+}
+
+/// A client that pipelines big writes faster than the server answers is
+/// slowed by its own socket: the server never holds more than its bound
+/// of request bytes for one connection, and every write lands.
+#[test]
+fn a_pipelining_client_is_held_to_the_pending_bound() {
+    const BOUND: usize = 256 * 1024;
+    const N: usize = 64;
+    const LEN: usize = 60_000;
+    let t = tempfile::tempdir().expect("tempdir");
+    let dir = t.path().join("export");
+    make_tree(&dir);
+    std::fs::write(dir.join("big"), b"").expect("write");
+    let sock = t.path().join("s.sock");
+    let cfg = Config {
+        max_pending_bytes: BOUND,
+        reply_delay: Duration::from_millis(5),
+        threads: 2,
+        ..Config::default()
+    };
+    let server = serve_with(&dir, &sock, cfg);
+    let mut s = attached(&sock);
+    open_fid(&mut s, 5, b"big", 2);
+    let mut w = s.try_clone().expect("dup");
+    let sender = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        for i in 0..N {
+            let fill = vec![i as u8 + 1; LEN];
+            Fcall::Twrite {
+                fid: 5,
+                offset: (i * LEN) as u64,
+                data: Data(&fill),
+            }
+            .encode(10 + i as u16, &mut out);
+        }
+        w.write_all(&out).expect("send");
+    });
+    for _ in 0..N {
+        let r = reply(&mut s).expect("reply");
+        assert!(
+            matches!(decoded(&r), Fcall::Rwrite { count } if count as usize == LEN),
+            "{:?}",
+            decoded(&r)
+        );
+    }
+    sender.join().expect("sender");
+    let peak = server.stats.pending_peak.load(Ordering::Relaxed) as usize;
+    assert!(peak > 0, "writes went through the pool");
+    assert!(
+        peak <= BOUND + 65536,
+        "at most the bound plus one frame was pending: {peak}"
+    );
+    let got = std::fs::read(dir.join("big")).expect("read");
+    assert_eq!(got.len(), N * LEN);
+    for (i, c) in got.chunks(LEN).enumerate() {
+        assert!(c.iter().all(|&b| b == i as u8 + 1), "chunk {i}");
+    }
+}
+
+/// A client that sends reads and never takes the replies cannot hold the
+/// server's workers: after the reply timeout its connection is closed and
+/// another client is served.
+#[test]
+fn a_client_that_stops_reading_is_closed_and_the_others_served() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let dir = t.path().join("export");
+    make_tree(&dir);
+    std::fs::write(dir.join("big"), vec![7u8; 1 << 20]).expect("write");
+    let sock = t.path().join("s.sock");
+    let cfg = Config {
+        reply_timeout: Duration::from_secs(1),
+        threads: 2,
+        ..Config::default()
+    };
+    let server = serve_with(&dir, &sock, cfg);
+    let mut s = attached(&sock);
+    open_fid(&mut s, 5, b"big", 0);
+    let mut out = Vec::new();
+    for i in 0..200u16 {
+        Fcall::Tread {
+            fid: 5,
+            offset: 0,
+            count: 60_000,
+        }
+        .encode(10 + i, &mut out);
+    }
+    s.write_all(&out).expect("send");
+    let t0 = Instant::now();
+    while server.stats.stalled.load(Ordering::Relaxed) == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the stalled connection was never closed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let good = client(&format!("unix:{}", sock.display()), "cache=none");
+    assert_eq!(
+        good.fstatat(AT_FDCWD, b"/hello.txt", 0)
+            .expect("served")
+            .st_size,
+        10
+    );
+    let fd = good
+        .openat(AT_FDCWD, b"/big", libc::O_RDONLY, 0)
+        .expect("open");
+    let mut buf = vec![0u8; 1 << 16];
+    assert_eq!(good.read(fd, &mut buf).expect("read"), 1 << 16);
+    assert!(buf.iter().all(|&b| b == 7));
+    // The stalled client finds its connection ended (what was sent
+    // before the close, then end of file or a reset), not a hang.
+    let mut rest = Vec::new();
+    let r = std::io::Read::read_to_end(&mut s, &mut rest);
+    assert!(
+        !matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "{r:?}"
+    );
+}
