@@ -163,6 +163,15 @@ fn the_sandboxed_server_sees_only_the_export() {
     assert_eq!(field("CapBnd:"), "000000000800001f");
     assert_eq!(field("Groups:"), "");
     assert_eq!(field("NoNewPrivs:"), "1");
+    assert_eq!(field("Seccomp:"), "2", "filtered system calls");
+    // Every thread, not only the first: capabilities are per thread.
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks") {
+        let p = task.expect("task").path().join("status");
+        let st = std::fs::read_to_string(&p).expect("task status");
+        for want in ["CapEff:\t000000000800001f", "Seccomp:\t2", "NoNewPrivs:\t1"] {
+            assert!(st.contains(want), "{}: no {want:?}", p.display());
+        }
+    }
     let o = run(walkfs().args(["9p", &format!("unix:{}", sock.display()), "cat", "/hello"]));
     assert_eq!(o.stdout, b"from the export");
 }

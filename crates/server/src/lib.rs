@@ -25,6 +25,7 @@ pub mod fid;
 pub mod fuzz;
 mod handlers;
 pub mod sandbox;
+pub mod seccomp;
 pub mod users;
 
 use std::io;
