@@ -230,6 +230,36 @@ pub const RENAME_EXCHANGE: u32 = 2;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct OpenFlags(pub i32);
 
+/// A change made behind a cache's back: by another process on the host,
+/// or by another client of the same server. Each names both the node (for
+/// the cache directly above the backend) and the inode number (what a
+/// remote client knows the file by: the 9P qid path).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Change {
+    /// `name` in directory `dir` appeared, went, or now names another
+    /// file (create, unlink, rmdir, rename to or from, symlink retarget).
+    Entry {
+        dir: NodeId,
+        dir_ino: u64,
+        name: Vec<u8>,
+    },
+    /// The attributes, data or symlink body of a file changed.
+    Inode { node: NodeId, ino: u64 },
+    /// Changes were lost (a queue overflowed): anything cached may be
+    /// stale.
+    All,
+    /// From now on some changes may go unseen (a directory could not be
+    /// watched): whatever is cached must be revalidated before use.
+    Degraded,
+}
+
+/// Where a watched file system reports its changes: in batches, from a
+/// thread of the backend's own, never while it holds a lock a caller of
+/// the file system might need.
+pub trait ChangeSink: Send + Sync {
+    fn changed(&self, changes: &[Change]);
+}
+
 /// A file system the vfs can mount. Methods take the parent's [`NodeId`]
 /// and a single name; see the module comment for what the vfs guarantees
 /// about names. Errors are errnos as Linux would return them.
@@ -332,6 +362,13 @@ pub trait FileSystem: Send + Sync {
 
     fn statfs(&self, node: NodeId) -> Result<StatFs> {
         Err(Errno::ENOSYS)
+    }
+
+    /// Report changes made behind the file system's back to `sink`, from
+    /// now on (one sink per file system: a second call replaces it).
+    /// `EOPNOTSUPP` when the backend cannot see them.
+    fn watch_changes(&self, sink: std::sync::Arc<dyn ChangeSink>) -> Result<()> {
+        Err(Errno::EOPNOTSUPP)
     }
 
     /// A short name for logs and `statfs`-like reports ("memfs", "hostfs").

@@ -16,6 +16,7 @@
 //! [`NodeId`], as the [`FileSystem`] contract asks.
 
 mod sys;
+mod watch;
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -24,8 +25,8 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 use walkfs_fsapi::{
-    Attr, DirEntry, Entry, Errno, FileHandle, FileSystem, FileType, NodeId, OpenFlags, Owner,
-    Result, SetAttr, StatFs, TimeSet,
+    Attr, ChangeSink, DirEntry, Entry, Errno, FileHandle, FileSystem, FileType, NodeId, OpenFlags,
+    Owner, Result, SetAttr, StatFs, TimeSet,
 };
 
 const ROOT: u64 = 1;
@@ -37,10 +38,11 @@ struct HostNode {
     fd: Arc<OwnedFd>,
     key: (u64, u64),
     lookups: u64,
+    is_dir: bool,
 }
 
 #[derive(Default)]
-struct Nodes {
+pub(crate) struct Nodes {
     by_id: HashMap<u64, HostNode>,
     by_key: HashMap<(u64, u64), u64>,
     next: u64,
@@ -48,11 +50,14 @@ struct Nodes {
 
 /// A host directory. Create with [`HostFs::new`].
 pub struct HostFs {
-    nodes: RwLock<Nodes>,
+    nodes: Arc<RwLock<Nodes>>,
     handles: Mutex<HashMap<u64, Arc<OwnedFd>>>,
     next_fh: Mutex<u64>,
     /// `/proc/self/fd`, to re-open held `O_PATH` descriptors.
-    proc_fd: OwnedFd,
+    proc_fd: Arc<OwnedFd>,
+    /// Set once changes are watched: every directory registered from then
+    /// on is watched before it is returned.
+    watcher: Mutex<Option<Arc<watch::Watcher>>>,
     /// The process umask at start: modes are re-applied exactly after
     /// creation when it would have stripped bits.
     umask: u32,
@@ -83,14 +88,16 @@ impl HostFs {
                 fd: Arc::new(root),
                 key,
                 lookups: 1,
+                is_dir: true,
             },
         );
         nodes.by_key.insert(key, ROOT);
         Ok(HostFs {
-            nodes: RwLock::new(nodes),
+            nodes: Arc::new(RwLock::new(nodes)),
             handles: Mutex::new(HashMap::new()),
             next_fh: Mutex::new(1),
-            proc_fd,
+            proc_fd: Arc::new(proc_fd),
+            watcher: Mutex::new(None),
             umask: sys::umask(),
             euid: sys::geteuid(),
             egid: sys::getegid(),
@@ -123,15 +130,24 @@ impl HostFs {
         }
         let id = nodes.next;
         nodes.next += 1;
+        let fd = Arc::new(fd);
         nodes.by_id.insert(
             id,
             HostNode {
-                fd: Arc::new(fd),
+                fd: fd.clone(),
                 key,
                 lookups: 1,
+                is_dir: attr.is_dir(),
             },
         );
         nodes.by_key.insert(key, id);
+        drop(nodes);
+        // Watched before anyone above can cache a name in it.
+        if attr.is_dir() {
+            if let Some(w) = self.watcher.lock().clone() {
+                w.add(&fd, key);
+            }
+        }
         Ok(Entry {
             node: NodeId(id),
             attr,
@@ -428,6 +444,18 @@ impl FileSystem for HostFs {
         Ok(out)
     }
 
+    fn watch_changes(&self, sink: Arc<dyn ChangeSink>) -> Result<()> {
+        // Held across the scan of existing directories, so that one
+        // registered meanwhile waits and is then watched too.
+        let mut slot = self.watcher.lock();
+        *slot = Some(watch::Watcher::new(
+            sink,
+            self.nodes.clone(),
+            self.proc_fd.clone(),
+        )?);
+        Ok(())
+    }
+
     fn statfs(&self, node: NodeId) -> Result<StatFs> {
         let st = sys::fstatfs(self.fd(node)?.as_fd())?;
         Ok(StatFs {
@@ -447,6 +475,7 @@ impl FileSystem for HostFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use walkfs_fsapi::Change;
 
     #[test]
     fn lookup_never_follows_or_escapes() {
@@ -468,6 +497,63 @@ mod tests {
         let l = fs.link(f.node, root, b"g").unwrap();
         assert_eq!(f.node, l.node);
         assert_eq!(l.attr.nlink, 2);
+    }
+
+    struct Collect(std::sync::mpsc::Sender<Change>);
+    impl ChangeSink for Collect {
+        fn changed(&self, changes: &[Change]) {
+            for c in changes {
+                let _ = self.0.send(c.clone());
+            }
+        }
+    }
+
+    /// Wait (up to 5 s) for a change matching `want`.
+    fn expect(rx: &std::sync::mpsc::Receiver<Change>, want: impl Fn(&Change) -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match rx.recv_timeout(left) {
+                Ok(c) if want(&c) => return,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        panic!("change not reported");
+    }
+
+    #[test]
+    fn host_changes_are_reported_by_name_and_inode() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("d")).unwrap();
+        std::fs::write(tmp.path().join("d/f"), b"x").unwrap();
+        let fs = HostFs::new(tmp.path()).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // A directory known before watching starts, and one after.
+        let d = fs.lookup(fs.root(), b"d").unwrap();
+        fs.watch_changes(Arc::new(Collect(tx))).unwrap();
+        std::fs::create_dir(tmp.path().join("e")).unwrap();
+        let e = fs.lookup(fs.root(), b"e").unwrap();
+        let f = fs.lookup(d.node, b"f").unwrap();
+        let entry = |dir: NodeId, n: &'static [u8]| move |c: &Change| matches!(c, Change::Entry { dir: d, name, .. } if *d == dir && name == n);
+        std::fs::write(tmp.path().join("e/new"), b"").unwrap();
+        expect(&rx, entry(e.node, b"new"));
+        std::fs::rename(tmp.path().join("e/new"), tmp.path().join("d/moved")).unwrap();
+        expect(&rx, entry(e.node, b"new"));
+        expect(&rx, entry(d.node, b"moved"));
+        std::fs::write(tmp.path().join("d/f"), b"longer").unwrap();
+        let inode = |node: NodeId, ino: u64| move |c: &Change| matches!(c, Change::Inode { node: n, ino: i } if *n == node && *i == ino);
+        expect(&rx, inode(f.node, f.attr.ino));
+        std::os::unix::fs::symlink("t", tmp.path().join("d/l")).unwrap();
+        expect(&rx, entry(d.node, b"l"));
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp.path().join("e"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        expect(
+            &rx,
+            |c| matches!(c, Change::Inode { ino, .. } if *ino == e.attr.ino),
+        );
+        std::fs::remove_file(tmp.path().join("d/f")).unwrap();
+        expect(&rx, entry(d.node, b"f"));
     }
 
     #[test]

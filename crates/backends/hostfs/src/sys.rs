@@ -289,3 +289,58 @@ pub fn getegid() -> u32 {
     // SAFETY: no failure mode.
     unsafe { libc::getegid() }
 }
+
+pub fn inotify_init() -> Result<OwnedFd> {
+    // SAFETY: plain syscall; the fd returned is ours.
+    owned(unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) })
+}
+
+/// Watch `path` (relative to the working directory) with `mask`.
+pub fn inotify_add_watch(fd: BorrowedFd, path: &[u8], mask: u32) -> Result<i32> {
+    let c = cstr(path)?;
+    // SAFETY: valid fd and C string.
+    Errno::result(unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), mask) })
+}
+
+pub fn fchdir(fd: BorrowedFd) -> Result<()> {
+    // SAFETY: plain syscall on a valid fd.
+    Errno::result(unsafe { libc::fchdir(fd.as_raw_fd()) }).map(drop)
+}
+
+/// Wait up to `ms` for `fd` to be readable.
+pub fn poll_in(fd: BorrowedFd, ms: i32) -> Result<bool> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    match Errno::result(unsafe { libc::poll(&mut p, 1, ms) }) {
+        Ok(n) => Ok(n > 0),
+        Err(Errno::EINTR) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+pub fn read(fd: BorrowedFd, buf: &mut [u8]) -> Result<usize> {
+    // SAFETY: `buf` is writable for its length.
+    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    Errno::result(n).map(|n| n as usize)
+}
+
+/// (device, inode) of `name` in `dir`, not following a symlink.
+pub fn fstatat_nofollow(dir: BorrowedFd, name: &[u8]) -> Result<(u64, u64)> {
+    let c = cstr(name)?;
+    // SAFETY: an all-zero stat is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd, C string and writable `st`.
+    Errno::result(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok((st.st_dev, st.st_ino))
+}
