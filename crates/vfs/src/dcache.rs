@@ -46,6 +46,10 @@ pub(crate) const D_REFERENCED: u32 = 1 << 6;
 pub(crate) const D_DEAD: u32 = 1 << 7;
 /// A slow-path-only marker: the dentry is in use (slot allocated).
 pub(crate) const D_ALLOCATED: u32 = 1 << 8;
+/// The backend reported that this name may now mean something else (a
+/// change made behind the cache's back): the fast path treats it as a miss
+/// and the slow path asks the backend before using it.
+pub(crate) const D_STALE: u32 = 1 << 9;
 const NAME_LEN_SHIFT: u32 = 24;
 
 /// Negative-dentry expiry meaning "until evicted or invalidated".

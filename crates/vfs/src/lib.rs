@@ -22,6 +22,7 @@
 //! their length), `negtimeout` (negative dentries).
 
 mod arena;
+mod coherent;
 mod dcache;
 mod file;
 mod namei;
@@ -46,8 +47,8 @@ pub use options::Options;
 pub use perm::Creds;
 pub use stat::{Statx, StatxTimestamp};
 pub use walkfs_fsapi::{
-    Errno, FileSystem, FileType, Result, StatFs, TimeSet, Timespec, NAME_MAX, PATH_MAX,
-    RENAME_EXCHANGE, RENAME_NOREPLACE,
+    Change, ChangeSink, Errno, FileSystem, FileType, Result, StatFs, TimeSet, Timespec, NAME_MAX,
+    PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
 
 use dcache::{DIdx, Dcache, D_MOUNTROOT};
@@ -97,6 +98,11 @@ pub(crate) struct Inner {
     /// The 9P client under this vfs, if its source is a 9P server (for
     /// its counters).
     pub p9: Mutex<Option<Arc<walkfs_p9client::P9Fs>>>,
+    /// `cache=coherent`: backends report changes made behind our back.
+    pub coherent: bool,
+    /// Set once changes may go unseen (see coherent.rs).
+    pub degraded: AtomicBool,
+    pub listeners: coherent::Listeners,
 }
 
 /// A tree of mounted file systems with its caches. Cheap to clone (shared).
@@ -169,10 +175,47 @@ impl Vfs {
             max_files: opts.max_files,
             cred_ids: pathcache::CredIds::default(),
             p9: Mutex::new(None),
+            coherent: opts.coherent && !opts.cache_none,
+            degraded: AtomicBool::new(false),
+            listeners: Default::default(),
         };
-        Ok(Vfs {
+        let vfs = Vfs {
             inner: Arc::new(inner),
-        })
+        };
+        vfs.watch_sb(0);
+        Ok(vfs)
+    }
+
+    /// With `cache=coherent`, ask superblock `sb` to report changes; one
+    /// that cannot leaves the whole vfs revalidating.
+    fn watch_sb(&self, sb: usize) {
+        if !self.inner.coherent {
+            return;
+        }
+        let Ok(fs) = self.inner.sb(sb) else { return };
+        let sink = Arc::new(coherent::Invalidator {
+            inner: Arc::downgrade(&self.inner),
+            sb,
+        });
+        if let Err(e) = fs.watch_changes(sink) {
+            tracing::warn!(
+                "cache=coherent: {} cannot report changes ({e}); revalidating instead",
+                fs.kind()
+            );
+            self.inner.degrade();
+        }
+    }
+
+    /// Be told of every change the backends report, after the cache has
+    /// dropped what it names (`cache=coherent` only).
+    pub fn add_change_listener(&self, l: Arc<dyn walkfs_fsapi::ChangeSink>) {
+        self.inner.listeners.write().push(l);
+    }
+
+    /// `cache=coherent` and every change is being seen: what is cached may
+    /// be trusted until a change says otherwise.
+    pub fn is_coherent(&self) -> bool {
+        self.inner.coherent && !self.inner.degraded.load(Ordering::Acquire)
     }
 
     /// A vfs over `source`: `"mem:"` for an empty memfs, anything else a
@@ -268,7 +311,9 @@ impl Vfs {
             read_only: sw.read_only.load(Ordering::Relaxed),
             max_dentries: self.inner.w.lock().max_dentries,
             max_files: self.inner.max_files,
-            cache_none: sw.revalidate.load(Ordering::Relaxed),
+            cache_none: sw.revalidate.load(Ordering::Relaxed)
+                && !self.inner.degraded.load(Ordering::Relaxed),
+            coherent: self.inner.coherent,
             msize: self
                 .inner
                 .p9
@@ -312,6 +357,8 @@ impl Vfs {
         w.mounted_on.insert(root, at);
         w.set_dentry_flag(&inner.dc, at, dcache::D_MOUNTPOINT, 0);
         inner.ns_gen.fetch_add(1, Ordering::Release);
+        drop(w);
+        self.watch_sb(sb);
         Ok(())
     }
 

@@ -370,7 +370,7 @@ impl<'a> Nameidata<'a> {
                 None
             };
         }
-        if c.flags & D_MOUNTPOINT != 0 {
+        if c.flags & (D_MOUNTPOINT | D_STALE) != 0 {
             return None;
         }
         Some(Ok(Cur::from_snap(c)))
@@ -401,7 +401,7 @@ impl<'a> Nameidata<'a> {
             if let Some(idx) = w.d_find(dc, parent.d, name, hash) {
                 let s = dc.snap(idx).ok_or(RETRY)?;
                 let fresh = if s.flags & D_NEGATIVE == 0 {
-                    !vfs.sw.revalidate.load(AtomicOrdering::Relaxed)
+                    !vfs.sw.revalidate.load(AtomicOrdering::Relaxed) && s.flags & D_STALE == 0
                 } else {
                     vfs.neg_valid(s.target)
                 };
@@ -447,6 +447,7 @@ impl<'a> Nameidata<'a> {
                             .snap(idx)
                             .is_some_and(|s| s.flags & D_NEGATIVE == 0 && s.target == ino);
                         let now = if same {
+                            w.set_dentry_flag(dc, idx, 0, D_STALE);
                             Some(idx)
                         } else {
                             w.d_set_inode(dc, idx, ino)

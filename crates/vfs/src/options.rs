@@ -34,6 +34,11 @@ pub struct Options {
     /// cache still holds the tree's shape, but no answer is taken from it
     /// unchecked). `cache=loose` (the default): keep what was learned.
     pub cache_none: bool,
+    /// `cache=coherent`: loose caching, with the backend reporting changes
+    /// made behind the cache's back (by the host, by other clients) and
+    /// exactly those entries dropped. A backend that cannot report them
+    /// gets revalidation with short timeouts instead.
+    pub coherent: bool,
     /// For a 9P source: the largest message size to negotiate.
     pub msize: u32,
     /// For a 9P source: the export to attach to (diod wants its path;
@@ -57,6 +62,7 @@ impl Default for Options {
             umask: 0,
             read_only: false,
             cache_none: false,
+            coherent: false,
             msize: 512 * 1024,
             aname: String::new(),
             secret_file: None,
@@ -115,10 +121,11 @@ impl Options {
             "ro" => self.read_only = parse_bool(value)?,
             "rw" => self.read_only = !parse_bool(value)?,
             "cache" => {
-                self.cache_none = match value {
-                    "none" => true,
+                (self.cache_none, self.coherent) = match value {
+                    "none" => (true, false),
+                    "coherent" => (false, true),
                     // Linux's 9p client names; all keep what was learned.
-                    "loose" | "fscache" | "mmap" => false,
+                    "loose" | "fscache" | "mmap" => (false, false),
                     _ => return Err(Errno::EINVAL),
                 }
             }

@@ -54,6 +54,9 @@ pub(crate) struct Writer {
     /// A refresh changed what permission checks or walks see (mode,
     /// owner): the namespace generation must move when the lock drops.
     pub ns_dirty: bool,
+    /// Directory inode -> its live dentry, for changes reported by inode
+    /// (a directory has one name; the newest dentry wins).
+    pub dir_alias: HashMap<IIdx, DIdx>,
 }
 
 impl Writer {
@@ -77,6 +80,7 @@ impl Writer {
             clock: 1,
             forgets: Vec::new(),
             ns_dirty: false,
+            dir_alias: HashMap::new(),
         }
     }
 
@@ -208,6 +212,9 @@ impl Writer {
         self.get_dentry(dc, parent);
         self.hash_insert(dc, idx, parent, hash);
         d.seq.write_end();
+        if kind & D_DIR != 0 {
+            self.dir_alias.insert(inode, idx);
+        }
         Some(idx)
     }
 
@@ -235,6 +242,7 @@ impl Writer {
         }
         d.flags.store(D_ALLOCATED | D_DIR | extra, Relaxed);
         d.seq.write_end();
+        self.dir_alias.insert(inode, idx);
         Some(idx)
     }
 
@@ -334,6 +342,7 @@ impl Writer {
             self.free_chunks(dc, c);
         }
         if flags & D_NEGATIVE == 0 && target != 0 {
+            self.drop_alias(target, idx);
             self.put_inode(dc, target);
         }
         d.next.store(self.free_dentry, Relaxed);
@@ -357,7 +366,16 @@ impl Writer {
         d.seq.write_begin();
         d.flags.store((flags & !D_HASHED) | D_DEAD, Relaxed);
         d.seq.write_end();
+        if flags & D_NEGATIVE == 0 {
+            self.drop_alias(d.target.load(Relaxed), idx);
+        }
         self.free_if_dead(dc, idx);
+    }
+
+    fn drop_alias(&mut self, inode: IIdx, idx: DIdx) {
+        if self.dir_alias.get(&inode) == Some(&idx) {
+            self.dir_alias.remove(&inode);
+        }
     }
 
     /// Make the name of `idx` negative. A negative dentry is updated in
@@ -408,6 +426,9 @@ impl Writer {
             .store((flags & !(D_NEGATIVE | D_DIR | D_SYMLINK)) | kind, Relaxed);
         d.target.store(inode, Relaxed);
         d.seq.write_end();
+        if kind & D_DIR != 0 {
+            self.dir_alias.insert(inode, idx);
+        }
         Some(idx)
     }
 
@@ -573,6 +594,53 @@ impl Writer {
         }
         store_attr(i, attr);
         i.seq.write_end();
+    }
+
+    /// The cached inode of backend node `node` of superblock `sb`.
+    pub fn find_inode(&self, dc: &Dcache, sb: usize, node: u64) -> Option<IIdx> {
+        let mut idx = self.inode_buckets[self.inode_bucket(sb, node)];
+        while idx != 0 {
+            let i = dc.inode(idx)?;
+            if i.node.load(Relaxed) == node && (i.flags.load(Relaxed) >> SB_SHIFT) as usize == sb {
+                return Some(idx);
+            }
+            idx = i.next.load(Relaxed);
+        }
+        None
+    }
+
+    /// Forget that the attributes and symlink body of `idx` are current:
+    /// the backend reported a change.
+    pub fn invalidate_inode(&mut self, dc: &Dcache, idx: IIdx) {
+        if let Some(i) = dc.inode(idx) {
+            i.seq.write_begin();
+            self.drop_link_locked(dc, i);
+            i.flags.store(i.flags.load(Relaxed) | I_STALE, Relaxed);
+            i.seq.write_end();
+        }
+    }
+
+    /// Changes were lost: every negative dentry goes, every positive one
+    /// (but the roots) must be revalidated, every inode refreshed.
+    pub fn invalidate_all(&mut self, dc: &Dcache) {
+        for idx in 1..self.next_dentry {
+            let Some(d) = dc.dentry(idx) else { continue };
+            let flags = d.flags.load(Relaxed);
+            if flags & D_ALLOCATED == 0 || flags & D_HASHED == 0 {
+                continue;
+            }
+            if flags & D_NEGATIVE != 0 {
+                self.d_kill(dc, idx);
+            } else {
+                self.set_dentry_flag(dc, idx, D_STALE, 0);
+            }
+        }
+        for idx in 1..self.next_inode {
+            let Some(i) = dc.inode(idx) else { continue };
+            if i.flags.load(Relaxed) & I_ALLOCATED != 0 {
+                self.invalidate_inode(dc, idx);
+            }
+        }
     }
 
     /// Mark the attributes stale: the next stat refreshes them.

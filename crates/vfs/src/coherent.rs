@@ -1,0 +1,136 @@
+//! `cache=coherent`: loose caching, kept true by the backend's reports of
+//! changes made behind the cache's back.
+//!
+//! The backend (hostfs watching the host with inotify, the 9P client told
+//! by `walkfs serve`) calls [`Invalidator::changed`] from a thread of its
+//! own. Each change drops exactly what it names:
+//!
+//! * a name in a directory: a negative dentry goes, a positive one is
+//!   marked [`D_STALE`] (the walk's fast path treats it as a miss, the slow
+//!   path asks the backend and keeps the dentry, and everything cached
+//!   under it, when the answer is the same inode); the directory's
+//!   attributes are marked stale;
+//! * an inode: its attributes and cached symlink body go, and the
+//!   attributes are fetched again at once, so that a permission change is
+//!   seen by the next walk (walks read the cached mode without asking);
+//! * everything (a lost queue): all of the above for every entry;
+//! * degraded (some changes will go unseen): all of the above, and from
+//!   then on the cache revalidates with the backend on every use, negative
+//!   entries living a second.
+//!
+//! Each batch then moves the namespace generation, dropping remembered
+//! whole paths, and is passed on to the listeners (the FUSE front end, the
+//! 9P server) only after the cache shows it: a client told of a change and
+//! asking again must get the new answer.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use parking_lot::RwLock;
+use walkfs_fsapi::{Change, ChangeSink};
+
+use crate::dcache::{hash_name, D_NEGATIVE, D_STALE};
+use crate::Inner;
+
+/// How long negative entries live once changes may go unseen.
+const DEGRADED_NEGTIMEOUT_MS: i64 = 1000;
+
+/// Whoever is told of changes once the cache has dropped them.
+pub(crate) type Listeners = RwLock<Vec<Arc<dyn ChangeSink>>>;
+
+/// The sink a watched backend reports to: superblock `sb` of a vfs.
+pub(crate) struct Invalidator {
+    pub inner: Weak<Inner>,
+    pub sb: usize,
+}
+
+impl ChangeSink for Invalidator {
+    fn changed(&self, changes: &[Change]) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        inner.apply_changes(self.sb, changes);
+        for l in inner.listeners.read().iter() {
+            l.changed(changes);
+        }
+    }
+}
+
+impl Inner {
+    fn apply_changes(&self, sb: usize, changes: &[Change]) {
+        let dc = &self.dc;
+        let mut refetch = Vec::new();
+        let mut w = self.w.lock();
+        for c in changes {
+            match c {
+                Change::Entry { dir, name, .. } => {
+                    let Some(ino) = w.find_inode(dc, sb, dir.0) else {
+                        continue;
+                    };
+                    w.mark_stale(dc, ino);
+                    let Some(&d) = w.dir_alias.get(&ino) else {
+                        continue;
+                    };
+                    let Some(child) = w.d_find(dc, d, name, hash_name(name)) else {
+                        continue;
+                    };
+                    let flags = dc
+                        .dentry(child)
+                        .map_or(0, |c| c.flags.load(Ordering::Relaxed));
+                    if flags & D_NEGATIVE != 0 {
+                        w.d_kill(dc, child);
+                    } else {
+                        w.set_dentry_flag(dc, child, D_STALE, 0);
+                        // Its link count may have changed (unlink of one
+                        // of several names).
+                        if let Some(t) = dc.dentry(child) {
+                            w.mark_stale(dc, t.target.load(Ordering::Relaxed));
+                        }
+                    }
+                }
+                Change::Inode { node, .. } => {
+                    if let Some(ino) = w.find_inode(dc, sb, node.0) {
+                        w.invalidate_inode(dc, ino);
+                        refetch.push((ino, *node));
+                    }
+                }
+                Change::All => w.invalidate_all(dc),
+                Change::Degraded => {
+                    w.invalidate_all(dc);
+                    self.degrade();
+                }
+            }
+        }
+        self.changed();
+        self.unlock(w);
+        if refetch.is_empty() {
+            return;
+        }
+        let Ok(fs) = self.sb(sb) else { return };
+        for (ino, node) in refetch {
+            let Ok(attr) = fs.getattr(node) else { continue };
+            let mut w = self.w.lock();
+            if dc.inode(ino).map(|i| i.node.load(Ordering::Relaxed)) == Some(node.0) {
+                w.refresh(dc, ino, &attr);
+            }
+            self.unlock(w);
+        }
+    }
+
+    /// Changes may go unseen from now on: answer nothing from the cache
+    /// unchecked (as `cache=none` does), negative entries for a second.
+    pub(crate) fn degrade(&self) {
+        let sw = &self.sw;
+        sw.revalidate.store(true, Ordering::Relaxed);
+        sw.fastpath.store(false, Ordering::Relaxed);
+        sw.pathcache.store(false, Ordering::Relaxed);
+        sw.cache_symlinks.store(false, Ordering::Relaxed);
+        let t = sw.negtimeout.load(Ordering::Relaxed);
+        if t < 0 || t > DEGRADED_NEGTIMEOUT_MS {
+            sw.negtimeout
+                .store(DEGRADED_NEGTIMEOUT_MS, Ordering::Relaxed);
+        }
+        self.degraded.store(true, Ordering::Release);
+        self.changed();
+    }
+}
