@@ -126,7 +126,7 @@ impl Inner {
         sw.pathcache.store(false, Ordering::Relaxed);
         sw.cache_symlinks.store(false, Ordering::Relaxed);
         let t = sw.negtimeout.load(Ordering::Relaxed);
-        if t < 0 || t > DEGRADED_NEGTIMEOUT_MS {
+        if !(0..=DEGRADED_NEGTIMEOUT_MS).contains(&t) {
             sw.negtimeout
                 .store(DEGRADED_NEGTIMEOUT_MS, Ordering::Relaxed);
         }
