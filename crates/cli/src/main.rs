@@ -100,8 +100,9 @@ enum Cmd {
         /// this many seconds (it stopped reading).
         #[arg(long, default_value_t = 30, value_name = "SECS")]
         reply_timeout_secs: u64,
-        /// vfs options for the export (e.g. negtimeout=0 to see changes
-        /// made behind its back at once).
+        /// vfs options for the export, after the default cache=coherent
+        /// (the export is watched: changes made on the host are dropped
+        /// from the server's cache and told to cache=coherent clients).
         #[arg(short, long, default_value = "")]
         options: String,
     },
@@ -401,8 +402,8 @@ fn run(cmd: Cmd) -> Result<(), String> {
                      unix socket."
                 ));
             }
-            let opts =
-                Options::parse(&options).map_err(|e| format!("bad options {options:?}: {e}"))?;
+            let opts = Options::parse(&format!("cache=coherent,{options}"))
+                .map_err(|e| format!("bad options {options:?}: {e}"))?;
             let vfs =
                 Vfs::open_source(&dir, &opts).map_err(|e| format!("cannot open {dir}: {e}"))?;
             let mut cfg = walkfs_server::Config {

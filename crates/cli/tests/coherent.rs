@@ -334,11 +334,11 @@ fn check_coherent(
     obs: &dyn View,
     rounds: usize,
 ) {
+    static TRIALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let mut all = Vec::new();
-    let mut n = 0;
     for _ in 0..rounds {
         for kind in KINDS {
-            n += 1;
+            let n = TRIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let lat = trial(kind, n, host, ch, obs, Duration::from_secs(5));
             let lat = lat.unwrap_or_else(|| panic!("{label}: {kind} never seen"));
             all.push(lat);
@@ -399,4 +399,24 @@ fn without_coherence_the_same_changes_go_unseen() {
         let seen = trial(kind, i, &host, &host, &obs, Duration::from_millis(300));
         assert_eq!(seen, None, "{kind} seen without invalidation");
     }
+}
+
+#[test]
+fn vfs_over_9p_sees_host_and_other_client_changes() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let export = tmp.path().join("export");
+    std::fs::create_dir(&export).expect("mkdir");
+    as_root(&export);
+    let sock = tmp.path().join("sock");
+    let _server = common::serve(&export, &sock);
+    let src = format!("unix:{}", sock.display());
+    let host = PathView(export.clone());
+    let obs = VfsView(vfs(&src, "cache=coherent"));
+    assert!(
+        obs.0.vfs().is_coherent(),
+        "the server offered notifications"
+    );
+    check_coherent("vfs/9p, host changes", &host, &host, &obs, 12);
+    let other = VfsView(vfs(&src, "cache=loose"));
+    check_coherent("vfs/9p, another client's changes", &host, &other, &obs, 12);
 }

@@ -52,6 +52,8 @@ pub(crate) struct Conn {
     /// Auth fids (`Tauth`) and what was written to each, when the server
     /// asks for a secret.
     auth: Mutex<HashMap<u32, Vec<u8>>>,
+    /// The change-notification subscription (see notify.rs).
+    pub(crate) notify: Mutex<Option<crate::notify::Sub>>,
 }
 
 /// A request handed to the pool, with the fids it names resolved when it
@@ -106,6 +108,7 @@ impl Conn {
             peer,
             server,
             auth: Mutex::new(HashMap::new()),
+            notify: Mutex::new(None),
         }
     }
 
@@ -160,7 +163,7 @@ impl Conn {
         }
     }
 
-    fn send_msg(&self, tag: u16, f: Fcall<'_>) {
+    pub(crate) fn send_msg(&self, tag: u16, f: Fcall<'_>) {
         let mut out = Vec::with_capacity(64);
         f.encode(tag, &mut out);
         self.send(&out);
@@ -181,7 +184,7 @@ impl Conn {
         drop(tags);
     }
 
-    fn error(&self, tag: u16, e: Errno) {
+    pub(crate) fn error(&self, tag: u16, e: Errno) {
         self.server.stats.errors.fetch_add(1, Ordering::Relaxed);
         self.send_msg(tag, Fcall::Rlerror { ecode: e.0 as u32 });
     }
@@ -282,6 +285,10 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
             return Some(frame);
         }
         Fcall::Tflush { oldtag } => {
+            if crate::notify::flush(conn, oldtag) {
+                conn.send_msg(tag, Fcall::Rflush {});
+                return Some(frame);
+            }
             let mut tags = conn.tags.lock();
             match tags.get_mut(&oldtag) {
                 Some(t) => {
@@ -295,6 +302,9 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         _ => {}
     }
     if conn.server.cfg.secret.is_some() && auth_message(conn, tag, &f) {
+        return Some(frame);
+    }
+    if crate::notify::message(conn, tag, &f) {
         return Some(frame);
     }
     // Resolve what the request names, in arrival order.

@@ -13,6 +13,8 @@
 //!   directory and no path or symlink resolves above it.
 //! - [`users`]: attach names to credentials.
 //! - [`auth`]: the shared secret a connection must show before attaching.
+//! - [`notify`]: the change-notification extension (`cache=coherent`
+//!   clients).
 //! - [`sandbox`]: the server process confined to the export.
 //!
 //! Threads: one reader per connection, a shared pool of workers for the
@@ -24,6 +26,7 @@ pub mod fid;
 #[doc(hidden)]
 pub mod fuzz;
 mod handlers;
+pub mod notify;
 pub mod sandbox;
 pub mod seccomp;
 pub mod users;
@@ -103,6 +106,7 @@ pub struct Server {
     pub(crate) vfs: Vfs,
     pub(crate) cfg: Config,
     pub(crate) pool: Sender<conn::Job>,
+    pub(crate) notify: Arc<notify::Hub>,
     pub stats: Stats,
 }
 
@@ -116,10 +120,15 @@ impl Server {
         } else {
             cfg.threads.max(1)
         };
+        // Changes the vfs sees (on the host, by any client) go to every
+        // subscribed client once the server's own cache has dropped them.
+        let hub = Arc::new(notify::Hub::default());
+        vfs.add_change_listener(hub.clone());
         let server = Arc::new(Server {
             vfs,
             cfg,
             pool: tx,
+            notify: hub,
             stats: Stats::default(),
         });
         for i in 0..threads {

@@ -58,6 +58,11 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_fchown,
     libc::SYS_fchownat,
     libc::SYS_utimensat,
+    // Watching the export for changes (hostfs adds a watch per directory
+    // through /proc/self/fd, relative to the working directory).
+    libc::SYS_inotify_add_watch,
+    libc::SYS_inotify_rm_watch,
+    libc::SYS_fchdir,
     libc::SYS_ftruncate,
     libc::SYS_fallocate,
     libc::SYS_fsync,

@@ -244,6 +244,7 @@ impl Vfs {
             msize: opts.msize,
             aname: opts.aname.clone(),
             secret,
+            notify: opts.coherent && !opts.cache_none,
             ..Default::default()
         };
         let fs = Arc::new(walkfs_p9client::P9Fs::on_stream(stream, &cfg)?);

@@ -250,12 +250,6 @@ impl FileSystem for MemFs {
         "memfs"
     }
 
-    /// Nothing changes a memfs but its own callers: there is never
-    /// anything to report.
-    fn watch_changes(&self, _sink: std::sync::Arc<dyn walkfs_fsapi::ChangeSink>) -> Result<()> {
-        Ok(())
-    }
-
     fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Entry> {
         let mut t = self.tree.lock();
         let ino = *t.dir(parent.0)?.get(name).ok_or(Errno::ENOENT)?;

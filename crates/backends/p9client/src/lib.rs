@@ -10,6 +10,7 @@
 //! one round trip; a server must handle a fid's requests in order, as
 //! `walkfs serve` does (it resolves fids in arrival order).
 
+mod notify;
 mod rpc;
 
 use std::collections::HashMap;
@@ -36,6 +37,9 @@ pub struct Config {
     pub aname: String,
     /// The secret to show with `Tauth` when the server asks for one.
     pub secret: Option<Vec<u8>>,
+    /// Ask the server to report changes (the walkfs extension; see
+    /// [`FileSystem::watch_changes`]).
+    pub notify: bool,
 }
 
 impl Default for Config {
@@ -46,11 +50,12 @@ impl Default for Config {
             uid: unsafe { libc::geteuid() },
             aname: String::new(),
             secret: None,
+            notify: false,
         }
     }
 }
 
-const ROOT_FID: u32 = 0;
+pub(crate) const ROOT_FID: u32 = 0;
 /// The auth fid, clunked once attached.
 const AUTH_FID: u32 = u32::MAX - 1;
 
@@ -87,17 +92,21 @@ fn authenticate(rpc: &rpc::Rpc, cfg: &Config, secret: &[u8]) -> Result<u32> {
     Ok(AUTH_FID)
 }
 
-struct Nodes {
+pub(crate) struct Nodes {
     /// fid -> (qid path, references the vfs holds).
     by_fid: HashMap<u32, (u64, u64)>,
     /// qid path -> fid.
-    by_qid: HashMap<u64, u32>,
+    pub(crate) by_qid: HashMap<u64, u32>,
 }
 
 /// A 9P client mount.
 pub struct P9Fs {
     rpc: Arc<rpc::Rpc>,
-    nodes: Mutex<Nodes>,
+    nodes: Arc<Mutex<Nodes>>,
+    /// The qid path of the root (it has no entry in `Nodes`).
+    root_ino: u64,
+    /// The server agreed to report changes.
+    notify: bool,
     next_fid: AtomicU32,
     free_fids: Mutex<Vec<u32>>,
     iounit: u32,
@@ -136,7 +145,7 @@ fn attr_of(st: &p9::Stat) -> Attr {
     }
 }
 
-fn err_of(f: &Fcall<'_>) -> Errno {
+pub(crate) fn err_of(f: &Fcall<'_>) -> Errno {
     match f {
         Fcall::Rlerror { ecode } => Errno(*ecode as i32),
         _ => Errno::EPROTO,
@@ -195,21 +204,24 @@ impl P9Fs {
                 n_uname: cfg.uid,
             },
             |r| match r {
-                Fcall::Rattach { .. } => Ok(()),
+                Fcall::Rattach { qid } => Ok(qid.path),
                 r => Err(err_of(&r)),
             },
         );
         if afid != NOFID {
             rpc.send_forget(Fcall::Tclunk { fid: afid });
         }
-        attached?;
+        let root_ino = attached?;
+        let notify = cfg.notify && notify::subscribe(&rpc);
         let iounit = rpc.msize - IOHDRSZ;
         Ok(P9Fs {
             rpc,
-            nodes: Mutex::new(Nodes {
+            nodes: Arc::new(Mutex::new(Nodes {
                 by_fid: HashMap::new(),
                 by_qid: HashMap::new(),
-            }),
+            })),
+            root_ino,
+            notify,
             next_fid: AtomicU32::new(ROOT_FID + 1),
             free_fids: Mutex::new(Vec::new()),
             iounit,
@@ -435,6 +447,14 @@ impl P9Fs {
     }
 }
 
+impl Drop for P9Fs {
+    /// The notification thread holds the connection while it waits for
+    /// a change: end the connection for it.
+    fn drop(&mut self) {
+        self.rpc.shutdown();
+    }
+}
+
 fn kind_of_dtype(t: u8) -> Option<FileType> {
     FileType::from_mode((t as u32) << 12)
 }
@@ -446,6 +466,20 @@ impl FileSystem for P9Fs {
 
     fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Entry> {
         self.entry_of(P9Fs::fid(parent)?, name)
+    }
+
+    /// Changes come from the server (walkfs serve's notification
+    /// extension), when it offered them at attach.
+    fn watch_changes(&self, sink: Arc<dyn walkfs_fsapi::ChangeSink>) -> Result<()> {
+        if !self.notify {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        notify::start(
+            Arc::downgrade(&self.rpc),
+            self.nodes.clone(),
+            self.root_ino,
+            sink,
+        )
     }
 
     fn forget(&self, node: NodeId, count: u64) {

@@ -1,0 +1,141 @@
+//! The client side of the change-notification extension (the server's
+//! `notify.rs`, docs/notify-protocol.md): a notification fid opened after
+//! attach, and a thread that keeps one `Tread` outstanding on it and turns
+//! the records into [`Change`]s in this client's node numbers.
+
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+use walkfs_fsapi::{Change, ChangeSink, Errno, NodeId, Result};
+use walkfs_p9::{Fcall, Str, IOHDRSZ};
+
+use crate::rpc::Rpc;
+use crate::{err_of, Nodes, ROOT_FID};
+
+/// The fid notifications are read from.
+pub(crate) const NOTIFY_FID: u32 = u32::MAX - 2;
+const NOTIFY_NAME: &[u8] = b"walkfs.notify";
+const VERSION: u64 = 1;
+const ENTRY: u8 = 1;
+const INODE: u8 = 2;
+const ALL: u8 = 3;
+const DEGRADED: u8 = 4;
+
+/// Ask the server for notifications. `false`: it does not offer them (a
+/// plain 9P2000.L server answers the unknown xattr with an error).
+pub(crate) fn subscribe(rpc: &Rpc) -> bool {
+    let r = rpc.call(
+        Fcall::Txattrwalk {
+            fid: ROOT_FID,
+            newfid: NOTIFY_FID,
+            name: Str(NOTIFY_NAME),
+        },
+        |r| match r {
+            Fcall::Rxattrwalk { size } => Ok(size),
+            r => Err(err_of(&r)),
+        },
+    );
+    match r {
+        Ok(VERSION) => true,
+        Ok(v) => {
+            // A fid was made: give it back.
+            tracing::warn!("server offers notification protocol {v}, not {VERSION}");
+            rpc.send_forget(Fcall::Tclunk { fid: NOTIFY_FID });
+            false
+        }
+        Err(_) => false,
+    }
+}
+
+/// Read notifications until the connection ends, delivering them to
+/// `sink`.
+pub(crate) fn start(
+    rpc: Weak<Rpc>,
+    nodes: Arc<Mutex<Nodes>>,
+    root_ino: u64,
+    sink: Arc<dyn ChangeSink>,
+) -> Result<()> {
+    std::thread::Builder::new()
+        .name("9p-notify".into())
+        .spawn(move || {
+            loop {
+                let Some(r) = rpc.upgrade() else { return };
+                let count = r.msize - IOHDRSZ;
+                let got = r.call(
+                    Fcall::Tread {
+                        fid: NOTIFY_FID,
+                        offset: 0,
+                        count,
+                    },
+                    |r| match r {
+                        Fcall::Rread { data } => Ok(data.0.to_vec()),
+                        r => Err(err_of(&r)),
+                    },
+                );
+                drop(r);
+                match got {
+                    Ok(recs) if recs.is_empty() => return, // clunked
+                    Ok(recs) => {
+                        let changes = decode(&recs, &nodes.lock(), root_ino);
+                        if !changes.is_empty() {
+                            sink.changed(&changes);
+                        }
+                    }
+                    Err(e) => {
+                        // The connection is gone: nothing cached can be
+                        // trusted to be told about any more.
+                        tracing::debug!("notifications ended: {e}");
+                        sink.changed(&[Change::Degraded]);
+                        return;
+                    }
+                }
+            }
+        })
+        .map(drop)
+        .map_err(Errno::from)
+}
+
+/// Records as changes to the nodes this client holds (changes to files it
+/// holds no fid for concern nothing it caches).
+fn decode(mut buf: &[u8], nodes: &Nodes, root_ino: u64) -> Vec<Change> {
+    let node = |ino: u64| -> Option<NodeId> {
+        if ino == root_ino {
+            return Some(NodeId(ROOT_FID as u64));
+        }
+        nodes.by_qid.get(&ino).map(|&f| NodeId(f as u64))
+    };
+    let mut out = Vec::new();
+    while buf.len() >= 11 {
+        let kind = buf[0];
+        let mut ino = [0u8; 8];
+        ino.copy_from_slice(&buf[1..9]);
+        let ino = u64::from_le_bytes(ino);
+        let len = u16::from_le_bytes([buf[9], buf[10]]) as usize;
+        let Some(name) = buf.get(11..11 + len) else {
+            break;
+        };
+        buf = &buf[11 + len..];
+        match kind {
+            ENTRY => {
+                if let Some(dir) = node(ino) {
+                    out.push(Change::Entry {
+                        dir,
+                        dir_ino: ino,
+                        name: name.to_vec(),
+                    });
+                }
+            }
+            INODE => {
+                if let Some(node) = node(ino) {
+                    out.push(Change::Inode { node, ino });
+                }
+            }
+            ALL => out.push(Change::All),
+            DEGRADED => out.push(Change::Degraded),
+            // A later protocol's record: whatever it says, the cache
+            // cannot know what to drop.
+            _ => out.push(Change::All),
+        }
+    }
+    out
+}

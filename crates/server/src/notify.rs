@@ -1,0 +1,243 @@
+//! Change notification: the walkfs extension that tells a client which of
+//! the names and inodes it may cache changed (see docs/notify-protocol.md).
+//!
+//! 9P2000.L has no message from server to client, so the client asks: it
+//! opens a notification fid with `Txattrwalk(fid, newfid, "walkfs.notify")`
+//! (a name no Linux client can send: kernel xattr names always carry a
+//! namespace prefix) and keeps a `Tread` outstanding on it. The read is
+//! parked here, holding no worker, and answered when changes come: each
+//! record `kind[1] ino[8] name[s]`. A peer that never asks never sees any
+//! of this.
+//!
+//! Every subscriber has a bounded queue; a client that does not read fast
+//! enough loses its queue and gets one `ALL` record instead (drop
+//! everything cached), never a silently shortened list.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+use walkfs_p9::{Data, Fcall};
+use walkfs_vfs::{Change, ChangeSink, Errno};
+
+use crate::conn::Conn;
+
+/// The xattr name that opens a notification fid.
+pub const NOTIFY_NAME: &[u8] = b"walkfs.notify";
+/// Protocol version, given as the `Rxattrwalk` size.
+pub const VERSION: u64 = 1;
+/// Record kinds.
+pub const ENTRY: u8 = 1;
+pub const INODE: u8 = 2;
+pub const ALL: u8 = 3;
+pub const DEGRADED: u8 = 4;
+/// The smallest `Tread` count accepted on a notification fid: one record
+/// with the longest name fits.
+pub const MIN_READ: u32 = 1 + 8 + 2 + 255;
+/// Queued record bytes per subscriber before its queue is replaced by
+/// `ALL`.
+const MAX_QUEUED: usize = 256 * 1024;
+
+/// One connection's subscription.
+pub(crate) struct Sub {
+    fid: u32,
+    queue: VecDeque<Vec<u8>>,
+    queued: usize,
+    /// A `Tread` waiting for records: (tag, count).
+    parked: Option<(u16, u32)>,
+}
+
+/// The server's subscribers; listens to the vfs for changes.
+#[derive(Default)]
+pub(crate) struct Hub {
+    conns: Mutex<Vec<Weak<Conn>>>,
+}
+
+/// Encode one change as a record.
+pub fn encode(c: &Change) -> Vec<u8> {
+    let (kind, ino, name): (u8, u64, &[u8]) = match c {
+        Change::Entry { dir_ino, name, .. } => (ENTRY, *dir_ino, name),
+        Change::Inode { ino, .. } => (INODE, *ino, b""),
+        Change::All => (ALL, 0, b""),
+        Change::Degraded => (DEGRADED, 0, b""),
+    };
+    let mut r = Vec::with_capacity(11 + name.len());
+    r.push(kind);
+    r.extend_from_slice(&ino.to_le_bytes());
+    r.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    r.extend_from_slice(name);
+    r
+}
+
+impl Sub {
+    fn push(&mut self, rec: &[u8]) {
+        if self.queued + rec.len() > MAX_QUEUED {
+            self.queue.clear();
+            self.queued = 0;
+            let all = encode(&Change::All);
+            self.queued += all.len();
+            self.queue.push_back(all);
+            return;
+        }
+        self.queued += rec.len();
+        self.queue.push_back(rec.to_vec());
+    }
+
+    /// As many whole records as fit in `count` bytes.
+    fn take(&mut self, count: u32) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let Some(r) = self.queue.front() {
+            if out.len() + r.len() > count as usize {
+                break;
+            }
+            self.queued -= r.len();
+            out.extend_from_slice(r);
+            self.queue.pop_front();
+        }
+        out
+    }
+
+    /// Answer the parked read if there is something to send.
+    fn ready(&mut self) -> Option<(u16, Vec<u8>)> {
+        let (tag, count) = self.parked?;
+        if self.queue.is_empty() {
+            return None;
+        }
+        self.parked = None;
+        Some((tag, self.take(count)))
+    }
+}
+
+fn reply_read(conn: &Conn, tag: u16, data: &[u8]) {
+    conn.send_msg(tag, Fcall::Rread { data: Data(data) });
+}
+
+impl ChangeSink for Hub {
+    fn changed(&self, changes: &[Change]) {
+        let recs: Vec<Vec<u8>> = changes.iter().map(encode).collect();
+        let conns: Vec<Arc<Conn>> = {
+            let mut list = self.conns.lock();
+            list.retain(|c| c.strong_count() > 0);
+            list.iter().filter_map(Weak::upgrade).collect()
+        };
+        for conn in conns {
+            let ready = {
+                let mut n = conn.notify.lock();
+                let Some(sub) = n.as_mut() else { continue };
+                for r in &recs {
+                    sub.push(r);
+                }
+                sub.ready()
+            };
+            // A peer that stopped reading blocks this send for at most the
+            // reply timeout, after which its connection is closed.
+            if let Some((tag, data)) = ready {
+                reply_read(&conn, tag, &data);
+            }
+        }
+    }
+}
+
+impl Hub {
+    fn add(&self, conn: &Arc<Conn>) {
+        self.conns.lock().push(Arc::downgrade(conn));
+    }
+}
+
+/// Handle `f` if it belongs to the notification extension; returns
+/// whether it did.
+pub(crate) fn message(conn: &Arc<Conn>, tag: u16, f: &Fcall<'_>) -> bool {
+    match *f {
+        Fcall::Txattrwalk { fid, newfid, name } if name.0 == NOTIFY_NAME => {
+            subscribe(conn, tag, fid, newfid);
+            true
+        }
+        Fcall::Tread { fid, count, .. } => {
+            let mut n = conn.notify.lock();
+            let Some(sub) = n.as_mut().filter(|s| s.fid == fid) else {
+                return false;
+            };
+            if count < MIN_READ {
+                drop(n);
+                conn.error(tag, Errno::EINVAL);
+            } else if sub.parked.is_some() {
+                drop(n);
+                conn.error(tag, Errno::EBUSY);
+            } else {
+                sub.parked = Some((tag, count));
+                let ready = sub.ready();
+                drop(n);
+                if let Some((tag, data)) = ready {
+                    reply_read(conn, tag, &data);
+                }
+            }
+            true
+        }
+        Fcall::Tclunk { fid } => {
+            let mut n = conn.notify.lock();
+            if n.as_ref().is_none_or(|s| s.fid != fid) {
+                return false;
+            }
+            let parked = n.take().and_then(|s| s.parked);
+            drop(n);
+            if let Some((t, _)) = parked {
+                reply_read(conn, t, &[]);
+            }
+            conn.send_msg(tag, Fcall::Rclunk {});
+            true
+        }
+        _ => false,
+    }
+}
+
+/// `Tflush` of a parked read: it is answered by the `Rflush` alone.
+/// Returns whether `oldtag` was one.
+pub(crate) fn flush(conn: &Conn, oldtag: u16) -> bool {
+    let mut n = conn.notify.lock();
+    match n.as_mut() {
+        Some(sub) if sub.parked.is_some_and(|(t, _)| t == oldtag) => {
+            sub.parked = None;
+            true
+        }
+        _ => false,
+    }
+}
+
+fn subscribe(conn: &Arc<Conn>, tag: u16, fid: u32, newfid: u32) {
+    let err = {
+        let fids = conn.fids.lock();
+        if !fids.contains_key(&fid) {
+            Some(Errno::EBADF)
+        } else if fids.contains_key(&newfid) || newfid == walkfs_p9::NOFID {
+            Some(Errno::EBADF)
+        } else {
+            None
+        }
+    };
+    if let Some(e) = err {
+        conn.error(tag, e);
+        return;
+    }
+    {
+        let mut n = conn.notify.lock();
+        if n.is_some() {
+            drop(n);
+            conn.error(tag, Errno::EBUSY);
+            return;
+        }
+        let mut sub = Sub {
+            fid: newfid,
+            queue: VecDeque::new(),
+            queued: 0,
+            parked: None,
+        };
+        // A server that cannot see every change says so at once: the
+        // client must revalidate rather than trust its cache.
+        if !conn.server.vfs.is_coherent() {
+            sub.push(&encode(&Change::Degraded));
+        }
+        *n = Some(sub);
+    }
+    conn.server.notify.add(conn);
+    conn.send_msg(tag, Fcall::Rxattrwalk { size: VERSION });
+}
