@@ -206,13 +206,11 @@ pub(crate) fn flush(conn: &Conn, oldtag: u16) -> bool {
 fn subscribe(conn: &Arc<Conn>, tag: u16, fid: u32, newfid: u32) {
     let err = {
         let fids = conn.fids.lock();
-        if !fids.contains_key(&fid) {
-            Some(Errno::EBADF)
-        } else if fids.contains_key(&newfid) || newfid == walkfs_p9::NOFID {
-            Some(Errno::EBADF)
-        } else {
-            None
-        }
+        // The fid must be attached (authenticated); the new one free.
+        let bad = !fids.contains_key(&fid)
+            || fids.contains_key(&newfid)
+            || newfid == walkfs_p9::NOFID;
+        bad.then_some(Errno::EBADF)
     };
     if let Some(e) = err {
         conn.error(tag, e);
