@@ -420,3 +420,31 @@ fn vfs_over_9p_sees_host_and_other_client_changes() {
     let other = VfsView(vfs(&src, "cache=loose"));
     check_coherent("vfs/9p, another client's changes", &host, &other, &obs, 12);
 }
+
+#[test]
+fn fuse_mounts_see_host_and_other_client_changes() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let export = tmp.path().join("export");
+    let (m1, m2) = (tmp.path().join("m1"), tmp.path().join("m2"));
+    for d in [&export, &m1, &m2] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    as_root(&export);
+    let host = PathView(export.clone());
+    // A host directory mounted directly: the kernel's caches follow the
+    // host's changes.
+    {
+        let _m = common::Mount::new(&export, &m1, "cache=coherent,negtimeout=-1");
+        let obs = PathView(m1.clone());
+        check_coherent("fuse/hostfs, host changes", &host, &host, &obs, 6);
+    }
+    // Through a server: changes on the host and by another client.
+    let sock = tmp.path().join("sock");
+    let _server = common::serve(&export, &sock);
+    let src = PathBuf::from(format!("unix:{}", sock.display()));
+    let _m = common::Mount::new(&src, &m2, "cache=coherent,negtimeout=-1");
+    let obs = PathView(m2.clone());
+    check_coherent("fuse/9p, host changes", &host, &host, &obs, 6);
+    let other = VfsView(vfs(&format!("unix:{}", sock.display()), "cache=loose"));
+    check_coherent("fuse/9p, another client's changes", &host, &other, &obs, 6);
+}

@@ -19,6 +19,7 @@
 //! supplementary groups from the user database), so permission checks and
 //! the owners of new files are the caller's.
 
+mod coherent;
 mod kmount;
 pub mod mount;
 pub mod options;
@@ -58,9 +59,11 @@ struct Node {
 }
 
 #[derive(Default)]
-struct Nodes {
+pub(crate) struct Nodes {
     by_id: HashMap<u64, Node>,
     by_key: HashMap<(u64, u64), u64>,
+    /// The root's inode number (its node id is FUSE's root id).
+    root_ino: u64,
 }
 
 /// A node's own open files: (read-only, read-write).
@@ -74,13 +77,18 @@ struct DirHandle {
     entries: Vec<walkfs_vfs::DirEntryOut>,
 }
 
+/// Kernel timeouts once `cache=coherent` cannot see every change.
+const DEGRADED_TTL: Duration = Duration::from_secs(1);
+
 /// The file system the FUSE session serves.
 pub struct WalkFuse {
     vfs: Vfs,
     /// Root credentials, the descriptor table every request shares.
     base: Ctx,
     ctxs: RwLock<HashMap<Identity, Arc<Ctx>>>,
-    nodes: RwLock<Nodes>,
+    nodes: Arc<RwLock<Nodes>>,
+    /// What the kernel was handed, for invalidations (cache=coherent).
+    kc: Arc<coherent::KernelCache>,
     next_id: AtomicU64,
     dirs: Mutex<HashMap<u64, DirHandle>>,
     next_dir: AtomicU64,
@@ -206,11 +214,14 @@ impl WalkFuse {
             },
         );
         nodes.by_key.insert(key_of(&x), INodeNo::ROOT.0);
+        nodes.root_ino = x.stx_ino;
+        let nodes = Arc::new(RwLock::new(nodes));
         Ok(WalkFuse {
             vfs,
             base,
             ctxs: RwLock::new(HashMap::new()),
-            nodes: RwLock::new(nodes),
+            kc: Arc::new(coherent::KernelCache::new(nodes.clone())),
+            nodes,
             next_id: AtomicU64::new(1 << 62),
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
@@ -222,6 +233,37 @@ impl WalkFuse {
 
     pub fn vfs(&self) -> &Vfs {
         &self.vfs
+    }
+
+    /// With `cache=coherent`, start telling the kernel what changed
+    /// behind its back, through the notifier the caller sets on what this
+    /// returns once the session exists.
+    pub(crate) fn kernel_cache(&self) -> Option<Arc<coherent::KernelCache>> {
+        if self.opts.cache != CacheMode::Coherent {
+            return None;
+        }
+        self.vfs.add_change_listener(self.kc.clone());
+        Some(self.kc.clone())
+    }
+
+    /// Changes may go unseen (the backend cannot report them all): the
+    /// kernel must ask again soon.
+    fn degraded(&self) -> bool {
+        self.opts.cache == CacheMode::Coherent && !self.vfs.is_coherent()
+    }
+
+    fn attr_ttl(&self) -> Duration {
+        if self.degraded() {
+            return self.opts.attr_ttl.min(DEGRADED_TTL);
+        }
+        self.opts.attr_ttl
+    }
+
+    fn entry_ttl(&self) -> Duration {
+        if self.degraded() {
+            return self.opts.entry_ttl.min(DEGRADED_TTL);
+        }
+        self.opts.entry_ttl
     }
 
     /// The context acting as the caller of `req`: its uid, its gid (the
@@ -326,16 +368,14 @@ impl WalkFuse {
 
     fn attr_reply(&self, reply: ReplyAttr, r: Result<FileAttr, Errno>) {
         match r {
-            Ok(a) => reply.attr(&self.opts.attr_ttl, &a),
+            Ok(a) => reply.attr(&self.attr_ttl(), &a),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     fn entry(&self, reply: ReplyEntry, r: Result<FileAttr, Errno>) {
         match r {
-            Ok(a) => {
-                reply.entry_with_ttls(&self.opts.attr_ttl, &self.opts.entry_ttl, &a, Generation(0))
-            }
+            Ok(a) => reply.entry_with_ttls(&self.attr_ttl(), &self.entry_ttl(), &a, Generation(0)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -452,13 +492,25 @@ impl Filesystem for WalkFuse {
         self.counters.lookups.fetch_add(1, Relaxed);
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| self.lookup_node(&ctx, parent, n));
+        let coherent = self.opts.cache == CacheMode::Coherent;
+        if let (true, Ok(a)) = (coherent, &r) {
+            self.kc.handed_out(parent.0, name.as_bytes(), Some(a.ino.0));
+        }
         match r {
             Err(Errno::ENOENT) if !self.opts.neg_ttl.is_zero() => {
-                // A negative entry: node id 0, kept for the entry timeout.
+                // A negative entry: node id 0, kept for the entry timeout
+                // (short when it could not be invalidated).
                 self.counters.negative_replies.fetch_add(1, Relaxed);
                 let mut a = attr_of(0, &Statx::default());
                 a.ino = INodeNo(0);
-                reply.entry_with_ttls(&Duration::ZERO, &self.opts.neg_ttl, &a, Generation(0));
+                let ttl = if coherent
+                    && (self.degraded() || !self.kc.handed_out(parent.0, name.as_bytes(), None))
+                {
+                    self.opts.neg_ttl.min(DEGRADED_TTL)
+                } else {
+                    self.opts.neg_ttl
+                };
+                reply.entry_with_ttls(&Duration::ZERO, &ttl, &a, Generation(0));
             }
             Err(Errno::ENOENT) => {
                 self.counters.negative_replies.fetch_add(1, Relaxed);
@@ -482,6 +534,7 @@ impl Filesystem for WalkFuse {
             None => false,
         };
         if gone {
+            self.kc.forgotten(ino.0);
             if let Some(n) = nodes.by_id.remove(&ino.0) {
                 if nodes.by_key.get(&n.key) == Some(&ino.0) {
                     nodes.by_key.remove(&n.key);
@@ -890,7 +943,7 @@ impl Filesystem for WalkFuse {
                 a.ino,
                 off,
                 OsStr::from_bytes(&name),
-                &self.opts.entry_ttl,
+                &self.entry_ttl(),
                 &a,
                 Generation(0),
             );
@@ -1016,7 +1069,7 @@ impl Filesystem for WalkFuse {
         });
         match r {
             Ok((a, h)) => reply.created(
-                &self.opts.entry_ttl,
+                &self.entry_ttl(),
                 &a,
                 Generation(0),
                 FileHandle(h as u64 + 1),

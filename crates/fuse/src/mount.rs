@@ -30,9 +30,13 @@ pub fn open_source(source: &str, opts: &MountOptions, direct: bool) -> Result<Vf
         ));
     }
     // The server's own vfs is the exported tree's authority: default
-    // switches, its own caches.
-    let served =
-        Vfs::open_source(source, &Options::default()).map_err(|e| format!("{source}: {e}"))?;
+    // switches, its own caches, kept coherent with the host by watching it
+    // (and telling a cache=coherent client).
+    let served_opts = Options {
+        coherent: true,
+        ..Options::default()
+    };
+    let served = Vfs::open_source(source, &served_opts).map_err(|e| format!("{source}: {e}"))?;
     let cfg = walkfs_server::Config {
         read_only: opts.read_only,
         ..Default::default()
@@ -80,6 +84,7 @@ pub fn mount(
     };
     let fs = WalkFuse::new(vfs, opts).map_err(|e| format!("root of the source: {e}"))?;
     let stats = Arc::clone(&fs.counters);
+    let kernel_cache = fs.kernel_cache();
     let fd = kmount::mount(mountpoint, &spec)?;
     let session = match Session::from_fd(fs, fd, acl, cfg) {
         Ok(s) => s,
@@ -88,6 +93,9 @@ pub fn mount(
             return Err(format!("mount on {}: {e}", mountpoint.display()));
         }
     };
+    if let Some(kc) = kernel_cache {
+        let _ = kc.notifier.set(session.notifier());
+    }
     let ended = Arc::new(AtomicBool::new(false));
     let ended2 = Arc::clone(&ended);
     let thread = std::thread::Builder::new()

@@ -11,6 +11,9 @@ pub enum CacheMode {
     None,
     /// Keep what was learned.
     Loose,
+    /// Keep what was learned, and drop what the backend reports changed
+    /// (the kernel's caches too).
+    Coherent,
 }
 
 /// What the kernel is told to cache for how long: the timeouts follow
@@ -90,12 +93,14 @@ impl MountOptions {
         vfs.read_only |= read_only;
         let cache = if vfs.cache_none {
             CacheMode::None
+        } else if vfs.coherent {
+            CacheMode::Coherent
         } else {
             CacheMode::Loose
         };
         let (dentry, dattr) = match cache {
             CacheMode::None => (Duration::ZERO, Duration::ZERO),
-            CacheMode::Loose => (FOREVER, FOREVER),
+            CacheMode::Loose | CacheMode::Coherent => (FOREVER, FOREVER),
         };
         let neg_ttl = match (cache, vfs.negtimeout_ms) {
             (CacheMode::None, _) | (_, 0) => Duration::ZERO,

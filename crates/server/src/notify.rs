@@ -207,9 +207,8 @@ fn subscribe(conn: &Arc<Conn>, tag: u16, fid: u32, newfid: u32) {
     let err = {
         let fids = conn.fids.lock();
         // The fid must be attached (authenticated); the new one free.
-        let bad = !fids.contains_key(&fid)
-            || fids.contains_key(&newfid)
-            || newfid == walkfs_p9::NOFID;
+        let bad =
+            !fids.contains_key(&fid) || fids.contains_key(&newfid) || newfid == walkfs_p9::NOFID;
         bad.then_some(Errno::EBADF)
     };
     if let Some(e) = err {
