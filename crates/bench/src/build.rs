@@ -118,6 +118,8 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
             "walkfs-loose-neg-nosymcache",
             "cache=loose,negtimeout=-1,cache_symlinks=0",
         ),
+        // Loose caching kept true by the server's change notifications.
+        ("walkfs-coherent", "cache=coherent,negtimeout=-1"),
     ];
     for &(name, o) in walkfs_modes {
         v.push(Config {
@@ -148,7 +150,9 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
         }
     }
     if opts.quick && opts.only.is_empty() {
-        v.retain(|c| ["native", "walkfs-loose-neg", "bindfs"].contains(&c.name.as_str()));
+        v.retain(|c| {
+            ["native", "walkfs-loose-neg", "walkfs-coherent", "bindfs"].contains(&c.name.as_str())
+        });
     } else if !opts.only.is_empty() {
         if let Some(bad) = opts.only.iter().find(|o| !v.iter().any(|c| &c.name == *o)) {
             let names: Vec<&str> = v.iter().map(|c| c.name.as_str()).collect();

@@ -277,8 +277,8 @@ enum BenchCmd {
     /// fresh mount; medians of 3, configurations interleaved. Walkfs rows
     /// carry the build's RPCs by type. Needs root.
     Build {
-        /// One build each of native, walkfs cache=loose,negtimeout=-1 and
-        /// bindfs (about 10 minutes on 2 cores).
+        /// One build each of native, walkfs cache=loose,negtimeout=-1,
+        /// walkfs cache=coherent and bindfs (about 12 minutes on 2 cores).
         #[arg(long)]
         quick: bool,
         /// One JSON object per line instead of a table.
@@ -289,7 +289,7 @@ enum BenchCmd {
         plot: Option<String>,
         /// Only these configurations (repeatable): native, walkfs-none,
         /// walkfs-loose, walkfs-loose-neg, walkfs-loose-neg-nosymcache,
-        /// bindfs, sshfs, walkfs-...-slowNus; comma-separated or repeated.
+        /// walkfs-coherent, bindfs, sshfs, walkfs-...-slowNus; comma-separated or repeated.
         /// native is always measured, as every ratio is to it.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,

@@ -448,3 +448,112 @@ fn fuse_mounts_see_host_and_other_client_changes() {
     let other = VfsView(vfs(&format!("unix:{}", sock.display()), "cache=loose"));
     check_coherent("fuse/9p, another client's changes", &host, &other, &obs, 6);
 }
+
+/// Sets `/proc/sys/fs/inotify/max_queued_events` (read when an inotify
+/// instance is made) and puts the old value back when dropped.
+struct QueueLimit(String);
+
+impl QueueLimit {
+    const PATH: &'static str = "/proc/sys/fs/inotify/max_queued_events";
+    fn set(n: u32) -> QueueLimit {
+        let old = std::fs::read_to_string(Self::PATH).expect("read sysctl");
+        std::fs::write(Self::PATH, n.to_string()).expect("write sysctl (run as root)");
+        QueueLimit(old.trim().to_string())
+    }
+}
+
+impl Drop for QueueLimit {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::PATH, &self.0);
+    }
+}
+
+#[test]
+fn a_watch_queue_overflow_drops_everything_and_recovers() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let export = tmp.path().join("export");
+    std::fs::create_dir(&export).expect("mkdir");
+    let host = PathView(export.clone());
+    let names: Vec<String> = (0..200).map(|i| format!("f{i}")).collect();
+    for n in &names {
+        host.write(n, b"x").expect("create");
+    }
+    let sock = tmp.path().join("sock");
+    // The server's inotify queue holds 8 events: a burst overflows it.
+    let server = {
+        let _small = QueueLimit::set(8);
+        common::serve(&export, &sock)
+    };
+    let obs = VfsView(vfs(&format!("unix:{}", sock.display()), "cache=coherent"));
+    for n in &names {
+        assert!(obs.stat(n).is_ok());
+        assert!(obs.stat(&format!("{n}.new")).is_err());
+    }
+    for n in &names {
+        host.unlink(n).expect("unlink");
+        host.write(&format!("{n}.new"), b"y").expect("create");
+    }
+    let all_seen = || {
+        names
+            .iter()
+            .all(|n| obs.stat(n).is_err() && obs.stat(&format!("{n}.new")).is_ok())
+    };
+    let lat = latency(Duration::from_secs(5), all_seen);
+    let stats = obs.0.vfs().cache_stats();
+    eprintln!("overflow: recovered in {lat:?}, {stats:?}");
+    assert!(lat.is_some(), "changes lost in the overflow stayed unseen");
+    assert!(
+        stats.changes_lost > 0,
+        "the server never reported an overflow (queue too large?)"
+    );
+    // And after it, changes are seen one by one again.
+    let before = obs.0.vfs().cache_stats().changes;
+    assert!(obs.stat("late").is_err());
+    host.write("late", b"z").expect("create");
+    assert!(latency(Duration::from_secs(5), || obs.stat("late").is_ok()).is_some());
+    assert!(obs.0.vfs().cache_stats().changes > before);
+    drop(server);
+}
+
+#[test]
+fn against_diod_the_client_falls_back_to_revalidating() {
+    let Some(diod) = ["/usr/sbin/diod", "/usr/bin/diod"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        panic!("diod not installed: run scripts/test.sh (it installs Debian's diod)");
+    };
+    let tmp = tempfile::tempdir().expect("tmp");
+    let export = tmp.path().join("export");
+    std::fs::create_dir(&export).expect("mkdir");
+    as_root(&export);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let exp = export.to_str().expect("utf8");
+    let _diod = common::Kill(
+        std::process::Command::new(diod)
+            .args(["-f", "-n", "-l", &format!("127.0.0.1:{port}"), "-e", exp])
+            .args(["-L", "stderr"])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start diod"),
+    );
+    common::wait_until("diod listening", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let obs = VfsView(vfs(
+        &format!("tcp:127.0.0.1:{port}"),
+        &format!("cache=coherent,aname={exp}"),
+    ));
+    // diod answers the notification request with an error: the client
+    // knows it will not be told, and revalidates instead of trusting its
+    // cache (a negative entry lives a second).
+    assert!(!obs.0.vfs().is_coherent());
+    let host = PathView(export.clone());
+    for (i, kind) in KINDS.iter().enumerate() {
+        let seen = trial(kind, i, &host, &host, &obs, Duration::from_secs(3));
+        assert!(seen.is_some(), "{kind}: stale against diod");
+    }
+}

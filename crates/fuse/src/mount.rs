@@ -30,10 +30,10 @@ pub fn open_source(source: &str, opts: &MountOptions, direct: bool) -> Result<Vf
         ));
     }
     // The server's own vfs is the exported tree's authority: default
-    // switches, its own caches, kept coherent with the host by watching it
-    // (and telling a cache=coherent client).
+    // switches, its own caches; for a cache=coherent mount, kept coherent
+    // with the host by watching it (and telling the client).
     let served_opts = Options {
-        coherent: true,
+        coherent: opts.vfs.coherent,
         ..Options::default()
     };
     let served = Vfs::open_source(source, &served_opts).map_err(|e| format!("{source}: {e}"))?;

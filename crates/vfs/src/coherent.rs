@@ -60,6 +60,9 @@ impl Inner {
     fn apply_changes(&self, sb: usize, changes: &[Change]) {
         let dc = &self.dc;
         let mut refetch = Vec::new();
+        self.counters
+            .changes
+            .fetch_add(changes.len() as u64, Ordering::Relaxed);
         let mut w = self.w.lock();
         for c in changes {
             match c {
@@ -94,7 +97,10 @@ impl Inner {
                         refetch.push((ino, *node));
                     }
                 }
-                Change::All => w.invalidate_all(dc),
+                Change::All => {
+                    self.counters.changes_lost.fetch_add(1, Ordering::Relaxed);
+                    w.invalidate_all(dc)
+                }
                 Change::Degraded => {
                     w.invalidate_all(dc);
                     self.degrade();

@@ -77,6 +77,10 @@ pub(crate) struct Counters {
     pub backend_lookups: AtomicU64,
     pub negative_created: AtomicU64,
     pub retries: AtomicU64,
+    /// Changes reported one by one (cache=coherent).
+    pub changes: AtomicU64,
+    /// Times the backend lost changes and everything was dropped.
+    pub changes_lost: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -123,6 +127,10 @@ pub struct CacheStats {
     pub backend_lookups: u64,
     pub negative_created: u64,
     pub retries: u64,
+    /// cache=coherent: changes reported by the backend, and times it lost
+    /// some (a queue overflow) so that everything cached was dropped.
+    pub changes: u64,
+    pub changes_lost: u64,
 }
 
 impl Vfs {
@@ -395,6 +403,8 @@ impl Vfs {
             backend_lookups: c.backend_lookups.load(Ordering::Relaxed),
             negative_created: c.negative_created.load(Ordering::Relaxed),
             retries: c.retries.load(Ordering::Relaxed),
+            changes: c.changes.load(Ordering::Relaxed),
+            changes_lost: c.changes_lost.load(Ordering::Relaxed),
         }
     }
 }
