@@ -30,6 +30,8 @@ const NAMES: &[&[u8]] = &[
     b"/etc",
     b"\xff\xfe",
     &[b'n'; 300],
+    // Opens a change-notification fid (notify.rs) through Txattrwalk.
+    crate::notify::NOTIFY_NAME,
 ];
 
 /// Bytes of the script, consumed as fields.
@@ -231,8 +233,8 @@ fn script(data: &[u8]) -> Vec<u8> {
 /// Run one session of `data` against a fresh memfs export, every request
 /// on this thread (no pool, no socket: deterministic, and fast enough for
 /// the fuzzer). Panics if the server panics, or answers with anything but
-/// whole, well-formed replies.
-pub fn run_session(data: &[u8]) {
+/// whole, well-formed replies. Returns the replies.
+pub fn run_session(data: &[u8]) -> Vec<u8> {
     let frames = script(data);
     // A small cache: its tables are made per input.
     let opts = Options {
@@ -277,6 +279,7 @@ pub fn run_session(data: &[u8]) {
         }
         rest = &rest[size..];
     }
+    out
 }
 
 #[cfg(test)]
@@ -293,5 +296,32 @@ mod tests {
             n += 1;
         }
         assert!(n >= 10, "the corpus has its seeds");
+    }
+
+    /// The notification seed reaches the extension: a subscription over
+    /// a memfs export (which cannot report changes) reads DEGRADED.
+    #[test]
+    fn the_notify_seed_subscribes_and_reads() {
+        use walkfs_p9::Fcall;
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fuzz/corpus/session/notify-subscribe-read-flush-clunk"
+        );
+        let out = super::run_session(&std::fs::read(path).expect("seed"));
+        let mut rest: &[u8] = &out;
+        let (mut subscribed, mut degraded, mut clunked) = (false, false, false);
+        while rest.len() >= 7 {
+            let size = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+            match Fcall::decode(&rest[..size]).expect("reply").1 {
+                Fcall::Rxattrwalk { size } => subscribed = size == crate::notify::VERSION,
+                Fcall::Rread { data } => {
+                    degraded |= data.0.first() == Some(&crate::notify::DEGRADED)
+                }
+                Fcall::Rclunk {} => clunked = true,
+                _ => {}
+            }
+            rest = &rest[size..];
+        }
+        assert!(subscribed && degraded && clunked);
     }
 }
