@@ -449,22 +449,33 @@ fn fuse_mounts_see_host_and_other_client_changes() {
     check_coherent("fuse/9p, another client's changes", &host, &other, &obs, 6);
 }
 
-/// Sets `/proc/sys/fs/inotify/max_queued_events` (read when an inotify
-/// instance is made) and puts the old value back when dropped.
-struct QueueLimit(String);
+/// Sets the inotify and fanotify `max_queued_events` (read when a watch
+/// group is made) and puts the old values back when dropped.
+struct QueueLimit(Vec<(&'static str, String)>);
 
 impl QueueLimit {
-    const PATH: &'static str = "/proc/sys/fs/inotify/max_queued_events";
+    const PATHS: [&'static str; 2] = [
+        "/proc/sys/fs/inotify/max_queued_events",
+        "/proc/sys/fs/fanotify/max_queued_events",
+    ];
     fn set(n: u32) -> QueueLimit {
-        let old = std::fs::read_to_string(Self::PATH).expect("read sysctl");
-        std::fs::write(Self::PATH, n.to_string()).expect("write sysctl (run as root)");
-        QueueLimit(old.trim().to_string())
+        let mut old = Vec::new();
+        for p in Self::PATHS {
+            let Ok(v) = std::fs::read_to_string(p) else {
+                continue;
+            };
+            std::fs::write(p, n.to_string()).expect("write sysctl (run as root)");
+            old.push((p, v.trim().to_string()));
+        }
+        QueueLimit(old)
     }
 }
 
 impl Drop for QueueLimit {
     fn drop(&mut self) {
-        let _ = std::fs::write(Self::PATH, &self.0);
+        for (p, v) in &self.0 {
+            let _ = std::fs::write(p, v);
+        }
     }
 }
 
@@ -479,7 +490,7 @@ fn a_watch_queue_overflow_drops_everything_and_recovers() {
         host.write(n, b"x").expect("create");
     }
     let sock = tmp.path().join("sock");
-    // The server's inotify queue holds 8 events: a burst overflows it.
+    // The server's watch queue holds 8 events: a burst overflows it.
     let server = {
         let _small = QueueLimit::set(8);
         common::serve(&export, &sock)

@@ -58,11 +58,14 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_fchown,
     libc::SYS_fchownat,
     libc::SYS_utimensat,
-    // Watching the export for changes (hostfs adds a watch per directory
-    // through /proc/self/fd, relative to the working directory).
+    // Watching the export for changes: hostfs adds an inotify watch per
+    // directory through /proc/self/fd, relative to the working directory,
     libc::SYS_inotify_add_watch,
     libc::SYS_inotify_rm_watch,
     libc::SYS_fchdir,
+    // ... or records a directory's file handle for fanotify (the handle
+    // only names it; opening by handle stays forbidden).
+    libc::SYS_name_to_handle_at,
     libc::SYS_ftruncate,
     libc::SYS_fallocate,
     libc::SYS_fsync,

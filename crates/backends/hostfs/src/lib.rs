@@ -18,6 +18,8 @@
 mod sys;
 mod watch;
 
+pub use watch::WatchSource;
+
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
@@ -202,6 +204,27 @@ impl HostFs {
             }
         }
         Ok(())
+    }
+
+    /// [`FileSystem::watch_changes`] with a chosen source (fanotify is
+    /// preferred where it can be used; see watch.rs).
+    pub fn watch_changes_with(&self, source: WatchSource, sink: Arc<dyn ChangeSink>) -> Result<()> {
+        // Held across the scan of existing directories, so that one
+        // registered meanwhile waits and is then covered too.
+        let mut slot = self.watcher.lock();
+        let w = watch::Watcher::new(source, sink, self.nodes.clone(), self.proc_fd.clone())?;
+        if let Some(root) = self.nodes.read().by_id.get(&ROOT) {
+            tracing::info!("watching for changes with {}", w.source_of(root.key.0));
+        }
+        *slot = Some(w);
+        Ok(())
+    }
+
+    /// What watches the export's root: "fanotify" or "inotify" (`None`
+    /// before [`FileSystem::watch_changes`]).
+    pub fn watch_source(&self) -> Option<&'static str> {
+        let dev = self.nodes.read().by_id.get(&ROOT)?.key.0;
+        Some(self.watcher.lock().as_ref()?.source_of(dev))
     }
 
     fn lookup_fd(&self, dir: BorrowedFd, name: &[u8]) -> Result<OwnedFd> {
@@ -445,15 +468,7 @@ impl FileSystem for HostFs {
     }
 
     fn watch_changes(&self, sink: Arc<dyn ChangeSink>) -> Result<()> {
-        // Held across the scan of existing directories, so that one
-        // registered meanwhile waits and is then watched too.
-        let mut slot = self.watcher.lock();
-        *slot = Some(watch::Watcher::new(
-            sink,
-            self.nodes.clone(),
-            self.proc_fd.clone(),
-        )?);
-        Ok(())
+        self.watch_changes_with(WatchSource::Auto, sink)
     }
 
     fn statfs(&self, node: NodeId) -> Result<StatFs> {
@@ -523,6 +538,12 @@ mod tests {
 
     #[test]
     fn host_changes_are_reported_by_name_and_inode() {
+        host_changes_reported(WatchSource::Inotify);
+        // fanotify needs CAP_SYS_ADMIN: as root it is what Auto picks.
+        host_changes_reported(WatchSource::Auto);
+    }
+
+    fn host_changes_reported(source: WatchSource) {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir(tmp.path().join("d")).unwrap();
         std::fs::write(tmp.path().join("d/f"), b"x").unwrap();
@@ -530,7 +551,14 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         // A directory known before watching starts, and one after.
         let d = fs.lookup(fs.root(), b"d").unwrap();
-        fs.watch_changes(Arc::new(Collect(tx))).unwrap();
+        fs.watch_changes_with(source, Arc::new(Collect(tx)))
+            .unwrap();
+        let want = match source {
+            WatchSource::Inotify => "inotify",
+            WatchSource::Auto if sys::geteuid() == 0 => "fanotify",
+            WatchSource::Auto => "inotify",
+        };
+        assert_eq!(fs.watch_source(), Some(want));
         std::fs::create_dir(tmp.path().join("e")).unwrap();
         let e = fs.lookup(fs.root(), b"e").unwrap();
         let f = fs.lookup(d.node, b"f").unwrap();

@@ -307,17 +307,20 @@ pub fn fchdir(fd: BorrowedFd) -> Result<()> {
     Errno::result(unsafe { libc::fchdir(fd.as_raw_fd()) }).map(drop)
 }
 
-/// Wait up to `ms` for `fd` to be readable.
-pub fn poll_in(fd: BorrowedFd, ms: i32) -> Result<bool> {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    match Errno::result(unsafe { libc::poll(&mut p, 1, ms) }) {
-        Ok(n) => Ok(n > 0),
-        Err(Errno::EINTR) => Ok(false),
+/// Wait up to `ms` for any of `fds` to be readable; which are.
+pub fn poll_in(fds: &[BorrowedFd], ms: i32) -> Result<Vec<bool>> {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `p` holds `p.len()` valid pollfds.
+    match Errno::result(unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) }) {
+        Ok(_) => Ok(p.iter().map(|p| p.revents & libc::POLLIN != 0).collect()),
+        Err(Errno::EINTR) => Ok(vec![false; fds.len()]),
         Err(e) => Err(e),
     }
 }
@@ -343,4 +346,78 @@ pub fn fstatat_nofollow(dir: BorrowedFd, name: &[u8]) -> Result<(u64, u64)> {
         )
     })?;
     Ok((st.st_dev, st.st_ino))
+}
+
+/// A notification-only fanotify group reporting directory fids and names
+/// (needs CAP_SYS_ADMIN and Linux 5.9).
+pub fn fanotify_init() -> Result<OwnedFd> {
+    let flags =
+        libc::FAN_CLASS_NOTIF | libc::FAN_REPORT_DFID_NAME | libc::FAN_CLOEXEC | libc::FAN_NONBLOCK;
+    // SAFETY: plain syscall; the fd returned is ours.
+    owned(unsafe { libc::fanotify_init(flags, libc::O_RDONLY as libc::c_uint) })
+}
+
+/// Mark the whole file system holding `name` (relative to `dir`).
+pub fn fanotify_mark_filesystem(
+    fan: BorrowedFd,
+    mask: u64,
+    dir: BorrowedFd,
+    name: &[u8],
+) -> Result<()> {
+    let c = cstr(name)?;
+    // SAFETY: valid fds and C string.
+    Errno::result(unsafe {
+        libc::fanotify_mark(
+            fan.as_raw_fd(),
+            libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM,
+            mask,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+        )
+    })
+    .map(drop)
+}
+
+/// The file handle of `fd` (an `O_PATH` descriptor) as fanotify reports
+/// it: file system id, handle type, handle bytes.
+pub fn handle_of(fd: BorrowedFd) -> Result<Vec<u8>> {
+    const MAX: usize = 128;
+    #[repr(C)]
+    struct Handle {
+        bytes: u32,
+        kind: i32,
+        data: [u8; MAX],
+    }
+    let mut h = Handle {
+        bytes: MAX as u32,
+        kind: 0,
+        data: [0; MAX],
+    };
+    let mut mount_id = 0;
+    // SAFETY: `h` is a file_handle with room for MAX bytes, as its
+    // `handle_bytes` says; the path is an empty C string.
+    Errno::result(unsafe {
+        libc::name_to_handle_at(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            (&mut h as *mut Handle).cast(),
+            &mut mount_id,
+            libc::AT_EMPTY_PATH,
+        )
+    })?;
+    let st = fstatfs(fd)?;
+    // SAFETY: fsid_t is two C ints (8 bytes, no padding), as fanotify
+    // reports it.
+    let fsid: [u8; 8] = unsafe { std::mem::transmute(st.f_fsid) };
+    let n = (h.bytes as usize).min(MAX);
+    Ok(handle_key(&fsid, h.kind, &h.data[..n]))
+}
+
+/// The key a directory's handle is known by.
+pub fn handle_key(fsid: &[u8], kind: i32, data: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(12 + data.len());
+    k.extend_from_slice(fsid);
+    k.extend_from_slice(&kind.to_ne_bytes());
+    k.extend_from_slice(data);
+    k
 }

@@ -1,38 +1,50 @@
-//! Seeing changes made behind our back: an inotify watch on every directory
-//! hostfs has registered, read by a thread of its own that turns events
-//! into [`Change`]s for the sink the vfs gave [`FileSystem::watch_changes`].
+//! Seeing changes made behind our back, and reporting them as [`Change`]s
+//! to the sink the vfs gave [`FileSystem::watch_changes`], from a thread
+//! of our own.
 //!
-//! Why inotify: it needs no privilege and reports names, which is what a
-//! dentry cache must drop. (fanotify's directory-entry events need
-//! `CAP_SYS_ADMIN` and give the same information for our purpose.)
+//! Two sources:
+//! - **fanotify** (where we may: `CAP_SYS_ADMIN`, Linux 5.9): one mark on
+//!   the whole file system of the export, reporting each event as the
+//!   directory's file handle and the name. No per-directory watch, so no
+//!   watch limit; a directory is known by its handle, recorded when hostfs
+//!   registers it. Events of directories we never registered (the rest of
+//!   the file system) are dropped on arrival.
+//! - **inotify** otherwise (and for a file system fanotify cannot mark,
+//!   e.g. one met after the sandbox dropped privileges): a watch on every
+//!   directory as hostfs registers it. When the per-user watch limit is
+//!   reached the sink is told [`Change::Degraded`].
 //!
-//! What a watch covers: the entries of one directory (create, delete,
-//! rename from/to) and the attributes and data of the files in it (write,
-//! truncate, chmod, chown). A directory is watched as soon as hostfs
-//! registers it, before any name in it can have been cached above us, so
-//! no cached name is ever unwatched. Watches outlive the node (a remote
-//! client may still cache a directory the server has forgotten); they end
-//! when the directory is removed (`IN_IGNORED`).
-//!
-//! When the kernel's watch limit is reached the sink is told
-//! [`Change::Degraded`]: from then on some changes go unseen and the caches
-//! above must revalidate. A queue overflow is [`Change::All`].
+//! Either way, a directory is covered before any name in it can have been
+//! cached above us, so no cached name goes unwatched; coverage outlives
+//! the node (a remote client may still cache a directory the server has
+//! forgotten). What a directory's events say: the entries of the directory
+//! (create, delete, rename from/to: [`Change::Entry`]), and the attributes
+//! and data of the files in it (write, truncate, chmod, chown:
+//! [`Change::Inode`]). A queue overflow is [`Change::All`].
 //!
 //! [`FileSystem::watch_changes`]: walkfs_fsapi::FileSystem::watch_changes
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use walkfs_fsapi::{Change, ChangeSink, NodeId, Result};
+use walkfs_fsapi::{Change, ChangeSink, Errno, NodeId, Result};
 
 use crate::sys;
 use crate::Nodes;
 
-/// What a watch is interested in.
-const MASK: u32 = libc::IN_CREATE
+/// Which source to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchSource {
+    /// fanotify where it can mark the file system, inotify otherwise.
+    Auto,
+    /// inotify only.
+    Inotify,
+}
+
+const IN_MASK: u32 = libc::IN_CREATE
     | libc::IN_DELETE
     | libc::IN_MOVED_FROM
     | libc::IN_MOVED_TO
@@ -40,18 +52,47 @@ const MASK: u32 = libc::IN_CREATE
     | libc::IN_ATTRIB
     | libc::IN_ONLYDIR
     | libc::IN_EXCL_UNLINK;
-const ENTRY_EVENTS: u32 =
-    libc::IN_CREATE | libc::IN_DELETE | libc::IN_MOVED_FROM | libc::IN_MOVED_TO;
-const INODE_EVENTS: u32 = libc::IN_MODIFY | libc::IN_ATTRIB;
+const IN_ENTRY: u32 = libc::IN_CREATE | libc::IN_DELETE | libc::IN_MOVED_FROM | libc::IN_MOVED_TO;
+const IN_DATA: u32 = libc::IN_MODIFY | libc::IN_ATTRIB;
 
-/// Adding a watch takes a path: `/proc/self/fd/N` relative to the working
-/// directory. The working directory is the process's, so additions are
-/// serialized (nothing else in walkfs uses relative paths).
+const FAN_MASK: u64 = libc::FAN_CREATE
+    | libc::FAN_DELETE
+    | libc::FAN_MOVED_FROM
+    | libc::FAN_MOVED_TO
+    | libc::FAN_MODIFY
+    | libc::FAN_ATTRIB
+    | libc::FAN_ONDIR;
+const FAN_ENTRY: u64 =
+    libc::FAN_CREATE | libc::FAN_DELETE | libc::FAN_MOVED_FROM | libc::FAN_MOVED_TO;
+const FAN_DATA: u64 = libc::FAN_MODIFY | libc::FAN_ATTRIB;
+
+/// Adding an inotify watch takes a path: `/proc/self/fd/N` relative to
+/// the working directory. The working directory is the process's, so
+/// additions are serialized (nothing else in walkfs uses relative paths).
 static CWD: Mutex<()> = Mutex::new(());
+
+/// What an event says about a name in a watched directory.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// The name appeared, went, or names another file.
+    Entry,
+    /// The data or attributes of what the name names changed.
+    Data,
+}
+
+struct Fan {
+    fd: OwnedFd,
+    /// Devices whose file system is marked, and those that could not be.
+    marked: Mutex<HashSet<u64>>,
+    refused: Mutex<HashSet<u64>>,
+    /// File handle (as fanotify reports it) -> directory (dev, ino).
+    handles: Mutex<HashMap<Vec<u8>, (u64, u64)>>,
+}
 
 pub(crate) struct Watcher {
     inotify: OwnedFd,
-    /// Watch descriptor -> the watched directory's (device, inode).
+    fan: Option<Fan>,
+    /// inotify watch descriptor -> the watched directory's (dev, ino).
     wds: Mutex<HashMap<i32, (u64, u64)>>,
     watched: Mutex<HashSet<(u64, u64)>>,
     degraded: AtomicBool,
@@ -62,12 +103,23 @@ pub(crate) struct Watcher {
 
 impl Watcher {
     pub fn new(
+        source: WatchSource,
         sink: Arc<dyn ChangeSink>,
         nodes: Arc<RwLock<Nodes>>,
         proc_fd: Arc<OwnedFd>,
     ) -> Result<Arc<Watcher>> {
+        let fan = match source {
+            WatchSource::Auto => sys::fanotify_init().ok().map(|fd| Fan {
+                fd,
+                marked: Mutex::new(HashSet::new()),
+                refused: Mutex::new(HashSet::new()),
+                handles: Mutex::new(HashMap::new()),
+            }),
+            WatchSource::Inotify => None,
+        };
         let w = Arc::new(Watcher {
             inotify: sys::inotify_init()?,
+            fan,
             wds: Mutex::new(HashMap::new()),
             watched: Mutex::new(HashSet::new()),
             degraded: AtomicBool::new(false),
@@ -88,21 +140,32 @@ impl Watcher {
         }
         let thread = w.clone();
         std::thread::Builder::new()
-            .name("walkfs-inotify".into())
+            .name("walkfs-watch".into())
             .spawn(move || thread.run())
-            .map_err(walkfs_fsapi::Errno::from)?;
+            .map_err(Errno::from)?;
         Ok(w)
     }
 
-    /// Watch the directory `fd` (an `O_PATH` descriptor) is, once.
+    /// Which source covers the export's root (for logs and tests).
+    pub fn source_of(&self, dev: u64) -> &'static str {
+        match &self.fan {
+            Some(f) if f.marked.lock().contains(&dev) => "fanotify",
+            _ => "inotify",
+        }
+    }
+
+    /// Cover the directory `fd` (an `O_PATH` descriptor) is.
     pub fn add(&self, fd: &OwnedFd, key: (u64, u64)) {
+        if self.add_fan(fd, key) {
+            return;
+        }
         if !self.watched.lock().insert(key) {
             return;
         }
         let res = {
             let _cwd = CWD.lock();
             sys::fchdir(self.proc_fd.as_fd()).and_then(|()| {
-                sys::inotify_add_watch(self.inotify.as_fd(), &sys::fd_name(fd.as_raw_fd()), MASK)
+                sys::inotify_add_watch(self.inotify.as_fd(), &sys::fd_name(fd.as_raw_fd()), IN_MASK)
             })
         };
         match res {
@@ -113,7 +176,7 @@ impl Watcher {
                 self.watched.lock().remove(&key);
                 // ENOSPC: the per-user watch limit. Anything else (the
                 // directory just went) needs no watch.
-                if e == walkfs_fsapi::Errno::ENOSPC && !self.degraded.swap(true, Ordering::AcqRel) {
+                if e == Errno::ENOSPC && !self.degraded.swap(true, Ordering::AcqRel) {
                     tracing::warn!(
                         "inotify watch limit reached (fs.inotify.max_user_watches): \
                          changes on the host may go unseen; clients revalidate"
@@ -121,6 +184,38 @@ impl Watcher {
                     self.sink.changed(&[Change::Degraded]);
                 }
             }
+        }
+    }
+
+    /// Cover a directory through fanotify: its file system marked (once),
+    /// its handle recorded (every time: a new directory may reuse an old
+    /// one's inode number, never its handle).
+    fn add_fan(&self, fd: &OwnedFd, key: (u64, u64)) -> bool {
+        let Some(fan) = &self.fan else { return false };
+        let dev = key.0;
+        if fan.refused.lock().contains(&dev) {
+            return false;
+        }
+        if !fan.marked.lock().contains(&dev) {
+            let r = sys::fanotify_mark_filesystem(
+                fan.fd.as_fd(),
+                FAN_MASK,
+                self.proc_fd.as_fd(),
+                &sys::fd_name(fd.as_raw_fd()),
+            );
+            if let Err(e) = r {
+                tracing::info!("fanotify cannot mark device {dev:#x} ({e}): inotify there");
+                fan.refused.lock().insert(dev);
+                return false;
+            }
+            fan.marked.lock().insert(dev);
+        }
+        match sys::handle_of(fd.as_fd()) {
+            Ok(h) => {
+                fan.handles.lock().insert(h, key);
+                true
+            }
+            Err(_) => false,
         }
     }
 
@@ -132,51 +227,56 @@ impl Watcher {
             if Arc::strong_count(&self) == 1 {
                 return;
             }
-            match sys::poll_in(self.inotify.as_fd(), 500) {
-                Ok(true) => {}
-                Ok(false) => continue,
-                Err(e) => {
-                    tracing::error!("inotify poll: {e}");
-                    return;
-                }
+            let mut fds: Vec<BorrowedFd> = vec![self.inotify.as_fd()];
+            if let Some(f) = &self.fan {
+                fds.push(f.fd.as_fd());
             }
-            let n = match sys::read(self.inotify.as_fd(), &mut buf) {
-                Ok(n) => n,
-                Err(walkfs_fsapi::Errno::EAGAIN) | Err(walkfs_fsapi::Errno::EINTR) => continue,
+            let ready = match sys::poll_in(&fds, 500) {
+                Ok(r) => r,
                 Err(e) => {
-                    tracing::error!("inotify read: {e}");
+                    tracing::error!("watch poll: {e}");
                     return;
                 }
             };
-            let changes = self.translate(&buf[..n]);
-            if !changes.is_empty() {
-                self.sink.changed(&changes);
+            for (i, fd) in fds.iter().enumerate() {
+                if !ready[i] {
+                    continue;
+                }
+                let n = match sys::read(*fd, &mut buf) {
+                    Ok(n) => n,
+                    Err(Errno::EAGAIN) | Err(Errno::EINTR) => continue,
+                    Err(e) => {
+                        tracing::error!("watch read: {e}");
+                        return;
+                    }
+                };
+                let changes = if i == 0 {
+                    self.from_inotify(&buf[..n])
+                } else {
+                    self.from_fanotify(&buf[..n])
+                };
+                if !changes.is_empty() {
+                    self.sink.changed(&changes);
+                }
             }
         }
     }
 
-    /// One read's worth of events, as changes, each once.
-    fn translate(&self, mut buf: &[u8]) -> Vec<Change> {
-        let mut out = Vec::new();
-        let mut seen = HashSet::new();
-        let mut push = |c: Change| {
-            if seen.insert(c.clone()) {
-                out.push(c);
-            }
-        };
+    /// One read's worth of inotify events, as changes, each once.
+    fn from_inotify(&self, mut buf: &[u8]) -> Vec<Change> {
+        let mut out = Batch::default();
         const HEADER: usize = 16;
         while buf.len() >= HEADER {
-            let word = |i: usize| u32::from_ne_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
-            let wd = word(0) as i32;
-            let mask = word(4);
-            let len = word(12) as usize;
+            let wd = word(buf, 0) as i32;
+            let mask = word(buf, 4);
+            let len = word(buf, 12) as usize;
             let Some(raw) = buf.get(HEADER..HEADER + len) else {
                 break;
             };
             let name = &raw[..raw.iter().position(|&b| b == 0).unwrap_or(len)];
             buf = &buf[HEADER + len..];
             if mask & libc::IN_Q_OVERFLOW != 0 {
-                push(Change::All);
+                out.push(Change::All);
                 continue;
             }
             if mask & libc::IN_IGNORED != 0 {
@@ -188,42 +288,130 @@ impl Watcher {
             let Some(key) = self.wds.lock().get(&wd).copied() else {
                 continue;
             };
-            let nodes = self.nodes.read();
-            let dir = nodes.by_key.get(&key).copied().unwrap_or(0);
-            if name.is_empty() {
-                if mask & INODE_EVENTS != 0 {
-                    push(Change::Inode {
-                        node: NodeId(dir),
-                        ino: key.1,
-                    });
-                }
-                continue;
-            }
-            let entry = Change::Entry {
-                dir: NodeId(dir),
-                dir_ino: key.1,
-                name: name.to_vec(),
-            };
-            if mask & ENTRY_EVENTS != 0 {
-                push(entry);
-                continue;
-            }
-            // Data or attributes of a child: name the inode (a hard link
-            // elsewhere shares it). When it cannot be found any more, the
-            // name changed too and an entry event follows; drop the name
-            // now anyway.
-            let child = nodes
-                .by_id
-                .get(&dir)
-                .and_then(|d| sys::fstatat_nofollow(d.fd.as_fd(), name).ok());
-            match child {
-                Some((dev, ino)) => push(Change::Inode {
-                    node: NodeId(nodes.by_key.get(&(dev, ino)).copied().unwrap_or(0)),
-                    ino,
-                }),
-                None => push(entry),
+            if mask & IN_ENTRY != 0 {
+                self.dir_event(key, Kind::Entry, name, &mut out);
+            } else if mask & IN_DATA != 0 {
+                self.dir_event(key, Kind::Data, name, &mut out);
             }
         }
-        out
+        out.changes
     }
+
+    /// One read's worth of fanotify events (`FAN_REPORT_DFID_NAME`).
+    fn from_fanotify(&self, mut buf: &[u8]) -> Vec<Change> {
+        let mut out = Batch::default();
+        let Some(fan) = &self.fan else {
+            return out.changes;
+        };
+        // struct fanotify_event_metadata: event_len u32, vers u8, reserved
+        // u8, metadata_len u16, mask u64, fd i32, pid i32.
+        while buf.len() >= 24 {
+            let event_len = word(buf, 0) as usize;
+            let meta_len = u16::from_ne_bytes([buf[6], buf[7]]) as usize;
+            let mask = u64::from(word(buf, 8)) | u64::from(word(buf, 12)) << 32;
+            let Some(event) = buf.get(..event_len).filter(|_| event_len >= meta_len) else {
+                break;
+            };
+            buf = &buf[event_len..];
+            if mask & libc::FAN_Q_OVERFLOW != 0 {
+                out.push(Change::All);
+                continue;
+            }
+            let kind = if mask & FAN_ENTRY != 0 {
+                Kind::Entry
+            } else if mask & FAN_DATA != 0 {
+                Kind::Data
+            } else {
+                continue;
+            };
+            // Info records: type u8, pad u8, len u16; a DFID_NAME one then
+            // has fsid[8], handle_bytes u32, handle_type i32, the handle,
+            // and the name, NUL-terminated.
+            let mut info = &event[meta_len..];
+            while info.len() >= 4 {
+                let ty = info[0];
+                let len = u16::from_ne_bytes([info[2], info[3]]) as usize;
+                let Some(rec) = info.get(..len).filter(|_| len >= 4) else {
+                    break;
+                };
+                info = &info[len..];
+                if ty != libc::FAN_EVENT_INFO_TYPE_DFID_NAME || rec.len() < 20 {
+                    continue;
+                }
+                let hb = word(rec, 12) as usize;
+                let kind_of_handle = word(rec, 16) as i32;
+                let Some(handle) = rec.get(20..20 + hb) else {
+                    continue;
+                };
+                let key = sys::handle_key(&rec[4..12], kind_of_handle, handle);
+                let Some(dir) = fan.handles.lock().get(&key).copied() else {
+                    continue;
+                };
+                let name = &rec[20 + hb..];
+                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+                // An event on the directory itself is named ".".
+                let name: &[u8] = if name == b"." { b"" } else { name };
+                self.dir_event(dir, kind, name, &mut out);
+            }
+        }
+        out.changes
+    }
+
+    /// An event on `name` in the directory `dir` (or on the directory
+    /// itself when `name` is empty).
+    fn dir_event(&self, dir: (u64, u64), kind: Kind, name: &[u8], out: &mut Batch) {
+        let nodes = self.nodes.read();
+        let node = nodes.by_key.get(&dir).copied().unwrap_or(0);
+        if name.is_empty() {
+            if let Kind::Data = kind {
+                out.push(Change::Inode {
+                    node: NodeId(node),
+                    ino: dir.1,
+                });
+            }
+            return;
+        }
+        let entry = Change::Entry {
+            dir: NodeId(node),
+            dir_ino: dir.1,
+            name: name.to_vec(),
+        };
+        if let Kind::Entry = kind {
+            out.push(entry);
+            return;
+        }
+        // Data or attributes of a child: name the inode (a hard link
+        // elsewhere shares it). When it cannot be found any more, the name
+        // changed too and an entry event follows; drop the name now anyway.
+        let child = nodes
+            .by_id
+            .get(&node)
+            .and_then(|d| sys::fstatat_nofollow(d.fd.as_fd(), name).ok());
+        match child {
+            Some((dev, ino)) => out.push(Change::Inode {
+                node: NodeId(nodes.by_key.get(&(dev, ino)).copied().unwrap_or(0)),
+                ino,
+            }),
+            None => out.push(entry),
+        }
+    }
+}
+
+/// The changes of one read, each once, in order.
+#[derive(Default)]
+struct Batch {
+    changes: Vec<Change>,
+    seen: HashSet<Change>,
+}
+
+impl Batch {
+    fn push(&mut self, c: Change) {
+        if self.seen.insert(c.clone()) {
+            self.changes.push(c);
+        }
+    }
+}
+
+fn word(b: &[u8], i: usize) -> u32 {
+    u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
 }
