@@ -251,9 +251,9 @@ impl Watcher {
                     }
                 };
                 let changes = if i == 0 {
-                    self.from_inotify(&buf[..n])
+                    self.inotify_changes(&buf[..n])
                 } else {
-                    self.from_fanotify(&buf[..n])
+                    self.fanotify_changes(&buf[..n])
                 };
                 if !changes.is_empty() {
                     self.sink.changed(&changes);
@@ -263,7 +263,7 @@ impl Watcher {
     }
 
     /// One read's worth of inotify events, as changes, each once.
-    fn from_inotify(&self, mut buf: &[u8]) -> Vec<Change> {
+    fn inotify_changes(&self, mut buf: &[u8]) -> Vec<Change> {
         let mut out = Batch::default();
         const HEADER: usize = 16;
         while buf.len() >= HEADER {
@@ -298,7 +298,7 @@ impl Watcher {
     }
 
     /// One read's worth of fanotify events (`FAN_REPORT_DFID_NAME`).
-    fn from_fanotify(&self, mut buf: &[u8]) -> Vec<Change> {
+    fn fanotify_changes(&self, mut buf: &[u8]) -> Vec<Change> {
         let mut out = Batch::default();
         let Some(fan) = &self.fan else {
             return out.changes;
