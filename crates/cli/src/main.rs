@@ -871,6 +871,9 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
         ("backend_lookups", s.vfs_backend_lookups),
         ("negative_created", s.vfs_negative_created),
         ("dentries", u64::from(s.vfs_dentries)),
+        ("changes_reported", s.vfs_changes),
+        ("changes_lost", s.vfs_changes_lost),
+        ("coherent", u64::from(s.coherent)),
     ] {
         rows.push(vec!["vfs".into(), n.into(), c.to_string()]);
     }

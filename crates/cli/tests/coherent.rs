@@ -447,6 +447,11 @@ fn fuse_mounts_see_host_and_other_client_changes() {
     check_coherent("fuse/9p, host changes", &host, &host, &obs, 6);
     let other = VfsView(vfs(&format!("unix:{}", sock.display()), "cache=loose"));
     check_coherent("fuse/9p, another client's changes", &host, &other, &obs, 6);
+    // The mount says what it was told.
+    let o = common::run(common::walkfs().arg("stats").arg(&m2).arg("--json"));
+    let stats: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stats json");
+    assert_eq!(stats["coherent"], true, "{stats}");
+    assert!(stats["vfs_changes"].as_u64().unwrap_or(0) > 0, "{stats}");
 }
 
 /// Sets the inotify and fanotify `max_queued_events` (read when a watch

@@ -41,6 +41,14 @@ pub struct MountStats {
     pub vfs_backend_lookups: u64,
     pub vfs_negative_created: u64,
     pub vfs_dentries: u32,
+    /// cache=coherent: changes the backend reported, times it lost some
+    /// (everything was dropped), and whether every change is being seen.
+    #[serde(default)]
+    pub vfs_changes: u64,
+    #[serde(default)]
+    pub vfs_changes_lost: u64,
+    #[serde(default)]
+    pub coherent: bool,
     /// 9P RPCs by type (empty when the source is not 9P).
     pub rpcs: Vec<(String, u64)>,
     pub total_rpcs: u64,
@@ -75,6 +83,9 @@ impl MountStats {
             vfs_backend_lookups: cs.backend_lookups,
             vfs_negative_created: cs.negative_created,
             vfs_dentries: cs.dentries,
+            vfs_changes: cs.changes,
+            vfs_changes_lost: cs.changes_lost,
+            coherent: vfs.is_coherent(),
             ..Default::default()
         };
         if let Some(p) = vfs.p9_stats() {
