@@ -404,8 +404,11 @@ fn run(cmd: Cmd) -> Result<(), String> {
             }
             let opts = Options::parse(&format!("cache=coherent,{options}"))
                 .map_err(|e| format!("bad options {options:?}: {e}"))?;
-            let vfs =
-                Vfs::open_source(&dir, &opts).map_err(|e| format!("cannot open {dir}: {e}"))?;
+            // Watching is set up now (fanotify needs the privileges the
+            // sandbox drops) and started once confined (threads started
+            // before would escape the sandbox).
+            let vfs = Vfs::open_source_held(&dir, &opts)
+                .map_err(|e| format!("cannot open {dir}: {e}"))?;
             let mut cfg = walkfs_server::Config {
                 secret,
                 read_only,
@@ -437,6 +440,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             if !done.is_empty() {
                 tracing::info!("sandbox: {}", done.join(", "));
             }
+            vfs.start_watching();
             let server = walkfs_server::Server::new(vfs, cfg);
             tracing::info!("serving {dir} on {addr}");
             eprintln!("walkfs: serving {dir} on {addr}");

@@ -364,11 +364,23 @@ pub trait FileSystem: Send + Sync {
         Err(Errno::ENOSYS)
     }
 
-    /// Report changes made behind the file system's back to `sink`, from
-    /// now on (one sink per file system: a second call replaces it).
-    /// `EOPNOTSUPP` when the backend cannot see them.
+    /// Get ready to report changes made behind the file system's back to
+    /// `sink` (one sink per file system: a second call replaces it): open
+    /// what watching needs, while the process may still be privileged.
+    /// Changes made from now on are reported once [`start_watching`] is
+    /// called. `EOPNOTSUPP` when the backend cannot see them.
+    ///
+    /// [`start_watching`]: FileSystem::start_watching
     fn watch_changes(&self, sink: std::sync::Arc<dyn ChangeSink>) -> Result<()> {
         Err(Errno::EOPNOTSUPP)
+    }
+
+    /// Start reporting (on a thread of the backend's own). Separate from
+    /// [`watch_changes`](FileSystem::watch_changes) so that a process can
+    /// confine itself in between: a thread started before would escape
+    /// the confinement (capabilities and mount namespaces are per thread).
+    fn start_watching(&self) -> Result<()> {
+        Ok(())
     }
 
     /// A short name for logs and `statfs`-like reports ("memfs", "hostfs").

@@ -6,7 +6,7 @@
 //! own. Each change drops exactly what it names:
 //!
 //! * a name in a directory: a negative dentry goes, a positive one is
-//!   marked [`D_STALE`] (the walk's fast path treats it as a miss, the slow
+//!   marked `D_STALE` (the walk's fast path treats it as a miss, the slow
 //!   path asks the backend and keeps the dentry, and everything cached
 //!   under it, when the answer is the same inode); the directory's
 //!   attributes are marked stale;
@@ -18,8 +18,8 @@
 //!   then on the cache revalidates with the backend on every use, negative
 //!   entries living a second.
 //!
-//! Each batch then moves the namespace generation, dropping remembered
-//! whole paths, and is passed on to the listeners (the FUSE front end, the
+//! A batch that dropped a cached name moves the generation of remembered
+//! whole paths (they may run through it), and each batch is passed on to the listeners (the FUSE front end, the
 //! 9P server) only after the cache shows it: a client told of a change and
 //! asking again must get the new answer.
 
@@ -29,7 +29,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::RwLock;
 use walkfs_fsapi::{Change, ChangeSink};
 
-use crate::dcache::{hash_name, D_NEGATIVE, D_STALE};
+use crate::dcache::{hash_name, D_NEGATIVE};
 use crate::Inner;
 
 /// How long negative entries live once changes may go unseen.
@@ -63,7 +63,11 @@ impl Inner {
         self.counters
             .changes
             .fetch_add(changes.len() as u64, Ordering::Relaxed);
+        let mut touched = false;
         let mut w = self.w.lock();
+        // A slow lookup that asked the backend before this batch caches
+        // its answer only as stale (see namei.rs).
+        self.ext_seen.fetch_add(1, Ordering::Release);
         for c in changes {
             match c {
                 Change::Entry { dir, name, .. } => {
@@ -77,13 +81,14 @@ impl Inner {
                     let Some(child) = w.d_find(dc, d, name, hash_name(name)) else {
                         continue;
                     };
+                    touched = true;
                     let flags = dc
                         .dentry(child)
                         .map_or(0, |c| c.flags.load(Ordering::Relaxed));
                     if flags & D_NEGATIVE != 0 {
                         w.d_kill(dc, child);
                     } else {
-                        w.set_dentry_flag(dc, child, D_STALE, 0);
+                        w.d_mark_stale(dc, child, true);
                         // Its link count may have changed (unlink of one
                         // of several names).
                         if let Some(t) = dc.dentry(child) {
@@ -99,15 +104,22 @@ impl Inner {
                 }
                 Change::All => {
                     self.counters.changes_lost.fetch_add(1, Ordering::Relaxed);
-                    w.invalidate_all(dc)
+                    w.invalidate_all(dc);
+                    touched = true;
                 }
                 Change::Degraded => {
                     w.invalidate_all(dc);
                     self.degrade();
+                    touched = true;
                 }
             }
         }
-        self.changed();
+        // Remembered whole paths may run through what was dropped. (The
+        // namespace generation, which every slow lookup checks, is left
+        // alone: a busy tree would keep lookups elsewhere retrying.)
+        if touched {
+            self.ext_gen.fetch_add(1, Ordering::Release);
+        }
         self.unlock(w);
         if refetch.is_empty() {
             return;

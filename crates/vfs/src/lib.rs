@@ -92,6 +92,12 @@ pub(crate) struct Inner {
     /// walkfs. A slow lookup that asked the backend without the writer lock
     /// discards its answer if this moved meanwhile.
     pub ns_gen: AtomicU64,
+    /// Bumped when a change reported by a backend dropped a cached name
+    /// (cache=coherent): remembered whole paths check it with `ns_gen`.
+    pub ext_gen: AtomicU64,
+    /// Bumped by every batch of reported changes: a slow lookup whose
+    /// backend answer may predate one caches it only as stale.
+    pub ext_seen: AtomicU64,
     pub epoch: Instant,
     pub root: DIdx,
     pub counters: Counters,
@@ -136,6 +142,40 @@ pub struct CacheStats {
 impl Vfs {
     /// A vfs whose root is `fs`.
     pub fn new(fs: Arc<dyn FileSystem>, opts: &Options) -> Result<Vfs> {
+        Vfs::build(fs, opts, true)
+    }
+
+    /// [`Vfs::open_source`], with the reporting of changes
+    /// (`cache=coherent`) set up but not started until
+    /// [`Vfs::start_watching`]: for a process that confines itself in
+    /// between, since a thread started before would escape the
+    /// confinement.
+    pub fn open_source_held(source: &str, opts: &Options) -> Result<Vfs> {
+        if source == "mem:" || source.starts_with("unix:") || source.starts_with("tcp:") {
+            return Vfs::open_source(source, opts);
+        }
+        let fs = Arc::new(walkfs_hostfs::HostFs::new(std::path::Path::new(source))?);
+        Vfs::build(fs, opts, false)
+    }
+
+    /// Start what [`Vfs::open_source_held`] held back.
+    pub fn start_watching(&self) {
+        if !self.inner.coherent {
+            return;
+        }
+        let sbs = self.inner.sbs.read().clone();
+        for fs in sbs {
+            if let Err(e) = fs.start_watching() {
+                tracing::warn!(
+                    "cache=coherent: {} cannot watch ({e}); revalidating",
+                    fs.kind()
+                );
+                self.inner.degrade();
+            }
+        }
+    }
+
+    fn build(fs: Arc<dyn FileSystem>, opts: &Options, start: bool) -> Result<Vfs> {
         let mut opts = opts.clone();
         if opts.cache_none {
             // Nothing is answered from the cache unchecked, so no walk
@@ -176,6 +216,8 @@ impl Vfs {
             w: Mutex::new(w),
             sbs: RwLock::new(vec![fs]),
             ns_gen: AtomicU64::new(0),
+            ext_gen: AtomicU64::new(0),
+            ext_seen: AtomicU64::new(0),
             epoch: Instant::now(),
             root,
             counters: Counters::default(),
@@ -190,13 +232,13 @@ impl Vfs {
         let vfs = Vfs {
             inner: Arc::new(inner),
         };
-        vfs.watch_sb(0);
+        vfs.watch_sb(0, start);
         Ok(vfs)
     }
 
     /// With `cache=coherent`, ask superblock `sb` to report changes; one
     /// that cannot leaves the whole vfs revalidating.
-    fn watch_sb(&self, sb: usize) {
+    fn watch_sb(&self, sb: usize, start: bool) {
         if !self.inner.coherent {
             return;
         }
@@ -205,7 +247,10 @@ impl Vfs {
             inner: Arc::downgrade(&self.inner),
             sb,
         });
-        if let Err(e) = fs.watch_changes(sink) {
+        let r = fs
+            .watch_changes(sink)
+            .and_then(|()| if start { fs.start_watching() } else { Ok(()) });
+        if let Err(e) = r {
             tracing::warn!(
                 "cache=coherent: {} cannot report changes ({e}); revalidating instead",
                 fs.kind()
@@ -367,7 +412,7 @@ impl Vfs {
         w.set_dentry_flag(&inner.dc, at, dcache::D_MOUNTPOINT, 0);
         inner.ns_gen.fetch_add(1, Ordering::Release);
         drop(w);
-        self.watch_sb(sb);
+        self.watch_sb(sb, true);
         Ok(())
     }
 
@@ -446,6 +491,16 @@ impl Inner {
     /// lock): a walk that read the new generation must see the new state.
     pub fn changed(&self) {
         self.ns_gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// The generation remembered whole paths are filed under: moves with
+    /// every change of ours and every reported change that dropped a
+    /// cached name (both counters only grow, so their sum does too).
+    #[inline(always)]
+    pub fn pc_gen(&self) -> u64 {
+        self.ns_gen
+            .load(Ordering::Acquire)
+            .wrapping_add(self.ext_gen.load(Ordering::Acquire))
     }
 
     /// Drop the writer lock and deliver what it queued for the backends.

@@ -389,6 +389,7 @@ impl<'a> Nameidata<'a> {
         let parent = self.cur;
         // First, what the cache knows, with the lock held.
         let gen = vfs.ns_gen.load(AtomicOrdering::Acquire);
+        let seen = vfs.ext_seen.load(AtomicOrdering::Acquire);
         {
             let mut w = vfs.w.lock();
             let d = dc.dentry(parent.d).ok_or(RETRY)?;
@@ -436,6 +437,11 @@ impl<'a> Nameidata<'a> {
             return Err(RETRY);
         }
         let existing = w.d_find(dc, parent.d, name, hash);
+        // A change reported meanwhile (cache=coherent) may be newer than
+        // the answer: use it for this call, but cache it only as stale
+        // (a negative not at all), so the next lookup asks again. Never a
+        // retry: on a busy tree that could go on for ever.
+        let raced = vfs.ext_seen.load(AtomicOrdering::Acquire) != seen;
         let out = match res {
             Ok(entry) => {
                 let ino = w.iget(dc, snap.sb(), &entry).ok_or(Errno::ENOMEM)?;
@@ -447,7 +453,7 @@ impl<'a> Nameidata<'a> {
                             .snap(idx)
                             .is_some_and(|s| s.flags & D_NEGATIVE == 0 && s.target == ino);
                         let now = if same {
-                            w.set_dentry_flag(dc, idx, 0, D_STALE);
+                            w.d_mark_stale(dc, idx, false);
                             Some(idx)
                         } else {
                             w.d_set_inode(dc, idx, ino)
@@ -464,12 +470,19 @@ impl<'a> Nameidata<'a> {
                     }
                 };
                 match idx {
-                    Some(idx) => Ok(Cur::from_snap(dc.snap(idx).ok_or(RETRY)?)),
+                    Some(idx) => {
+                        let c = Cur::from_snap(dc.snap(idx).ok_or(RETRY)?);
+                        if raced {
+                            w.d_mark_stale(dc, idx, true);
+                        }
+                        Ok(c)
+                    }
                     None => Err(Errno::ENOMEM),
                 }
             }
             Err(Errno::ENOENT) => {
-                match (vfs.neg_expiry(), existing) {
+                let expiry = if raced { None } else { vfs.neg_expiry() };
+                match (expiry, existing) {
                     (Some(exp), Some(idx)) => w.d_set_negative(dc, idx, exp),
                     (Some(exp), None) => {
                         vfs.counters
@@ -512,9 +525,16 @@ impl<'a> Nameidata<'a> {
             let dc = &self.vfs.dc;
             if let Some(s) = dc.snap(cur.d) {
                 if s.seq == cur.seq {
-                    // A child pins its parent, so the parent index is live.
+                    // A child pins its parent, but nothing pins the child
+                    // (the walk holds no reference): it may be evicted,
+                    // its parent with it, and the slot reused, while we
+                    // read. So the parent read counts only if the child
+                    // is still what it was after the read (as Linux's
+                    // follow_dotdot_rcu re-checks the old d_seq).
                     if let Some(p) = dc.snap(s.parent) {
-                        return Ok(Cur::from_snap(p));
+                        if dc.dentry(cur.d).map(|d| d.seq.raw()) == Some(cur.seq) {
+                            return Ok(Cur::from_snap(p));
+                        }
                     }
                 }
             }

@@ -284,7 +284,7 @@ impl Ctx {
         }
         // The generation is read before the walk: an answer is filed under
         // the generation it may predate, never a later one.
-        let gen = inner.ns_gen.load(AtomicOrdering::Acquire);
+        let gen = inner.pc_gen();
         let beneath = if self.beneath { LOOKUP_BENEATH } else { 0 };
         let key = pathcache::key(start, self.cred_id, flags | beneath);
         let h = pathcache::hash(key, path);

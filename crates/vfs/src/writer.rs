@@ -181,8 +181,14 @@ impl Writer {
         } else {
             0
         };
+        // Pin the parent first: making room may evict unused dentries, and
+        // the parent may be one (its children evicted before it). Freed
+        // and reused, it would leave the new child pointing at whatever
+        // took its slot.
+        self.get_dentry(dc, parent);
         let Some(idx) = self.alloc_dentry(dc) else {
             self.free_chunks(dc, long);
+            self.put_dentry(dc, parent);
             return None;
         };
         let d = dc.dentry(idx)?;
@@ -209,7 +215,6 @@ impl Writer {
             D_ALLOCATED | D_HASHED | kind | ((name.len() as u32) << 24),
             Relaxed,
         );
-        self.get_dentry(dc, parent);
         self.hash_insert(dc, idx, parent, hash);
         d.seq.write_end();
         if kind & D_DIR != 0 {
@@ -477,6 +482,22 @@ impl Writer {
         }
     }
 
+    /// Mark (or unmark) a dentry [`D_STALE`] without moving its sequence
+    /// count: the mark only sends later walks to the slow path, and a
+    /// caller holding the dentry (a create about to pin what it made) must
+    /// not be made to start over by it. Walks that read the flags before
+    /// the mark used the dentry as it was an instant before the change was
+    /// reported, which they could have done anyway.
+    pub fn d_mark_stale(&mut self, dc: &Dcache, idx: DIdx, stale: bool) {
+        if let Some(d) = dc.dentry(idx) {
+            if stale {
+                d.flags.fetch_or(D_STALE, Relaxed);
+            } else {
+                d.flags.fetch_and(!D_STALE, Relaxed);
+            }
+        }
+    }
+
     pub fn set_dentry_flag(&mut self, dc: &Dcache, idx: DIdx, set: u32, clear: u32) {
         if let Some(d) = dc.dentry(idx) {
             d.seq.write_begin();
@@ -632,7 +653,7 @@ impl Writer {
             if flags & D_NEGATIVE != 0 {
                 self.d_kill(dc, idx);
             } else {
-                self.set_dentry_flag(dc, idx, D_STALE, 0);
+                self.d_mark_stale(dc, idx, true);
             }
         }
         for idx in 1..self.next_inode {

@@ -207,7 +207,8 @@ impl HostFs {
     }
 
     /// [`FileSystem::watch_changes`] with a chosen source (fanotify is
-    /// preferred where it can be used; see watch.rs).
+    /// preferred where it can be used; see watch.rs). Reporting starts
+    /// with [`FileSystem::start_watching`].
     pub fn watch_changes_with(&self, source: WatchSource, sink: Arc<dyn ChangeSink>) -> Result<()> {
         // Held across the scan of existing directories, so that one
         // registered meanwhile waits and is then covered too.
@@ -469,6 +470,13 @@ impl FileSystem for HostFs {
 
     fn watch_changes(&self, sink: Arc<dyn ChangeSink>) -> Result<()> {
         self.watch_changes_with(WatchSource::Auto, sink)
+    }
+
+    fn start_watching(&self) -> Result<()> {
+        match self.watcher.lock().as_ref() {
+            Some(w) => w.start(),
+            None => Err(Errno::EINVAL),
+        }
     }
 
     fn statfs(&self, node: NodeId) -> Result<StatFs> {

@@ -96,6 +96,7 @@ pub(crate) struct Watcher {
     wds: Mutex<HashMap<i32, (u64, u64)>>,
     watched: Mutex<HashSet<(u64, u64)>>,
     degraded: AtomicBool,
+    started: AtomicBool,
     sink: Arc<dyn ChangeSink>,
     nodes: Arc<RwLock<Nodes>>,
     proc_fd: Arc<OwnedFd>,
@@ -123,6 +124,7 @@ impl Watcher {
             wds: Mutex::new(HashMap::new()),
             watched: Mutex::new(HashSet::new()),
             degraded: AtomicBool::new(false),
+            started: AtomicBool::new(false),
             sink,
             nodes,
             proc_fd,
@@ -138,12 +140,20 @@ impl Watcher {
         for (fd, key) in dirs {
             w.add(&fd, key);
         }
-        let thread = w.clone();
+        Ok(w)
+    }
+
+    /// Start reading events, on a thread of our own (once).
+    pub fn start(self: &Arc<Self>) -> Result<()> {
+        if self.started.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let thread = self.clone();
         std::thread::Builder::new()
             .name("walkfs-watch".into())
             .spawn(move || thread.run())
-            .map_err(Errno::from)?;
-        Ok(w)
+            .map(drop)
+            .map_err(Errno::from)
     }
 
     /// Which source covers the export's root (for logs and tests).
