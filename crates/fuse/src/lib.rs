@@ -417,7 +417,14 @@ impl WalkFuse {
     /// open(2) of a cached file costs nothing here. Reads and writes then
     /// come without a handle and use the node's own open file.
     fn no_open(&self) -> bool {
-        self.opts.cache == CacheMode::Loose && self.opts.default_permissions
+        self.keeps() && self.opts.default_permissions
+    }
+
+    /// The kernel keeps what it learned (pages, symlinks, listings, write-
+    /// back): `cache=loose`, and `cache=coherent`, which also tells it
+    /// what changed.
+    fn keeps(&self) -> bool {
+        matches!(self.opts.cache, CacheMode::Loose | CacheMode::Coherent)
     }
 
     /// The vfs descriptor for I/O on `ino` with handle `fh`: the handle's
@@ -453,12 +460,16 @@ impl WalkFuse {
         }
     }
 
+    /// Write-back caching: only in `cache=loose`. With it the kernel owns
+    /// a file's size and times and never takes them from us again, so a
+    /// size changed on the host could not be shown: `cache=coherent`
+    /// writes through.
     fn writeback(&self) -> bool {
         self.opts.cache == CacheMode::Loose
     }
 
     fn fopen_flags(&self) -> FopenFlags {
-        if self.opts.cache == CacheMode::Loose {
+        if self.keeps() {
             FopenFlags::FOPEN_KEEP_CACHE
         } else {
             FopenFlags::empty()
@@ -469,15 +480,17 @@ impl WalkFuse {
 impl Filesystem for WalkFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let mut want = InitFlags::FUSE_PARALLEL_DIROPS;
-        if self.opts.cache == CacheMode::Loose {
+        if self.keeps() {
             // Write-back caching: the kernel gathers a program's small
             // writes in the page cache and sends them in large chunks (a
             // build's assembler and linker write in small pieces; without
             // it each is one round trip to the server).
             want |= InitFlags::FUSE_CACHE_SYMLINKS
                 | InitFlags::FUSE_DO_READDIRPLUS
-                | InitFlags::FUSE_READDIRPLUS_AUTO
-                | InitFlags::FUSE_WRITEBACK_CACHE;
+                | InitFlags::FUSE_READDIRPLUS_AUTO;
+            if self.writeback() {
+                want |= InitFlags::FUSE_WRITEBACK_CACHE;
+            }
         }
         if let Err(missing) = config.add_capabilities(want) {
             tracing::info!("kernel lacks FUSE capabilities {missing:?}");
@@ -856,7 +869,7 @@ impl Filesystem for WalkFuse {
             Ok(entries) => {
                 let h = self.next_dir.fetch_add(1, Relaxed);
                 self.dirs.lock().insert(h, DirHandle { entries });
-                let f = if self.opts.cache == CacheMode::Loose {
+                let f = if self.keeps() {
                     FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR
                 } else {
                     FopenFlags::empty()

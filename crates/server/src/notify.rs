@@ -22,18 +22,8 @@ use walkfs_vfs::{Change, ChangeSink, Errno};
 
 use crate::conn::Conn;
 
-/// The xattr name that opens a notification fid.
-pub const NOTIFY_NAME: &[u8] = b"walkfs.notify";
-/// Protocol version, given as the `Rxattrwalk` size.
-pub const VERSION: u64 = 1;
-/// Record kinds.
-pub const ENTRY: u8 = 1;
-pub const INODE: u8 = 2;
-pub const ALL: u8 = 3;
-pub const DEGRADED: u8 = 4;
-/// The smallest `Tread` count accepted on a notification fid: one record
-/// with the longest name fits.
-pub const MIN_READ: u32 = 1 + 8 + 2 + 255;
+pub use walkfs_p9::notify::{ALL, DEGRADED, ENTRY, INODE, MIN_READ, NAME as NOTIFY_NAME, VERSION};
+
 /// Queued record bytes per subscriber before its queue is replaced by
 /// `ALL`.
 const MAX_QUEUED: usize = 256 * 1024;
@@ -55,17 +45,15 @@ pub(crate) struct Hub {
 
 /// Encode one change as a record.
 pub fn encode(c: &Change) -> Vec<u8> {
-    let (kind, ino, name): (u8, u64, &[u8]) = match c {
-        Change::Entry { dir_ino, name, .. } => (ENTRY, *dir_ino, name),
-        Change::Inode { ino, .. } => (INODE, *ino, b""),
-        Change::All => (ALL, 0, b""),
-        Change::Degraded => (DEGRADED, 0, b""),
-    };
-    let mut r = Vec::with_capacity(11 + name.len());
-    r.push(kind);
-    r.extend_from_slice(&ino.to_le_bytes());
-    r.extend_from_slice(&(name.len() as u16).to_le_bytes());
-    r.extend_from_slice(name);
+    let mut r = Vec::new();
+    match c {
+        Change::Entry { dir_ino, name, .. } => {
+            walkfs_p9::notify::encode(ENTRY, *dir_ino, name, &mut r)
+        }
+        Change::Inode { ino, .. } => walkfs_p9::notify::encode(INODE, *ino, b"", &mut r),
+        Change::All => walkfs_p9::notify::encode(ALL, 0, b"", &mut r),
+        Change::Degraded => walkfs_p9::notify::encode(DEGRADED, 0, b"", &mut r),
+    }
     r
 }
 

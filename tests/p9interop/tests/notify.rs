@@ -10,8 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use walkfs_p9::notify::{ALL, DEGRADED, ENTRY, INODE, MIN_READ, NAME as NOTIFY_NAME, VERSION};
 use walkfs_p9::{Addr, Fcall, Str};
-use walkfs_server::notify::{ALL, DEGRADED, ENTRY, INODE, MIN_READ, NOTIFY_NAME, VERSION};
 use walkfs_server::{Config, Server};
 use walkfs_vfs::{Errno, Options, Vfs};
 
@@ -67,15 +67,9 @@ fn records(frame: &[u8]) -> Vec<(u8, u64, Vec<u8>)> {
     let Fcall::Rread { data } = Fcall::decode(frame).expect("decode").1 else {
         panic!("not an Rread: {:?}", Fcall::decode(frame));
     };
-    let mut b = data.0;
-    let mut out = Vec::new();
-    while !b.is_empty() {
-        let ino = u64::from_le_bytes(b[1..9].try_into().expect("ino"));
-        let len = u16::from_le_bytes([b[9], b[10]]) as usize;
-        out.push((b[0], ino, b[11..11 + len].to_vec()));
-        b = &b[11 + len..];
-    }
-    out
+    walkfs_p9::notify::decode(data.0)
+        .map(|(k, i, n)| (k, i, n.to_vec()))
+        .collect()
 }
 
 fn tag_of(frame: &[u8]) -> u16 {

@@ -7,6 +7,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use walkfs_fsapi::{Change, ChangeSink, Errno, NodeId, Result};
+use walkfs_p9::notify::{ALL, DEGRADED, ENTRY, INODE, NAME as NOTIFY_NAME, VERSION};
 use walkfs_p9::{Fcall, Str, IOHDRSZ};
 
 use crate::rpc::Rpc;
@@ -14,12 +15,6 @@ use crate::{err_of, Nodes, ROOT_FID};
 
 /// The fid notifications are read from.
 pub(crate) const NOTIFY_FID: u32 = u32::MAX - 2;
-const NOTIFY_NAME: &[u8] = b"walkfs.notify";
-const VERSION: u64 = 1;
-const ENTRY: u8 = 1;
-const INODE: u8 = 2;
-const ALL: u8 = 3;
-const DEGRADED: u8 = 4;
 
 /// Ask the server for notifications. `false`: it does not offer them (a
 /// plain 9P2000.L server answers the unknown xattr with an error).
@@ -97,7 +92,7 @@ pub(crate) fn start(
 
 /// Records as changes to the nodes this client holds (changes to files it
 /// holds no fid for concern nothing it caches).
-fn decode(mut buf: &[u8], nodes: &Nodes, root_ino: u64) -> Vec<Change> {
+fn decode(buf: &[u8], nodes: &Nodes, root_ino: u64) -> Vec<Change> {
     let node = |ino: u64| -> Option<NodeId> {
         if ino == root_ino {
             return Some(NodeId(ROOT_FID as u64));
@@ -105,16 +100,7 @@ fn decode(mut buf: &[u8], nodes: &Nodes, root_ino: u64) -> Vec<Change> {
         nodes.by_qid.get(&ino).map(|&f| NodeId(f as u64))
     };
     let mut out = Vec::new();
-    while buf.len() >= 11 {
-        let kind = buf[0];
-        let mut ino = [0u8; 8];
-        ino.copy_from_slice(&buf[1..9]);
-        let ino = u64::from_le_bytes(ino);
-        let len = u16::from_le_bytes([buf[9], buf[10]]) as usize;
-        let Some(name) = buf.get(11..11 + len) else {
-            break;
-        };
-        buf = &buf[11 + len..];
+    for (kind, ino, name) in walkfs_p9::notify::decode(buf) {
         match kind {
             ENTRY => {
                 if let Some(dir) = node(ino) {
