@@ -561,6 +561,7 @@ mod tests {
         let d = fs.lookup(fs.root(), b"d").unwrap();
         fs.watch_changes_with(source, Arc::new(Collect(tx)))
             .unwrap();
+        fs.start_watching().unwrap();
         let want = match source {
             WatchSource::Inotify => "inotify",
             WatchSource::Auto if sys::geteuid() == 0 => "fanotify",
