@@ -13,7 +13,7 @@
 //! enough loses its queue and gets one `ALL` record instead (drop
 //! everything cached), never a silently shortened list.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -32,6 +32,10 @@ const MAX_QUEUED: usize = 256 * 1024;
 pub(crate) struct Sub {
     fid: u32,
     queue: VecDeque<Vec<u8>>,
+    /// The records in `queue`, to queue each at most once: a record still
+    /// unsent will be acted on after the repeat happened, so the repeat
+    /// adds nothing (a file being written reports itself on every write).
+    queued_set: HashSet<Vec<u8>>,
     queued: usize,
     /// A `Tread` waiting for records: (tag, count).
     parked: Option<(u16, u32)>,
@@ -59,15 +63,21 @@ pub fn encode(c: &Change) -> Vec<u8> {
 
 impl Sub {
     fn push(&mut self, rec: &[u8]) {
+        if self.queued_set.contains(rec) {
+            return;
+        }
         if self.queued + rec.len() > MAX_QUEUED {
             self.queue.clear();
+            self.queued_set.clear();
             self.queued = 0;
             let all = encode(&Change::All);
             self.queued += all.len();
+            self.queued_set.insert(all.clone());
             self.queue.push_back(all);
             return;
         }
         self.queued += rec.len();
+        self.queued_set.insert(rec.to_vec());
         self.queue.push_back(rec.to_vec());
     }
 
@@ -80,6 +90,7 @@ impl Sub {
             }
             self.queued -= r.len();
             out.extend_from_slice(r);
+            self.queued_set.remove(r.as_slice());
             self.queue.pop_front();
         }
         out
@@ -213,6 +224,7 @@ fn subscribe(conn: &Arc<Conn>, tag: u16, fid: u32, newfid: u32) {
         let mut sub = Sub {
             fid: newfid,
             queue: VecDeque::new(),
+            queued_set: HashSet::new(),
             queued: 0,
             parked: None,
         };
@@ -225,4 +237,52 @@ fn subscribe(conn: &Arc<Conn>, tag: u16, fid: u32, newfid: u32) {
     }
     conn.server.notify.add(conn);
     conn.send_msg(tag, Fcall::Rxattrwalk { size: VERSION });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sub() -> Sub {
+        Sub {
+            fid: 1,
+            queue: VecDeque::new(),
+            queued_set: HashSet::new(),
+            queued: 0,
+            parked: None,
+        }
+    }
+
+    fn rec(ino: u64) -> Vec<u8> {
+        let mut r = Vec::new();
+        walkfs_p9::notify::encode(INODE, ino, b"", &mut r);
+        r
+    }
+
+    #[test]
+    fn a_record_still_queued_is_not_queued_again() {
+        let mut s = sub();
+        let f = rec(7);
+        let g = rec(8);
+        s.push(&f);
+        s.push(&g);
+        s.push(&f);
+        assert_eq!(s.take(4096), [f.as_slice(), g.as_slice()].concat());
+        // Sent: a later change to the same file is news again.
+        s.push(&f);
+        assert_eq!(s.take(4096), f);
+        assert_eq!(s.queued, 0);
+    }
+
+    #[test]
+    fn overflow_leaves_one_all_record() {
+        let mut s = sub();
+        for i in 0..100_000u64 {
+            s.push(&rec(i));
+        }
+        let got = s.take(u32::MAX);
+        let recs: Vec<_> = walkfs_p9::notify::decode(&got).collect();
+        assert!(recs.iter().any(|r| r.0 == ALL), "no ALL after overflow");
+        assert!(s.queued_set.is_empty() && s.queue.is_empty());
+    }
 }
