@@ -573,3 +573,72 @@ fn against_diod_the_client_falls_back_to_revalidating() {
         assert!(seen.is_some(), "{kind}: stale against diod");
     }
 }
+
+/// A coherent mount writes through the kernel (no write-back cache) but
+/// gathers a program's small writes itself: the server gets a few large
+/// writes, and nothing can tell. The program's own stat and reads see
+/// every byte at once, a truncate lands after the writes made before it,
+/// the host sees the data within the write-behind age while the file is
+/// still open, and whole at close.
+#[test]
+fn a_coherent_mount_gathers_small_writes_and_nothing_can_tell() {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let export = tmp.path().join("export");
+    let mnt = tmp.path().join("mnt");
+    for d in [&export, &mnt] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    let sock = tmp.path().join("sock");
+    let _server = common::serve(&export, &sock);
+    let src = PathBuf::from(format!("unix:{}", sock.display()));
+    let _m = common::Mount::new(&src, &mnt, "cache=coherent,negtimeout=-1");
+    let twrites = || {
+        let o = common::run(common::walkfs().arg("stats").arg(&mnt).arg("--json"));
+        let s: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stats json");
+        s["rpcs"]
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p[0] == "Twrite"))
+            .and_then(|p| p[1].as_u64())
+            .unwrap_or(0)
+    };
+
+    let before = twrites();
+    let mut model = Vec::new();
+    let mut f = std::fs::File::create(mnt.join("out")).expect("create");
+    for i in 0..1000u32 {
+        let piece = format!("{i:07} piece of a file written in small writes\n");
+        f.write_all(piece.as_bytes()).expect("write");
+        model.extend_from_slice(piece.as_bytes());
+    }
+    // The writer's view: size and bytes, through other descriptors.
+    let len = std::fs::metadata(mnt.join("out")).expect("stat").len();
+    assert_eq!(len, model.len() as u64, "stat through the mount");
+    let mut got = Vec::new();
+    std::fs::File::open(mnt.join("out"))
+        .expect("open")
+        .read_to_end(&mut got)
+        .expect("read");
+    assert!(got == model, "read through the mount differs");
+    // Still open: the host has it all within the write-behind age.
+    let host = export.join("out");
+    let seen = latency(Duration::from_millis(500), || {
+        std::fs::read(&host).is_ok_and(|b| b == model)
+    });
+    assert!(seen.is_some(), "host never saw the writes of an open file");
+    // Writes, then a truncate, then writes: in that order.
+    f.write_all(b"lost to the truncate").expect("write");
+    f.set_len(10).expect("truncate");
+    f.seek(SeekFrom::Start(10)).expect("seek");
+    f.write_all(b"|after").expect("write");
+    model.truncate(10);
+    model.extend_from_slice(b"|after");
+    drop(f);
+    // Closed: the host has it at once.
+    assert_eq!(std::fs::read(&host).expect("host read"), model);
+    let sent = twrites() - before;
+    assert!(
+        (1..100).contains(&sent),
+        "1,000+ writes should reach the server as a few: {sent} Twrite"
+    );
+}

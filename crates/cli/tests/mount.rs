@@ -10,6 +10,18 @@ use common::*;
 
 #[test]
 fn a_c_project_builds_and_runs_from_the_mount() {
+    build_on_the_mount("cache=loose,negtimeout=-1");
+}
+
+/// Coherent mounts write through and gather small writes themselves
+/// (crates/fuse/src/writebehind.rs): the compiler's and linker's output
+/// must come out the same.
+#[test]
+fn a_c_project_builds_and_runs_from_a_coherent_mount() {
+    build_on_the_mount("cache=coherent,negtimeout=-1");
+}
+
+fn build_on_the_mount(opts: &str) {
     let t = tempfile::tempdir().expect("tempdir");
     let (src, mnt) = (t.path().join("src"), t.path().join("mnt"));
     std::fs::create_dir_all(src.join("include")).expect("mkdir");
@@ -30,7 +42,7 @@ fn a_c_project_builds_and_runs_from_the_mount() {
         "prog: main.o twice.o\n\tcc -o $@ $^\n%.o: %.c\n\tcc -Iinclude -c -o $@ $<\n",
     )
     .expect("write");
-    let _m = Mount::new(&src, &mnt, "cache=loose,negtimeout=-1");
+    let _m = Mount::new(&src, &mnt, opts);
     run(Command::new("make").arg("-s").arg("-C").arg(&mnt));
     let o = run(&mut Command::new(mnt.join("prog")));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "hello from walkfs 42\n");
@@ -46,6 +58,15 @@ fn a_c_project_builds_and_runs_from_the_mount() {
 
 #[test]
 fn git_works_on_the_mount() {
+    git_on_the_mount("cache=loose,negtimeout=-1");
+}
+
+#[test]
+fn git_works_on_a_coherent_mount() {
+    git_on_the_mount("cache=coherent,negtimeout=-1");
+}
+
+fn git_on_the_mount(opts: &str) {
     let t = tempfile::tempdir().expect("tempdir");
     let (src, mnt) = (t.path().join("src"), t.path().join("mnt"));
     std::fs::create_dir_all(src.join("dir")).expect("mkdir");
@@ -53,7 +74,7 @@ fn git_works_on_the_mount() {
     for i in 0..20 {
         std::fs::write(src.join(format!("dir/f{i}.txt")), format!("{i}\n")).expect("write");
     }
-    let _m = Mount::new(&src, &mnt, "cache=loose,negtimeout=-1");
+    let _m = Mount::new(&src, &mnt, opts);
     let git = |args: &[&str]| {
         let mut c = Command::new("git");
         c.arg("-C").arg(&mnt).args(args);

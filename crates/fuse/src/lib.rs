@@ -24,6 +24,7 @@ mod kmount;
 pub mod mount;
 pub mod options;
 mod stats;
+mod writebehind;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -97,6 +98,8 @@ pub struct WalkFuse {
     /// use, closed when the node is forgotten.
     io: Mutex<HashMap<u64, NodeIo>>,
     opts: MountOptions,
+    /// `cache=coherent`: small writes gathered (see writebehind.rs).
+    wb: Option<Arc<writebehind::WriteBehind>>,
     pub counters: Arc<FuseCounters>,
 }
 
@@ -216,6 +219,13 @@ impl WalkFuse {
         nodes.by_key.insert(key_of(&x), INodeNo::ROOT.0);
         nodes.root_ino = x.stx_ino;
         let nodes = Arc::new(RwLock::new(nodes));
+        let wb = if opts.cache == CacheMode::Coherent {
+            let wb = writebehind::WriteBehind::new();
+            wb.start(base.with_creds(Creds::root()))?;
+            Some(wb)
+        } else {
+            None
+        };
         Ok(WalkFuse {
             vfs,
             base,
@@ -227,6 +237,7 @@ impl WalkFuse {
             next_dir: AtomicU64::new(1),
             io: Mutex::new(HashMap::new()),
             opts,
+            wb,
             counters: Arc::new(FuseCounters::default()),
         })
     }
@@ -358,12 +369,27 @@ impl WalkFuse {
             }
         };
         let id = self.remember(fd, &x);
+        if self.settle(INodeNo(id)) {
+            // Its size was asked before its last writes reached the
+            // backend.
+            return self.attr(INodeNo(id));
+        }
         Ok(attr_of(id, &x))
     }
 
     fn attr(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
+        self.settle(ino);
         let x = self.base.fstatx(self.fd(ino)?, libc::STATX_BASIC_STATS)?;
         Ok(attr_of(ino.0, &x))
+    }
+
+    /// Send `ino`'s gathered writes before the backend is asked about it;
+    /// whether there were any.
+    #[inline]
+    fn settle(&self, ino: INodeNo) -> bool {
+        self.wb
+            .as_ref()
+            .is_some_and(|wb| wb.settle(&self.base, ino.0))
     }
 
     fn attr_reply(&self, reply: ReplyAttr, r: Result<FileAttr, Errno>) {
@@ -553,6 +579,9 @@ impl Filesystem for WalkFuse {
                     nodes.by_key.remove(&n.key);
                 }
                 drop(nodes);
+                if let Some(wb) = &self.wb {
+                    wb.forget(&self.base, ino.0);
+                }
                 let _ = self.base.close(n.fd);
                 if let Some((ro, rw)) = self.io.lock().remove(&ino.0) {
                     for fd in [ro, rw].into_iter().flatten() {
@@ -587,6 +616,8 @@ impl Filesystem for WalkFuse {
         reply: ReplyAttr,
     ) {
         let ctx = self.ctx(req);
+        // Gathered writes land before a truncation, as they were made.
+        self.settle(ino);
         let r = (|| {
             let fd = self.fd(ino)?;
             let e = libc::AT_EMPTY_PATH;
@@ -785,6 +816,7 @@ impl Filesystem for WalkFuse {
     ) {
         self.counters.reads.fetch_add(1, Relaxed);
         let mut buf = vec![0u8; size as usize];
+        self.settle(ino);
         let r = self
             .io_fd(ino, fh, false)
             .and_then(|fd| self.base.pread(fd, &mut buf, offset));
@@ -799,14 +831,21 @@ impl Filesystem for WalkFuse {
         offset: u64,
         data: &[u8],
         _write_flags: fuser::WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
         self.counters.writes.fetch_add(1, Relaxed);
-        let r = self
-            .io_fd(ino, fh, true)
-            .and_then(|fd| self.base.pwrite(fd, data, offset));
+        let r = self.io_fd(ino, fh, true).and_then(|fd| match &self.wb {
+            // An appending descriptor's offset is the backend's size.
+            Some(wb) if flags.0 & libc::O_APPEND == 0 => {
+                wb.write(&self.base, ino.0, fd, offset, data)
+            }
+            _ => {
+                self.settle(ino);
+                self.base.pwrite(fd, data, offset)
+            }
+        });
         match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(e)),
@@ -816,15 +855,21 @@ impl Filesystem for WalkFuse {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Nothing to do at close(2) (no locks, writes already sent; the
-        // kernel writes dirty pages back before it asks). ENOSYS once
-        // makes the kernel stop asking, so a close costs no round trip.
-        reply.error(fuser::Errno::ENOSYS);
+        match &self.wb {
+            // close(2): gathered writes go out (others see the file
+            // whole), and one that failed is reported.
+            Some(wb) => done(reply, wb.flush(&self.base, ino.0)),
+            // Nothing to do at close(2) (no locks, writes already sent;
+            // the kernel writes dirty pages back before it asks). ENOSYS
+            // once makes the kernel stop asking, so a close costs no
+            // round trip.
+            None => reply.error(fuser::Errno::ENOSYS),
+        }
     }
 
     fn release(
@@ -838,7 +883,11 @@ impl Filesystem for WalkFuse {
         reply: ReplyEmpty,
     ) {
         if fh.0 != 0 {
-            let _ = self.base.close((fh.0 - 1) as i32);
+            let fd = (fh.0 - 1) as i32;
+            if let Some(wb) = &self.wb {
+                wb.closing(&self.base, fd);
+            }
+            let _ = self.base.close(fd);
         }
         reply.ok();
     }
@@ -846,14 +895,17 @@ impl Filesystem for WalkFuse {
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // Writes reach the backend at once; there is no write-back cache
-        // here to flush.
-        reply.ok();
+        // Writes reach the backend when answered, or (cache=coherent)
+        // once gathered ones are sent here.
+        match &self.wb {
+            Some(wb) => done(reply, wb.flush(&self.base, ino.0)),
+            None => reply.ok(),
+        }
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
