@@ -405,11 +405,14 @@ impl Dcache {
         self.inode_snap_spin(idx)
     }
 
+    /// A writer is busy with the inode (its critical section is a few
+    /// stores, but it may have been preempted in it): wait it out rather
+    /// than fail the caller's system call.
     #[inline(never)]
     fn inode_snap_spin(&self, idx: IIdx) -> Option<InodeSnap> {
         self.inode(idx)?;
-        for _ in 0..10_000 {
-            std::hint::spin_loop();
+        let mut b = crate::backoff::Backoff::new();
+        while b.snooze() {
             if let Some(s) = self.inode_snap_once(idx) {
                 return Some(s);
             }

@@ -22,6 +22,7 @@
 //! their length), `negtimeout` (negative dentries).
 
 mod arena;
+mod backoff;
 mod coherent;
 mod dcache;
 mod file;

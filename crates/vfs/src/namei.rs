@@ -19,6 +19,7 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 
 use walkfs_fsapi::{Errno, NodeId, Result, NAME_MAX, PATH_MAX};
 
+use crate::backoff::Backoff;
 use crate::dcache::*;
 use crate::perm::{self, Creds, MAY_EXEC};
 use crate::sync::Ordering::Relaxed;
@@ -39,7 +40,6 @@ pub(crate) const LOOKUP_NO_CROSS: u32 = 4;
 const MAX_SYMLINKS: u32 = 40;
 /// Internal "start again" signal.
 pub(crate) const RETRY: Errno = Errno::ECHILD;
-const MAX_RETRIES: u32 = 64;
 
 thread_local! {
     /// Times this thread ran the general permission routine for a search
@@ -137,7 +137,8 @@ impl<'a> Nameidata<'a> {
     /// Resolve `path` completely (`want_parent` false) or up to its last
     /// component. Restarts on internal retries; never returns `ECHILD`.
     pub fn walk(&mut self, path: &[u8], want_parent: bool) -> Result<Walked> {
-        for _ in 0..MAX_RETRIES {
+        let mut b = Backoff::new();
+        loop {
             self.depth = 0;
             match self.walk_once(path, want_parent) {
                 Err(RETRY) => {
@@ -145,12 +146,13 @@ impl<'a> Nameidata<'a> {
                         .counters
                         .retries
                         .fetch_add(1, AtomicOrdering::Relaxed);
-                    continue;
+                    if !b.snooze() {
+                        return Err(Errno::EAGAIN);
+                    }
                 }
                 r => return r,
             }
         }
-        Err(Errno::EAGAIN)
     }
 
     /// Resolve `path` and return the dentry it names.
@@ -261,14 +263,15 @@ impl<'a> Nameidata<'a> {
     /// first name just ends the walk there (the caller reports a partial
     /// walk); a failure of the first name is the error.
     pub fn walk_names(&mut self, names: &[&[u8]], out: &mut Vec<Cur>) -> Result<()> {
-        for _ in 0..MAX_RETRIES {
+        let mut b = Backoff::new();
+        loop {
             out.clear();
             match self.walk_names_once(names, out) {
-                Err(RETRY) => continue,
+                Err(RETRY) if b.snooze() => continue,
+                Err(RETRY) => return Err(Errno::EAGAIN),
                 r => return r,
             }
         }
-        Err(Errno::EAGAIN)
     }
 
     fn walk_names_once(&mut self, names: &[&[u8]], out: &mut Vec<Cur>) -> Result<()> {

@@ -55,13 +55,14 @@ pub struct NameStep {
 
 /// Run `f` again while it asks for an internal retry.
 fn retry<T>(mut f: impl FnMut() -> Result<T>) -> Result<T> {
-    for _ in 0..64 {
+    let mut b = crate::backoff::Backoff::new();
+    loop {
         match f() {
-            Err(RETRY) => continue,
+            Err(RETRY) if b.snooze() => continue,
+            Err(RETRY) => return Err(Errno::EAGAIN),
             r => return r,
         }
     }
-    Err(Errno::EAGAIN)
 }
 
 fn check_at_flags(flags: i32, allowed: i32) -> Result<()> {
@@ -578,28 +579,39 @@ impl Ctx {
     /// The inode snapshot behind `fd`: fd -> file -> inode with loads only.
     #[inline(always)]
     fn fd_snap(&self, fd: i32) -> Result<InodeSnap> {
-        let inner = self.inner();
-        for _ in 0..64 {
-            let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
-            let Some(seq) = file.seq.read_begin() else {
-                continue;
-            };
-            let ino = file.inode.load(Relaxed);
-            let Some(s) = inner.dc.inode_snap(ino) else {
-                continue;
-            };
-            if file.seq.read_retry(seq) {
-                continue;
-            }
-            if s.flags & I_STALE != 0 || inner.sw.revalidate.load(AtomicOrdering::Relaxed) {
-                match self.refresh_attrs(ino, s) {
-                    Err(RETRY) => continue,
-                    r => return r,
-                }
-            }
-            return Ok(s);
+        match self.fd_snap_once(fd) {
+            Err(RETRY) => self.fd_snap_slow(fd),
+            r => r,
         }
-        Err(Errno::EAGAIN)
+    }
+
+    /// A writer was busy with the file or its inode: wait it out.
+    #[inline(never)]
+    fn fd_snap_slow(&self, fd: i32) -> Result<InodeSnap> {
+        let mut b = crate::backoff::Backoff::new();
+        loop {
+            match self.fd_snap_once(fd) {
+                Err(RETRY) if b.snooze() => continue,
+                Err(RETRY) => return Err(Errno::EAGAIN),
+                r => return r,
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn fd_snap_once(&self, fd: i32) -> Result<InodeSnap> {
+        let inner = self.inner();
+        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        let seq = file.seq.read_begin().ok_or(RETRY)?;
+        let ino = file.inode.load(Relaxed);
+        let s = inner.dc.inode_snap(ino).ok_or(RETRY)?;
+        if file.seq.read_retry(seq) {
+            return Err(RETRY);
+        }
+        if s.flags & I_STALE != 0 || inner.sw.revalidate.load(AtomicOrdering::Relaxed) {
+            return self.refresh_attrs(ino, s);
+        }
+        Ok(s)
     }
 
     /// `statx(fd, "", AT_EMPTY_PATH, mask)` into the caller's buffer.
