@@ -21,7 +21,7 @@ pub(crate) const NOTIFY_FID: u32 = u32::MAX - 2;
 /// write) gather in the server's queue, where repeats are merged, and
 /// arrive as one reply instead of one round trip each. Small beside the
 /// 100 ms in which a change must be seen.
-const COALESCE: std::time::Duration = std::time::Duration::from_millis(2);
+const COALESCE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Ask the server for notifications. `false`: it does not offer them (a
 /// plain 9P2000.L server answers the unknown xattr with an error).
