@@ -507,13 +507,14 @@ impl Filesystem for WalkFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let mut want = InitFlags::FUSE_PARALLEL_DIROPS;
         if self.keeps() {
-            // Write-back caching: the kernel gathers a program's small
-            // writes in the page cache and sends them in large chunks (a
-            // build's assembler and linker write in small pieces; without
-            // it each is one round trip to the server).
             want |= InitFlags::FUSE_CACHE_SYMLINKS
                 | InitFlags::FUSE_DO_READDIRPLUS
                 | InitFlags::FUSE_READDIRPLUS_AUTO;
+            // Write-back caching: the kernel gathers a program's small
+            // writes in the page cache and sends them in large chunks (a
+            // build's assembler and linker write in small pieces; without
+            // it each is one round trip to the server). Coherent mounts
+            // gather them in writebehind.rs instead.
             if self.writeback() {
                 want |= InitFlags::FUSE_WRITEBACK_CACHE;
             }

@@ -49,15 +49,14 @@ pub(crate) struct Hub {
 
 /// Encode one change as a record.
 pub fn encode(c: &Change) -> Vec<u8> {
+    let (kind, ino, name): (u8, u64, &[u8]) = match c {
+        Change::Entry { dir_ino, name, .. } => (ENTRY, *dir_ino, name),
+        Change::Inode { ino, .. } => (INODE, *ino, b""),
+        Change::All => (ALL, 0, b""),
+        Change::Degraded => (DEGRADED, 0, b""),
+    };
     let mut r = Vec::new();
-    match c {
-        Change::Entry { dir_ino, name, .. } => {
-            walkfs_p9::notify::encode(ENTRY, *dir_ino, name, &mut r)
-        }
-        Change::Inode { ino, .. } => walkfs_p9::notify::encode(INODE, *ino, b"", &mut r),
-        Change::All => walkfs_p9::notify::encode(ALL, 0, b"", &mut r),
-        Change::Degraded => walkfs_p9::notify::encode(DEGRADED, 0, b"", &mut r),
-    }
+    walkfs_p9::notify::encode(kind, ino, name, &mut r);
     r
 }
 

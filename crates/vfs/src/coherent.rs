@@ -19,9 +19,10 @@
 //!   entries living a second.
 //!
 //! A batch that dropped a cached name moves the generation of remembered
-//! whole paths (they may run through it), and each batch is passed on to the listeners (the FUSE front end, the
-//! 9P server) only after the cache shows it: a client told of a change and
-//! asking again must get the new answer.
+//! whole paths (they may run through it), and each batch is passed on to
+//! the listeners (the FUSE front end, the 9P server) only after the cache
+//! shows it: a client told of a change and asking again must get the new
+//! answer.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};

@@ -535,7 +535,7 @@ impl<'a> Nameidata<'a> {
                     // is still what it was after the read (as Linux's
                     // follow_dotdot_rcu re-checks the old d_seq).
                     if let Some(p) = dc.snap(s.parent) {
-                        if dc.dentry(cur.d).map(|d| d.seq.raw()) == Some(cur.seq) {
+                        if dc.dentry(cur.d).is_some_and(|d| !d.seq.read_retry(cur.seq)) {
                             return Ok(Cur::from_snap(p));
                         }
                     }
