@@ -9,4 +9,5 @@ pub mod p9meta;
 pub mod plot;
 pub mod proc;
 pub mod report;
+pub mod scale;
 pub mod trace;

@@ -13,6 +13,7 @@
 
 use std::fmt;
 
+pub mod clock;
 mod errno;
 pub use errno::Errno;
 

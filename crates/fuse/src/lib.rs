@@ -10,16 +10,20 @@
 //! - `cache=none`: zero timeouts; every lookup and stat reaches the vfs,
 //!   which asks the server.
 //!
-//! Nodes: each FUSE node id stands for an `O_PATH` descriptor of the vfs
-//! in one descriptor table shared by every request; the kernel's lookup
-//! count decides when it closes (`forget`). Two names of one inode (hard
-//! links) share a node, as the kernel expects.
+//! Nodes: each FUSE node id stands for a file the kernel holds (its lookup
+//! count decides when it goes, at `forget`), remembered by its parent
+//! node and name. The kernel may hold millions, so nodes hold no vfs
+//! descriptor of their own: a bounded cache keeps `O_PATH` descriptors of
+//! the recently used ones (fds.rs), and any other is found again by a
+//! walk of its name from its parent, checked to be the same file. Two
+//! names of one inode (hard links) share a node, as the kernel expects.
 //!
 //! Requests act with the caller's credentials (uid, gid from the request,
 //! supplementary groups from the user database), so permission checks and
 //! the owners of new files are the caller's.
 
 mod coherent;
+mod fds;
 mod kmount;
 pub mod mount;
 pub mod options;
@@ -45,18 +49,24 @@ use walkfs_vfs::{Creds, Ctx, Errno, Statx, TimeSet, Timespec, Vfs};
 pub use options::{CacheMode, MountOptions};
 pub use stats::{FuseCounters, MountStats, STATS_XATTR};
 
-/// Descriptors the mount may hold: one per node the kernel knows, one per
-/// open file.
+/// Descriptors the mount may hold in the vfs: the cached ones of nodes
+/// (`NODE_FDS`) and of zero-message I/O (`IO_FDS`), plus one per file the
+/// kernel has open.
 const MAX_FDS: usize = 1 << 18;
+/// `O_PATH` descriptors kept for nodes not in use.
+const NODE_FDS: usize = 4096;
+/// Open files kept for I/O the kernel sends without a handle.
+const IO_FDS: usize = 256;
 
 /// What a node id stands for.
 struct Node {
-    /// `O_PATH` descriptor in the shared table.
-    fd: i32,
     /// The kernel's lookup count: the node goes when `forget` brings it
     /// to zero.
     nlookup: u64,
     key: (u64, u64),
+    /// Where it was last found: the parent node and the name there.
+    parent: u64,
+    name: Box<[u8]>,
 }
 
 #[derive(Default)]
@@ -68,7 +78,7 @@ pub(crate) struct Nodes {
 }
 
 /// A node's own open files: (read-only, read-write).
-type NodeIo = (Option<i32>, Option<i32>);
+type NodeIo = (Option<Arc<fds::VFd>>, Option<Arc<fds::VFd>>);
 
 /// A caller: uid, gid, supplementary groups (sorted).
 type Identity = (u32, u32, Vec<u32>);
@@ -93,10 +103,15 @@ pub struct WalkFuse {
     next_id: AtomicU64,
     dirs: Mutex<HashMap<u64, DirHandle>>,
     next_dir: AtomicU64,
+    /// The root's descriptor (never released).
+    root_fd: Arc<fds::VFd>,
+    /// `O_PATH` descriptors of recently used nodes.
+    fds: fds::Cache<Arc<fds::VFd>>,
     /// Per-node open files for I/O the kernel sends without a handle
     /// (zero-message opens): (read-only, read-write), opened on first
-    /// use, closed when the node is forgotten.
-    io: Mutex<HashMap<u64, NodeIo>>,
+    /// use, closed when the node is forgotten or the cache is full.
+    io: fds::Cache<NodeIo>,
+    closer: Arc<fds::Closer>,
     opts: MountOptions,
     /// `cache=coherent`: small writes gathered (see writebehind.rs).
     wb: Option<Arc<writebehind::WriteBehind>>,
@@ -211,9 +226,10 @@ impl WalkFuse {
         nodes.by_id.insert(
             INodeNo::ROOT.0,
             Node {
-                fd: root,
                 nlookup: 1,
                 key: key_of(&x),
+                parent: INodeNo::ROOT.0,
+                name: Box::default(),
             },
         );
         nodes.by_key.insert(key_of(&x), INodeNo::ROOT.0);
@@ -226,7 +242,15 @@ impl WalkFuse {
         } else {
             None
         };
+        let closer = Arc::new(fds::Closer {
+            ctx: base.with_creds(Creds::root()),
+            wb: wb.clone(),
+        });
         Ok(WalkFuse {
+            root_fd: closer.own(root),
+            fds: fds::Cache::new(NODE_FDS),
+            io: fds::Cache::new(IO_FDS),
+            closer,
             vfs,
             base,
             ctxs: RwLock::new(HashMap::new()),
@@ -235,7 +259,6 @@ impl WalkFuse {
             next_id: AtomicU64::new(1 << 62),
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
-            io: Mutex::new(HashMap::new()),
             opts,
             wb,
             counters: Arc::new(FuseCounters::default()),
@@ -309,26 +332,71 @@ impl WalkFuse {
         c
     }
 
-    fn fd(&self, ino: INodeNo) -> Result<i32, Errno> {
-        self.nodes
-            .read()
-            .by_id
-            .get(&ino.0)
-            .map(|n| n.fd)
-            .ok_or(Errno::ESTALE)
+    /// An `O_PATH` descriptor of node `ino`, held by the caller as long
+    /// as it needs it: cached, or found again by walking the remembered
+    /// names from the nearest ancestor whose descriptor is at hand.
+    fn fd(&self, ino: INodeNo) -> Result<Arc<fds::VFd>, Errno> {
+        if ino == INodeNo::ROOT {
+            return Ok(self.root_fd.clone());
+        }
+        if let Some(fd) = self.fds.get(ino.0) {
+            return Ok(fd);
+        }
+        let mut chain = Vec::new();
+        let mut dir = None;
+        {
+            let nodes = self.nodes.read();
+            let mut cur = ino.0;
+            while dir.is_none() {
+                let n = nodes.by_id.get(&cur).ok_or(Errno::ESTALE)?;
+                if chain.len() >= 4096 {
+                    return Err(Errno::ESTALE);
+                }
+                chain.push((cur, n.name.clone(), n.key));
+                cur = n.parent;
+                dir = if cur == INodeNo::ROOT.0 {
+                    Some(self.root_fd.clone())
+                } else {
+                    self.fds.get(cur)
+                };
+            }
+        }
+        let mut dir = dir.ok_or(Errno::ESTALE)?;
+        let mut steps = Vec::with_capacity(1);
+        for (id, name, key) in chain.into_iter().rev() {
+            let fd = match self.base.walk_names(dir.fd, &[&name], &mut steps) {
+                Ok(Some(fd)) => self.closer.own(fd),
+                Ok(None) | Err(Errno::ENOENT) => return Err(Errno::ESTALE),
+                Err(e) => return Err(e),
+            };
+            if key_of(&self.base.fstatx(fd.fd, libc::STATX_BASIC_STATS)?) != key {
+                return Err(Errno::ESTALE);
+            }
+            self.fds.insert(id, fd.clone());
+            dir = fd;
+        }
+        Ok(dir)
     }
 
     /// A node for the object `fd` (an `O_PATH` descriptor this call now
-    /// owns) whose attributes are `x`: an existing node of the same inode
-    /// gets one more lookup and `fd` is closed.
-    fn remember(&self, fd: i32, x: &Statx) -> u64 {
+    /// owns), found as `name` in `parent`, whose attributes are `x`: an
+    /// existing node of the same inode gets one more lookup (and is now
+    /// remembered at this place).
+    fn remember(&self, fd: i32, x: &Statx, parent: INodeNo, name: &[u8]) -> u64 {
+        let fd = self.closer.own(fd);
         let key = key_of(x);
         let mut nodes = self.nodes.write();
         if let Some(&id) = nodes.by_key.get(&key) {
             if let Some(n) = nodes.by_id.get_mut(&id) {
                 n.nlookup += 1;
+                if id != INodeNo::ROOT.0 && (n.parent != parent.0 || *n.name != *name) {
+                    n.parent = parent.0;
+                    n.name = name.into();
+                }
                 drop(nodes);
-                let _ = self.base.close(fd);
+                if id != INodeNo::ROOT.0 {
+                    self.fds.insert(id, fd);
+                }
                 return id;
             }
         }
@@ -344,13 +412,38 @@ impl WalkFuse {
         nodes.by_id.insert(
             id,
             Node {
-                fd,
                 nlookup: 1,
                 key,
+                parent: parent.0,
+                name: name.into(),
             },
         );
         nodes.by_key.insert(key, id);
+        drop(nodes);
+        self.fds.insert(id, fd);
         id
+    }
+
+    /// The file now at `name` in `parent` got there by a rename through
+    /// us: remember it there.
+    fn moved(&self, parent: INodeNo, name: &[u8]) {
+        let Ok(dir) = self.fd(parent) else { return };
+        let Ok(x) = self.base.statx(
+            dir.fd,
+            name,
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS,
+        ) else {
+            return;
+        };
+        let mut nodes = self.nodes.write();
+        let Some(&id) = nodes.by_key.get(&key_of(&x)) else {
+            return;
+        };
+        if let Some(n) = nodes.by_id.get_mut(&id).filter(|_| id != INodeNo::ROOT.0) {
+            n.parent = parent.0;
+            n.name = name.into();
+        }
     }
 
     /// Look `name` up in directory `parent`: a new lookup count on its
@@ -359,7 +452,7 @@ impl WalkFuse {
         let pfd = self.fd(parent)?;
         let mut steps = Vec::with_capacity(1);
         let fd = ctx
-            .walk_names(pfd, &[name], &mut steps)?
+            .walk_names(pfd.fd, &[name], &mut steps)?
             .ok_or(Errno::ENOENT)?;
         let x = match ctx.fstatx(fd, libc::STATX_BASIC_STATS) {
             Ok(x) => x,
@@ -368,7 +461,7 @@ impl WalkFuse {
                 return Err(e);
             }
         };
-        let id = self.remember(fd, &x);
+        let id = self.remember(fd, &x, parent, name);
         if self.settle(INodeNo(id)) {
             // Its size was asked before its last writes reached the
             // backend.
@@ -379,7 +472,9 @@ impl WalkFuse {
 
     fn attr(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
         self.settle(ino);
-        let x = self.base.fstatx(self.fd(ino)?, libc::STATX_BASIC_STATS)?;
+        let x = self
+            .base
+            .fstatx(self.fd(ino)?.fd, libc::STATX_BASIC_STATS)?;
         Ok(attr_of(ino.0, &x))
     }
 
@@ -417,7 +512,15 @@ impl WalkFuse {
 
     /// Counters of the mount, the vfs and the 9P client under it.
     pub fn stats(&self) -> MountStats {
-        MountStats::collect(&self.counters, &self.vfs, &self.opts)
+        let nodes = self.nodes.read().by_id.len() as u64;
+        let resources = vec![
+            ("nodes".to_string(), nodes),
+            ("node_fds".to_string(), self.fds.len() as u64),
+            ("node_fds_max".to_string(), NODE_FDS as u64),
+            ("io_fds".to_string(), self.io.len() as u64),
+            ("io_fds_max".to_string(), IO_FDS as u64),
+        ];
+        MountStats::collect(&self.counters, &self.vfs, &self.opts, resources)
     }
 
     /// The flags to open a file with on the vfs for the kernel's `flags`.
@@ -457,33 +560,33 @@ impl WalkFuse {
     /// own (kernel handles are descriptor + 1), or for handle 0 the node's
     /// shared open file, read-write when `write` (or when the file allows
     /// it, so one descriptor serves both), else read-only.
-    fn io_fd(&self, ino: INodeNo, fh: FileHandle, write: bool) -> Result<i32, Errno> {
+    fn io_fd(&self, ino: INodeNo, fh: FileHandle, write: bool) -> Result<fds::IoFd, Errno> {
         if fh.0 != 0 {
-            return Ok((fh.0 - 1) as i32);
+            return Ok(fds::IoFd::Handle((fh.0 - 1) as i32));
         }
-        let mut io = self.io.lock();
-        let e = io.entry(ino.0).or_insert((None, None));
-        if let Some(fd) = e.1 {
-            return Ok(fd);
+        let (ro, rw) = self.io.get(ino.0).unwrap_or((None, None));
+        if let Some(fd) = rw {
+            return Ok(fds::IoFd::Shared(fd));
         }
         if !write {
-            if let Some(fd) = e.0 {
-                return Ok(fd);
+            if let Some(fd) = ro {
+                return Ok(fds::IoFd::Shared(fd));
             }
         }
         let path = self.fd(ino)?;
-        match self.base.reopen(path, libc::O_RDWR) {
-            Ok(fd) => {
-                e.1 = Some(fd);
-                Ok(fd)
-            }
-            Err(err) if write => Err(err),
+        let (ro, rw) = match self.base.reopen(path.fd, libc::O_RDWR) {
+            Ok(fd) => (ro, Some(self.closer.own(fd))),
+            Err(err) if write => return Err(err),
             Err(_) => {
-                let fd = self.base.reopen(path, libc::O_RDONLY)?;
-                e.0 = Some(fd);
-                Ok(fd)
+                let fd = self.base.reopen(path.fd, libc::O_RDONLY)?;
+                (Some(self.closer.own(fd)), rw)
             }
-        }
+        };
+        let fd = rw.clone().or_else(|| ro.clone()).ok_or(Errno::EBADF)?;
+        // Two threads may both open one: the later replaces the earlier,
+        // which closes once its user is done.
+        self.io.insert(ino.0, (ro, rw));
+        Ok(fds::IoFd::Shared(fd))
     }
 
     /// Write-back caching: only in `cache=loose`. With it the kernel owns
@@ -583,12 +686,9 @@ impl Filesystem for WalkFuse {
                 if let Some(wb) = &self.wb {
                     wb.forget(&self.base, ino.0);
                 }
-                let _ = self.base.close(n.fd);
-                if let Some((ro, rw)) = self.io.lock().remove(&ino.0) {
-                    for fd in [ro, rw].into_iter().flatten() {
-                        let _ = self.base.close(fd);
-                    }
-                }
+                // Closed once no request uses them any more.
+                self.fds.remove(ino.0);
+                self.io.remove(ino.0);
             }
         }
     }
@@ -621,6 +721,7 @@ impl Filesystem for WalkFuse {
         self.settle(ino);
         let r = (|| {
             let fd = self.fd(ino)?;
+            let fd = fd.fd;
             let e = libc::AT_EMPTY_PATH;
             if let Some(m) = mode {
                 ctx.fchmodat(fd, b"", m & 0o7777, e)?;
@@ -660,7 +761,7 @@ impl Filesystem for WalkFuse {
         let mut buf = [0u8; libc::PATH_MAX as usize];
         let r = self
             .fd(ino)
-            .and_then(|fd| self.ctx(req).readlinkat_into(fd, b"", &mut buf));
+            .and_then(|fd| self.ctx(req).readlinkat_into(fd.fd, b"", &mut buf));
         data(reply, r.map(|n| &buf[..n]));
     }
 
@@ -675,7 +776,7 @@ impl Filesystem for WalkFuse {
     ) {
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| {
-            ctx.mkdirat(self.fd(parent)?, n, mode & !umask & 0o7777)?;
+            ctx.mkdirat(self.fd(parent)?.fd, n, mode & !umask & 0o7777)?;
             self.lookup_node(&ctx, parent, n)
         });
         self.entry(reply, r);
@@ -700,7 +801,7 @@ impl Filesystem for WalkFuse {
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| {
             let fd = ctx.openat(
-                self.fd(parent)?,
+                self.fd(parent)?.fd,
                 n,
                 libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
                 mode & !umask & 0o7777,
@@ -713,14 +814,14 @@ impl Filesystem for WalkFuse {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let ctx = self.ctx(req);
-        let r = Self::name(name).and_then(|n| ctx.unlinkat(self.fd(parent)?, n, 0));
+        let r = Self::name(name).and_then(|n| ctx.unlinkat(self.fd(parent)?.fd, n, 0));
         done(reply, r);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let ctx = self.ctx(req);
         let r =
-            Self::name(name).and_then(|n| ctx.unlinkat(self.fd(parent)?, n, libc::AT_REMOVEDIR));
+            Self::name(name).and_then(|n| ctx.unlinkat(self.fd(parent)?.fd, n, libc::AT_REMOVEDIR));
         done(reply, r);
     }
 
@@ -734,7 +835,7 @@ impl Filesystem for WalkFuse {
     ) {
         let ctx = self.ctx(req);
         let r = Self::name(link_name).and_then(|n| {
-            ctx.symlinkat(target.as_os_str().as_bytes(), self.fd(parent)?, n)?;
+            ctx.symlinkat(target.as_os_str().as_bytes(), self.fd(parent)?.fd, n)?;
             self.lookup_node(&ctx, parent, n)
         });
         self.entry(reply, r);
@@ -753,7 +854,20 @@ impl Filesystem for WalkFuse {
         let ctx = self.ctx(req);
         let r = (|| {
             let (a, b) = (Self::name(name)?, Self::name(newname)?);
-            ctx.renameat2(self.fd(parent)?, a, self.fd(newparent)?, b, flags.bits())
+            ctx.renameat2(
+                self.fd(parent)?.fd,
+                a,
+                self.fd(newparent)?.fd,
+                b,
+                flags.bits(),
+            )?;
+            // The moved file is found by its new name from now on (and
+            // with RENAME_EXCHANGE the other one by the old name).
+            self.moved(newparent, b);
+            if flags.bits() & libc::RENAME_EXCHANGE != 0 {
+                self.moved(parent, a);
+            }
+            Ok(())
         })();
         done(reply, r);
     }
@@ -769,9 +883,9 @@ impl Filesystem for WalkFuse {
         let ctx = self.ctx(req);
         let r = Self::name(newname).and_then(|n| {
             ctx.linkat(
-                self.fd(ino)?,
+                self.fd(ino)?.fd,
                 b"",
-                self.fd(newparent)?,
+                self.fd(newparent)?.fd,
                 n,
                 libc::AT_EMPTY_PATH,
             )?;
@@ -788,6 +902,7 @@ impl Filesystem for WalkFuse {
         }
         let ctx = self.ctx(req);
         let r = self.fd(ino).and_then(|fd| {
+            let fd = fd.fd;
             let f = self.open_flags(flags.0);
             match ctx.reopen(fd, f) {
                 // Write-only by permission: the kernel then writes whole
@@ -820,7 +935,7 @@ impl Filesystem for WalkFuse {
         self.settle(ino);
         let r = self
             .io_fd(ino, fh, false)
-            .and_then(|fd| self.base.pread(fd, &mut buf, offset));
+            .and_then(|fd| self.base.pread(fd.fd(), &mut buf, offset));
         data(reply, r.map(|n| &buf[..n]));
     }
 
@@ -840,11 +955,11 @@ impl Filesystem for WalkFuse {
         let r = self.io_fd(ino, fh, true).and_then(|fd| match &self.wb {
             // An appending descriptor's offset is the backend's size.
             Some(wb) if flags.0 & libc::O_APPEND == 0 => {
-                wb.write(&self.base, ino.0, fd, offset, data)
+                wb.write(&self.base, ino.0, fd.fd(), offset, data)
             }
             _ => {
                 self.settle(ino);
-                self.base.pwrite(fd, data, offset)
+                self.base.pwrite(fd.fd(), data, offset)
             }
         });
         match r {
@@ -913,7 +1028,7 @@ impl Filesystem for WalkFuse {
         self.counters.readdirs.fetch_add(1, Relaxed);
         let ctx = self.ctx(req);
         let r = (|| {
-            let d = ctx.reopen(self.fd(ino)?, libc::O_RDONLY | libc::O_DIRECTORY)?;
+            let d = ctx.reopen(self.fd(ino)?.fd, libc::O_RDONLY | libc::O_DIRECTORY)?;
             let entries = ctx.getdents(d);
             let _ = ctx.close(d);
             entries
@@ -994,7 +1109,7 @@ impl Filesystem for WalkFuse {
                 // entries whose d_ino is 0).
                 self.fd(ino).and_then(|fd| {
                     let x = ctx.statx(
-                        fd,
+                        fd.fd,
                         b"..",
                         libc::AT_SYMLINK_NOFOLLOW,
                         libc::STATX_BASIC_STATS,
@@ -1048,7 +1163,7 @@ impl Filesystem for WalkFuse {
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        match self.fd(ino).and_then(|fd| self.base.statfs(fd, b"")) {
+        match self.fd(ino).and_then(|fd| self.base.statfs(fd.fd, b"")) {
             Ok(s) => reply.statfs(
                 s.blocks,
                 s.bfree,
@@ -1089,7 +1204,7 @@ impl Filesystem for WalkFuse {
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let r = self.fd(ino).and_then(|fd| {
             self.ctx(req)
-                .faccessat(fd, b"", mask.bits(), libc::AT_EMPTY_PATH)
+                .faccessat(fd.fd, b"", mask.bits(), libc::AT_EMPTY_PATH)
         });
         done(reply, r);
     }
@@ -1108,6 +1223,7 @@ impl Filesystem for WalkFuse {
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| {
             let pfd = self.fd(parent)?;
+            let pfd = pfd.fd;
             let asked = (flags | libc::O_CREAT) & !libc::O_NOCTTY;
             let mut f = asked;
             if self.writeback() {

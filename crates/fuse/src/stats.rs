@@ -56,10 +56,20 @@ pub struct MountStats {
     pub bytes_received: u64,
     /// Time spent waiting for the server's replies.
     pub wait_ms: f64,
+    /// Bounded resources and their use: the nodes the kernel holds, the
+    /// vfs descriptors cached for them (and their bounds), the 9P
+    /// client's fids (held, bound, released, walks to get one back).
+    #[serde(default)]
+    pub resources: Vec<(String, u64)>,
 }
 
 impl MountStats {
-    pub(crate) fn collect(c: &FuseCounters, vfs: &Vfs, opts: &MountOptions) -> MountStats {
+    pub(crate) fn collect(
+        c: &FuseCounters,
+        vfs: &Vfs,
+        opts: &MountOptions,
+        resources: Vec<(String, u64)>,
+    ) -> MountStats {
         let fuse = [
             ("lookup", &c.lookups),
             ("lookup_negative", &c.negative_replies),
@@ -86,8 +96,18 @@ impl MountStats {
             vfs_changes: cs.changes,
             vfs_changes_lost: cs.changes_lost,
             coherent: vfs.is_coherent(),
+            resources,
             ..Default::default()
         };
+        if let Some(f) = vfs.p9_fid_stats() {
+            s.resources.extend([
+                ("9p_nodes".to_string(), f.nodes),
+                ("9p_fids_held".to_string(), f.held),
+                ("9p_fids_max".to_string(), f.cap),
+                ("9p_fids_released".to_string(), f.released),
+                ("9p_rewalks".to_string(), f.rewalks),
+            ]);
+        }
         if let Some(p) = vfs.p9_stats() {
             s.rpcs = p.rpcs.iter().map(|(n, c)| (n.to_string(), *c)).collect();
             s.total_rpcs = p.total_rpcs;

@@ -299,6 +299,7 @@ impl Vfs {
             aname: opts.aname.clone(),
             secret,
             notify: opts.coherent && !opts.cache_none,
+            node_fids: opts.fids as usize,
             ..Default::default()
         };
         let fs = Arc::new(walkfs_p9client::P9Fs::on_stream(stream, &cfg)?);
@@ -311,6 +312,12 @@ impl Vfs {
     /// its source is a 9P server).
     pub fn p9_stats(&self) -> Option<walkfs_p9client::Stats> {
         self.inner.p9.lock().as_ref().map(|f| f.stats())
+    }
+
+    /// The 9P client's use of fids (`None` unless its source is a 9P
+    /// server).
+    pub fn p9_fid_stats(&self) -> Option<walkfs_p9client::FidStats> {
+        self.inner.p9.lock().as_ref().map(|f| f.fid_stats())
     }
 
     /// Zero the 9P client's counters.
@@ -377,6 +384,14 @@ impl Vfs {
                 .map_or(512 * 1024, |f| f.msize()),
             aname: String::new(),
             secret_file: None,
+            fids: self
+                .inner
+                .p9
+                .lock()
+                .as_ref()
+                .map_or(walkfs_p9client::DEFAULT_NODE_FIDS as u32, |f| {
+                    f.fid_stats().cap as u32
+                }),
         }
     }
 

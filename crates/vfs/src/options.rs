@@ -47,6 +47,9 @@ pub struct Options {
     /// For a 9P source: a file holding the secret the server asks for
     /// (`walkfs serve --secret-file`), shown with 9P's Tauth.
     pub secret_file: Option<String>,
+    /// For a 9P source: fids kept for cached files beyond those in use
+    /// (the rest are walked to again by name when needed).
+    pub fids: u32,
 }
 
 impl Default for Options {
@@ -66,6 +69,7 @@ impl Default for Options {
             msize: 512 * 1024,
             aname: String::new(),
             secret_file: None,
+            fids: walkfs_p9client::DEFAULT_NODE_FIDS as u32,
         }
     }
 }
@@ -130,6 +134,12 @@ impl Options {
                 }
             }
             "aname" => self.aname = value.to_string(),
+            "fids" => {
+                self.fids = u32::try_from(num(value)?)
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or(Errno::EINVAL)?
+            }
             "secret_file" if !value.is_empty() => self.secret_file = Some(value.to_string()),
             "msize" => {
                 self.msize = u32::try_from(num(value)?)

@@ -1,58 +1,52 @@
 //! hostfs: a host directory as a walkfs backend (passthrough).
 //!
-//! Every node is held as an `O_PATH` descriptor. A name is resolved with
+//! Nodes are files the vfs holds, found by name; a bounded cache keeps
+//! `O_PATH` descriptors of the recently used ones and opens others again
+//! by name (table.rs). A name is resolved with
 //! `openat2(parent, name, O_PATH | O_NOFOLLOW, RESOLVE_BENEATH |
 //! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS)`: one component, relative to
 //! a descriptor we already hold, never following a link, so no name a client
 //! sends can reach outside the exported directory (the vfs never hands `..`
 //! down; `..` is resolved in the vfs from its own parent pointers).
 //!
-//! Opening for I/O re-opens the held inode through `/proc/self/fd/N`, only
-//! after checking that it is a regular file or a directory: the `O_PATH`
-//! descriptor pins the inode, so the check and the open see the same object,
+//! Opening for I/O re-opens the inode of an `O_PATH` descriptor through
+//! `/proc/self/fd/N`, only after checking that it is a regular file or a
+//! directory: the descriptor pins the inode while the call holds it, so the
+//! check and the open see the same object,
 //! and device nodes, fifos and sockets are never opened on anyone's behalf.
 //!
 //! Nodes are keyed by (device, inode number), so hard links share a
 //! [`NodeId`], as the [`FileSystem`] contract asks.
 
 mod sys;
+mod table;
 mod watch;
 
+pub use table::FdStats;
 pub use watch::WatchSource;
+
+use table::{HostNode, Table, ROOT};
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use walkfs_fsapi::{
     Attr, ChangeSink, DirEntry, Entry, Errno, FileHandle, FileSystem, FileType, NodeId, OpenFlags,
     Owner, Result, SetAttr, StatFs, TimeSet,
 };
 
-const ROOT: u64 = 1;
+/// Default bound on cached `O_PATH` descriptors.
+pub const DEFAULT_CACHED_FDS: usize = 2048;
 const LOOKUP_FLAGS: i32 = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
 const RESOLVE: u64 =
     libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_SYMLINKS;
 
-struct HostNode {
-    fd: Arc<OwnedFd>,
-    key: (u64, u64),
-    lookups: u64,
-    is_dir: bool,
-}
-
-#[derive(Default)]
-pub(crate) struct Nodes {
-    by_id: HashMap<u64, HostNode>,
-    by_key: HashMap<(u64, u64), u64>,
-    next: u64,
-}
-
 /// A host directory. Create with [`HostFs::new`].
 pub struct HostFs {
-    nodes: Arc<RwLock<Nodes>>,
+    table: Arc<Table>,
     handles: Mutex<HashMap<u64, Arc<OwnedFd>>>,
     next_fh: Mutex<u64>,
     /// `/proc/self/fd`, to re-open held `O_PATH` descriptors.
@@ -71,6 +65,12 @@ impl HostFs {
     /// Export `dir`. Fails with the errno of opening it (ENOTDIR if it is
     /// not a directory).
     pub fn new(dir: &Path) -> Result<HostFs> {
+        HostFs::with_cached_fds(dir, DEFAULT_CACHED_FDS)
+    }
+
+    /// Export `dir`, keeping at most `cached_fds` descriptors of files not
+    /// in use (open files hold their own).
+    pub fn with_cached_fds(dir: &Path, cached_fds: usize) -> Result<HostFs> {
         let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
             .map_err(|_| Errno::EINVAL)?;
         let cwd = libc::AT_FDCWD;
@@ -78,24 +78,9 @@ impl HostFs {
         let cwd = unsafe { BorrowedFd::borrow_raw(cwd) };
         let root = sys::openat(cwd, path.as_bytes(), libc::O_PATH | libc::O_DIRECTORY, 0)?;
         let proc_fd = sys::openat(cwd, b"/proc/self/fd", libc::O_PATH | libc::O_DIRECTORY, 0)?;
-        let attr = sys::statx(root.as_fd())?;
-        let key = (sys::dev_of(root.as_fd())?, attr.ino);
-        let mut nodes = Nodes {
-            next: ROOT + 1,
-            ..Nodes::default()
-        };
-        nodes.by_id.insert(
-            ROOT,
-            HostNode {
-                fd: Arc::new(root),
-                key,
-                lookups: 1,
-                is_dir: true,
-            },
-        );
-        nodes.by_key.insert(key, ROOT);
+        let (_, key, born) = sys::identify(root.as_fd())?;
         Ok(HostFs {
-            nodes: Arc::new(RwLock::new(nodes)),
+            table: Arc::new(Table::new(root, key, born, cached_fds)),
             handles: Mutex::new(HashMap::new()),
             next_fh: Mutex::new(1),
             proc_fd: Arc::new(proc_fd),
@@ -107,42 +92,59 @@ impl HostFs {
     }
 
     fn fd(&self, node: NodeId) -> Result<Arc<OwnedFd>> {
-        self.nodes
-            .read()
-            .by_id
-            .get(&node.0)
-            .map(|n| n.fd.clone())
-            .ok_or(Errno::ESTALE)
+        match self.table.fd(node) {
+            // A rename through us may have moved a name of the chain
+            // while it was being opened: once more, with the new names.
+            Err(Errno::ESTALE) => self.table.fd(node),
+            r => r,
+        }
     }
 
-    /// Register a freshly opened `O_PATH` descriptor as a node (or count one
-    /// more lookup of the node it already is).
-    fn register(&self, fd: OwnedFd) -> Result<Entry> {
-        let attr = sys::statx(fd.as_fd())?;
-        let key = (sys::dev_of(fd.as_fd())?, attr.ino);
-        let mut nodes = self.nodes.write();
-        if let Some(&id) = nodes.by_key.get(&key) {
-            if let Some(n) = nodes.by_id.get_mut(&id) {
+    /// Register a freshly opened `O_PATH` descriptor of `name` in `parent`
+    /// as a node (or count one more lookup of the node it already is, now
+    /// remembered at this place).
+    fn register(&self, parent: NodeId, name: &[u8], fd: OwnedFd) -> Result<Entry> {
+        let (attr, key, born) = sys::identify(fd.as_fd())?;
+        let mut nodes = self.table.nodes.write();
+        // A node of the same key born at another time was a file since
+        // removed whose inode number was reused: this is a new file.
+        let existing = nodes
+            .by_key
+            .get(&key)
+            .copied()
+            .filter(|id| nodes.by_id.get(id).is_some_and(|n| n.born == born));
+        let id = match existing.and_then(|id| Some((id, nodes.by_id.get_mut(&id)?))) {
+            Some((id, n)) => {
                 n.lookups += 1;
+                if id != ROOT && (n.parent != parent.0 || *n.name != *name) {
+                    n.parent = parent.0;
+                    n.name = name.into();
+                }
+                drop(nodes);
+                self.table.insert(id, fd);
                 return Ok(Entry {
                     node: NodeId(id),
                     attr,
                 });
             }
-        }
-        let id = nodes.next;
-        nodes.next += 1;
-        let fd = Arc::new(fd);
-        nodes.by_id.insert(
-            id,
-            HostNode {
-                fd: fd.clone(),
-                key,
-                lookups: 1,
-                is_dir: attr.is_dir(),
-            },
-        );
-        nodes.by_key.insert(key, id);
+            None => {
+                let id = nodes.next;
+                nodes.next += 1;
+                nodes.by_id.insert(
+                    id,
+                    HostNode {
+                        key,
+                        born,
+                        lookups: 1,
+                        is_dir: attr.is_dir(),
+                        parent: parent.0,
+                        name: name.into(),
+                    },
+                );
+                nodes.by_key.insert(key, id);
+                id
+            }
+        };
         drop(nodes);
         // Watched before anyone above can cache a name in it.
         if attr.is_dir() {
@@ -150,10 +152,32 @@ impl HostFs {
                 w.add(&fd, key);
             }
         }
+        self.table.insert(id, fd);
         Ok(Entry {
             node: NodeId(id),
             attr,
         })
+    }
+
+    /// The file now at `name` in `dir` (whose descriptor is `dfd`) got
+    /// there by a rename: remember it there.
+    fn moved(&self, dir: NodeId, dfd: &OwnedFd, name: &[u8]) {
+        let Ok(key) = sys::fstatat_nofollow(dfd.as_fd(), name) else {
+            return;
+        };
+        let mut nodes = self.table.nodes.write();
+        let Some(&id) = nodes.by_key.get(&key) else {
+            return;
+        };
+        if let Some(n) = nodes.by_id.get_mut(&id).filter(|_| id != ROOT) {
+            n.parent = dir.0;
+            n.name = name.into();
+        }
+    }
+
+    /// Counters of the descriptor cache.
+    pub fn fd_stats(&self) -> FdStats {
+        self.table.stats()
     }
 
     /// Re-open a held node for I/O, refusing anything but regular files and
@@ -213,9 +237,9 @@ impl HostFs {
         // Held across the scan of existing directories, so that one
         // registered meanwhile waits and is then covered too.
         let mut slot = self.watcher.lock();
-        let w = watch::Watcher::new(source, sink, self.nodes.clone(), self.proc_fd.clone())?;
-        if let Some(root) = self.nodes.read().by_id.get(&ROOT) {
-            tracing::info!("watching for changes with {}", w.source_of(root.key.0));
+        let w = watch::Watcher::new(source, sink, self.table.clone(), self.proc_fd.clone())?;
+        if let Some(key) = self.table.root_key() {
+            tracing::info!("watching for changes with {}", w.source_of(key.0));
         }
         *slot = Some(w);
         Ok(())
@@ -224,14 +248,15 @@ impl HostFs {
     /// What watches the export's root: "fanotify" or "inotify" (`None`
     /// before [`FileSystem::watch_changes`]).
     pub fn watch_source(&self) -> Option<&'static str> {
-        let dev = self.nodes.read().by_id.get(&ROOT)?.key.0;
+        let dev = self.table.root_key()?.0;
         Some(self.watcher.lock().as_ref()?.source_of(dev))
     }
+}
 
-    fn lookup_fd(&self, dir: BorrowedFd, name: &[u8]) -> Result<OwnedFd> {
-        check_name(name)?;
-        sys::openat2(dir, name, LOOKUP_FLAGS, 0, RESOLVE)
-    }
+/// Resolve one name in `dir`: never following a link, never leaving it.
+pub(crate) fn lookup_fd(dir: BorrowedFd, name: &[u8]) -> Result<OwnedFd> {
+    check_name(name)?;
+    sys::openat2(dir, name, LOOKUP_FLAGS, 0, RESOLVE)
 }
 
 /// Names the vfs hands down are single components; refuse anything else
@@ -275,15 +300,15 @@ impl FileSystem for HostFs {
 
     fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Entry> {
         let dir = self.fd(parent)?;
-        let fd = self.lookup_fd(dir.as_fd(), name)?;
-        self.register(fd)
+        let fd = lookup_fd(dir.as_fd(), name)?;
+        self.register(parent, name, fd)
     }
 
     fn forget(&self, node: NodeId, count: u64) {
         if node.0 == ROOT {
             return;
         }
-        let mut nodes = self.nodes.write();
+        let mut nodes = self.table.nodes.write();
         let gone = match nodes.by_id.get_mut(&node.0) {
             Some(n) => {
                 n.lookups = n.lookups.saturating_sub(count);
@@ -293,7 +318,12 @@ impl FileSystem for HostFs {
         };
         if let Some(key) = gone {
             nodes.by_id.remove(&node.0);
-            nodes.by_key.remove(&key);
+            // A newer file reusing the inode number may own the key now.
+            if nodes.by_key.get(&key) == Some(&node.0) {
+                nodes.by_key.remove(&key);
+            }
+            drop(nodes);
+            self.table.drop_fd(node.0);
         }
     }
 
@@ -368,7 +398,7 @@ impl FileSystem for HostFs {
             0,
         )?;
         self.settle_new(&path, Some(mode & 0o7777), owner)?;
-        let entry = self.register(path)?;
+        let entry = self.register(parent, name, path)?;
         Ok((entry, self.new_handle(file)))
     }
 
@@ -388,18 +418,18 @@ impl FileSystem for HostFs {
         check_name(name)?;
         let dir = self.fd(parent)?;
         sys::mkdirat(dir.as_fd(), name, mode & 0o7777)?;
-        let fd = self.lookup_fd(dir.as_fd(), name)?;
+        let fd = lookup_fd(dir.as_fd(), name)?;
         self.settle_new(&fd, Some(mode & 0o7777), owner)?;
-        self.register(fd)
+        self.register(parent, name, fd)
     }
 
     fn symlink(&self, parent: NodeId, name: &[u8], target: &[u8], owner: Owner) -> Result<Entry> {
         check_name(name)?;
         let dir = self.fd(parent)?;
         sys::symlinkat(target, dir.as_fd(), name)?;
-        let fd = self.lookup_fd(dir.as_fd(), name)?;
+        let fd = lookup_fd(dir.as_fd(), name)?;
         self.settle_new(&fd, None, owner)?;
-        self.register(fd)
+        self.register(parent, name, fd)
     }
 
     fn link(&self, node: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {
@@ -421,8 +451,8 @@ impl FileSystem for HostFs {
             }
             r => r?,
         }
-        let new = self.lookup_fd(dir.as_fd(), newname)?;
-        self.register(new)
+        let new = lookup_fd(dir.as_fd(), newname)?;
+        self.register(newparent, newname, new)
     }
 
     fn unlink(&self, parent: NodeId, name: &[u8]) -> Result<()> {
@@ -446,7 +476,13 @@ impl FileSystem for HostFs {
         check_name(name)?;
         check_name(newname)?;
         let (od, nd) = (self.fd(parent)?, self.fd(newparent)?);
-        sys::renameat2(od.as_fd(), name, nd.as_fd(), newname, flags)
+        sys::renameat2(od.as_fd(), name, nd.as_fd(), newname, flags)?;
+        // The moved files are found by their new names from now on.
+        self.moved(newparent, &nd, newname);
+        if flags & walkfs_fsapi::RENAME_EXCHANGE != 0 {
+            self.moved(parent, &od, name);
+        }
+        Ok(())
     }
 
     fn readdir(&self, node: NodeId) -> Result<Vec<DirEntry>> {
@@ -626,5 +662,63 @@ mod tests {
         assert_eq!(fs.read(e.node, fh, 0, &mut buf).unwrap(), 3);
         assert_eq!(&buf, b"abc");
         fs.release(e.node, fh);
+    }
+
+    #[test]
+    fn descriptors_stay_bounded_and_nodes_are_found_again_by_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        for d in 0..4 {
+            std::fs::create_dir(tmp.path().join(format!("d{d}"))).unwrap();
+            for f in 0..50 {
+                std::fs::write(tmp.path().join(format!("d{d}/f{f}")), [d as u8; 3]).unwrap();
+            }
+        }
+        let fs = HostFs::with_cached_fds(tmp.path(), 8).unwrap();
+        let mut files = Vec::new();
+        for d in 0..4 {
+            let dir = fs.lookup(fs.root(), format!("d{d}").as_bytes()).unwrap();
+            for f in 0..50 {
+                let e = fs.lookup(dir.node, format!("f{f}").as_bytes()).unwrap();
+                files.push((dir.node, f, e));
+            }
+        }
+        let st = fs.fd_stats();
+        assert!(st.cached <= 8, "{st:?}");
+        assert!(st.evicted > 150, "{st:?}");
+        // Every node answers, reopened by name where its descriptor went.
+        for (_, _, e) in &files {
+            assert_eq!(fs.getattr(e.node).unwrap().ino, e.attr.ino);
+        }
+        assert!(fs.fd_stats().reopens > 100);
+        assert!(fs.fd_stats().cached <= 8);
+        // Renamed through the backend: still the same node, found at its
+        // new place once its descriptor is gone.
+        let (dir, _, moved) = files[0];
+        fs.rename(dir, b"f0", fs.root(), b"top", 0).unwrap();
+        for (_, _, e) in &files[100..] {
+            fs.getattr(e.node).unwrap();
+        }
+        assert_eq!(fs.getattr(moved.node).unwrap().ino, moved.attr.ino);
+        // Replaced on the host behind our back: ESTALE, never the newcomer.
+        let (_, _, e1) = files[1];
+        std::fs::remove_file(tmp.path().join("d0/f1")).unwrap();
+        std::fs::write(tmp.path().join("d0/f1"), b"other").unwrap();
+        for (_, _, e) in &files[100..] {
+            fs.getattr(e.node).unwrap();
+        }
+        assert_eq!(fs.getattr(e1.node), Err(Errno::ESTALE));
+        // A whole directory renamed on the host: its files are stale
+        // once their descriptors are gone...
+        std::fs::rename(tmp.path().join("d3"), tmp.path().join("d3-moved")).unwrap();
+        for (_, _, e) in &files[..100] {
+            let _ = fs.getattr(e.node);
+        }
+        let (_, _, e3) = files[199];
+        assert_eq!(fs.getattr(e3.node), Err(Errno::ESTALE));
+        // ...and found again by a fresh lookup of the new name.
+        let d3 = fs.lookup(fs.root(), b"d3-moved").unwrap();
+        let again = fs.lookup(d3.node, b"f49").unwrap();
+        assert_eq!(again.node, e3.node);
+        assert_eq!(fs.getattr(e3.node).unwrap().ino, e3.attr.ino);
     }
 }

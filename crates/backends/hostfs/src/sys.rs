@@ -62,6 +62,13 @@ pub fn fd_name(fd: RawFd) -> Vec<u8> {
 }
 
 pub fn statx(fd: BorrowedFd) -> Result<Attr> {
+    Ok(identify(fd)?.0)
+}
+
+/// Attributes, the (device, inode) key and the birth time in ns (0 when
+/// the file system keeps none) of `fd`, in one call: the birth time tells
+/// a file from a later one that reuses its inode number.
+pub fn identify(fd: BorrowedFd) -> Result<(Attr, (u64, u64), i64)> {
     // SAFETY: an all-zero statx is a valid value of this plain C struct.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: the path is a valid empty C string, `st` is writable.
@@ -70,7 +77,7 @@ pub fn statx(fd: BorrowedFd) -> Result<Attr> {
             fd.as_raw_fd(),
             c"".as_ptr(),
             libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-            libc::STATX_BASIC_STATS,
+            libc::STATX_BASIC_STATS | libc::STATX_BTIME,
             &mut st,
         )
     };
@@ -79,7 +86,7 @@ pub fn statx(fd: BorrowedFd) -> Result<Attr> {
         sec: t.tv_sec,
         nsec: t.tv_nsec,
     };
-    Ok(Attr {
+    let attr = Attr {
         ino: st.stx_ino,
         mode: st.stx_mode as u32,
         nlink: st.stx_nlink,
@@ -92,25 +99,14 @@ pub fn statx(fd: BorrowedFd) -> Result<Attr> {
         mtime: ts(st.stx_mtime),
         ctime: ts(st.stx_ctime),
         has_acl: false,
-    })
-}
-
-/// The device of `fd`, to key nodes by (dev, ino).
-pub fn dev_of(fd: BorrowedFd) -> Result<u64> {
-    // SAFETY: as in `statx`.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: as in `statx`.
-    let r = unsafe {
-        libc::statx(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-            0,
-            &mut st,
-        )
     };
-    Errno::result(r)?;
-    Ok(libc::makedev(st.stx_dev_major, st.stx_dev_minor))
+    let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
+    let born = if st.stx_mask & libc::STATX_BTIME != 0 {
+        ts(st.stx_btime).as_nanos()
+    } else {
+        0
+    };
+    Ok((attr, (dev, st.stx_ino), born))
 }
 
 pub fn readlinkat_empty(fd: BorrowedFd) -> Result<Vec<u8>> {

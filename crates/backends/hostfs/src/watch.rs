@@ -29,11 +29,11 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use walkfs_fsapi::{Change, ChangeSink, Errno, NodeId, Result};
 
 use crate::sys;
-use crate::Nodes;
+use crate::table::Table;
 
 /// Which source to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,7 +98,7 @@ pub(crate) struct Watcher {
     degraded: AtomicBool,
     started: AtomicBool,
     sink: Arc<dyn ChangeSink>,
-    nodes: Arc<RwLock<Nodes>>,
+    table: Arc<Table>,
     proc_fd: Arc<OwnedFd>,
 }
 
@@ -106,7 +106,7 @@ impl Watcher {
     pub fn new(
         source: WatchSource,
         sink: Arc<dyn ChangeSink>,
-        nodes: Arc<RwLock<Nodes>>,
+        table: Arc<Table>,
         proc_fd: Arc<OwnedFd>,
     ) -> Result<Arc<Watcher>> {
         let fan = match source {
@@ -126,19 +126,24 @@ impl Watcher {
             degraded: AtomicBool::new(false),
             started: AtomicBool::new(false),
             sink,
-            nodes,
+            table,
             proc_fd,
         });
-        let dirs: Vec<(Arc<OwnedFd>, (u64, u64))> = w
+        let dirs: Vec<(u64, (u64, u64))> = w
+            .table
             .nodes
             .read()
             .by_id
-            .values()
-            .filter(|n| n.is_dir)
-            .map(|n| (n.fd.clone(), n.key))
+            .iter()
+            .filter(|(_, n)| n.is_dir)
+            .map(|(&id, n)| (id, n.key))
             .collect();
-        for (fd, key) in dirs {
-            w.add(&fd, key);
+        for (id, key) in dirs {
+            // A directory that can no longer be opened by its name went:
+            // nothing to watch there.
+            if let Ok(fd) = w.table.fd(NodeId(id)) {
+                w.add(&fd, key);
+            }
         }
         Ok(w)
     }
@@ -370,8 +375,14 @@ impl Watcher {
     /// An event on `name` in the directory `dir` (or on the directory
     /// itself when `name` is empty).
     fn dir_event(&self, dir: (u64, u64), kind: Kind, name: &[u8], out: &mut Batch) {
-        let nodes = self.nodes.read();
-        let node = nodes.by_key.get(&dir).copied().unwrap_or(0);
+        let node = self
+            .table
+            .nodes
+            .read()
+            .by_key
+            .get(&dir)
+            .copied()
+            .unwrap_or(0);
         if name.is_empty() {
             if let Kind::Data = kind {
                 out.push(Change::Inode {
@@ -393,13 +404,22 @@ impl Watcher {
         // Data or attributes of a child: name the inode (a hard link
         // elsewhere shares it). When it cannot be found any more, the name
         // changed too and an entry event follows; drop the name now anyway.
-        let child = nodes
-            .by_id
-            .get(&node)
-            .and_then(|d| sys::fstatat_nofollow(d.fd.as_fd(), name).ok());
+        let child = self
+            .table
+            .fd(NodeId(node))
+            .ok()
+            .and_then(|d| sys::fstatat_nofollow(d.as_fd(), name).ok());
         match child {
             Some((dev, ino)) => out.push(Change::Inode {
-                node: NodeId(nodes.by_key.get(&(dev, ino)).copied().unwrap_or(0)),
+                node: NodeId(
+                    self.table
+                        .nodes
+                        .read()
+                        .by_key
+                        .get(&(dev, ino))
+                        .copied()
+                        .unwrap_or(0),
+                ),
                 ino,
             }),
             None => out.push(entry),

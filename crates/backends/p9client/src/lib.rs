@@ -2,18 +2,22 @@
 //! serve, diod, ...) as a [`FileSystem`], so the vfs and its caches sit on
 //! top of a remote tree.
 //!
-//! A node is a fid, walked once and kept until the vfs forgets the node
-//! (fids are reused instead of re-walking). Nodes are deduplicated by qid
-//! path, so hard links and repeated lookups share one fid. Where a call
+//! A node is a file the vfs holds, known by its qid path (so hard links
+//! and repeated lookups share one node). Nodes do not pin fids: a bounded
+//! set of recently used ones keep theirs and the rest are walked to again
+//! by name when needed (see nodes.rs), so a tree of any size costs the
+//! server a bounded number of fids per connection. Where a call
 //! needs a chain of requests that name the same new fid (walk + getattr,
 //! walk + open), the requests go out back to back in one write and cost
 //! one round trip; a server must handle a fid's requests in order, as
 //! `walkfs serve` does (it resolves fids in arrival order).
 
+mod nodes;
 mod notify;
 mod rpc;
 
-use std::collections::HashMap;
+use nodes::{Need, Nodes};
+
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -40,6 +44,9 @@ pub struct Config {
     /// Ask the server to report changes (the walkfs extension; see
     /// [`FileSystem::watch_changes`]).
     pub notify: bool,
+    /// Fids kept for cached nodes beyond those in use (open files and
+    /// calls in flight hold theirs as long as they need them).
+    pub node_fids: usize,
 }
 
 impl Default for Config {
@@ -51,11 +58,15 @@ impl Default for Config {
             aname: String::new(),
             secret: None,
             notify: false,
+            node_fids: DEFAULT_NODE_FIDS,
         }
     }
 }
 
 pub(crate) const ROOT_FID: u32 = 0;
+/// Default of [`Config::node_fids`]: well under `walkfs serve`'s default
+/// per-connection limit (16,384), leaving room for open files.
+pub const DEFAULT_NODE_FIDS: usize = 1024;
 /// The auth fid, clunked once attached.
 const AUTH_FID: u32 = u32::MAX - 1;
 
@@ -92,18 +103,11 @@ fn authenticate(rpc: &rpc::Rpc, cfg: &Config, secret: &[u8]) -> Result<u32> {
     Ok(AUTH_FID)
 }
 
-pub(crate) struct Nodes {
-    /// fid -> (qid path, references the vfs holds).
-    by_fid: HashMap<u32, (u64, u64)>,
-    /// qid path -> fid.
-    pub(crate) by_qid: HashMap<u64, u32>,
-}
-
 /// A 9P client mount.
 pub struct P9Fs {
     rpc: Arc<rpc::Rpc>,
     nodes: Arc<Mutex<Nodes>>,
-    /// The qid path of the root (it has no entry in `Nodes`).
+    /// The qid path of the root: its node id.
     root_ino: u64,
     /// The server agreed to report changes.
     notify: bool,
@@ -181,6 +185,17 @@ impl P9Fs {
         }
     }
 
+    /// [`P9Fs::own`] for a node just made (its fid pinned only when the
+    /// owner must change).
+    fn own_node(&self, node: NodeId, owner: Owner, attr: &mut Attr) {
+        if owner.uid == attr.uid || self.attach_uid != 0 {
+            return;
+        }
+        if let Ok(pin) = self.pin(node) {
+            self.own(pin.fid, owner, attr);
+        }
+    }
+
     /// Connect to `addr` (`unix:PATH` or `tcp:HOST:PORT`) and attach.
     pub fn connect(addr: &str, cfg: &Config) -> Result<P9Fs> {
         let a = Addr::parse(addr).ok_or(Errno::EINVAL)?;
@@ -216,10 +231,7 @@ impl P9Fs {
         let iounit = rpc.msize - IOHDRSZ;
         Ok(P9Fs {
             rpc,
-            nodes: Arc::new(Mutex::new(Nodes {
-                by_fid: HashMap::new(),
-                by_qid: HashMap::new(),
-            })),
+            nodes: Arc::new(Mutex::new(Nodes::new(root_ino, ROOT_FID, cfg.node_fids))),
             root_ino,
             notify,
             next_fid: AtomicU32::new(ROOT_FID + 1),
@@ -272,25 +284,117 @@ impl P9Fs {
         e
     }
 
-    fn fid(node: NodeId) -> Result<u32> {
-        u32::try_from(node.0).map_err(|_| Errno::EBADF)
+    /// Pin `node`'s fid for the length of a call, walking to the node
+    /// again when its fid was released.
+    fn pin(&self, node: NodeId) -> Result<Pin<'_>> {
+        let need = self.nodes.lock().need(node.0).ok_or(Errno::ESTALE)?;
+        let (anc, from, names, ids) = match need {
+            Need::Held(fid) => {
+                return Ok(Pin {
+                    fs: self,
+                    id: node.0,
+                    fid,
+                })
+            }
+            Need::Walk {
+                anc,
+                from,
+                names,
+                ids,
+            } => (anc, from, names, ids),
+        };
+        let walked = {
+            let _anc = Pin {
+                fs: self,
+                id: anc,
+                fid: from,
+            };
+            self.walk_path(from, &names, &ids)?
+        };
+        let installed = self.nodes.lock().install(node.0, walked);
+        let Some((fid, surplus)) = installed else {
+            self.clunk(walked);
+            return Err(Errno::ESTALE);
+        };
+        if surplus {
+            self.clunk(walked);
+        }
+        let pin = Pin {
+            fs: self,
+            id: node.0,
+            fid,
+        };
+        self.trim();
+        Ok(pin)
     }
 
-    /// Record the node `fid` walked to; returns the node id to use (an
-    /// existing fid for the same file, the new one being clunked).
-    fn adopt(&self, fid: u32, attr: &Attr) -> NodeId {
-        let mut n = self.nodes.lock();
-        if let Some(&old) = n.by_qid.get(&attr.ino) {
-            if let Some(e) = n.by_fid.get_mut(&old) {
-                e.1 += 1;
-                drop(n);
-                self.clunk(fid);
-                return NodeId(old as u64);
+    /// Walk `names` from `from` to a new fid, checking that each step
+    /// lands on the file remembered (`ids`, qid paths): a name that went
+    /// or names another file now is `ESTALE`.
+    fn walk_path(&self, from: u32, names: &[Box<[u8]>], ids: &[u64]) -> Result<u32> {
+        let mut cur = from;
+        for (chunk, want) in names.chunks(p9::MAXWELEM).zip(ids.chunks(p9::MAXWELEM)) {
+            let refs: Vec<&[u8]> = chunk.iter().map(|n| &**n).collect();
+            let nf = self.alloc_fid();
+            let r = self.rpc.call(
+                Fcall::Twalk {
+                    fid: cur,
+                    newfid: nf,
+                    names: Names::new(&refs).unwrap_or_default(),
+                },
+                |r| match r {
+                    Fcall::Rwalk { qids } => {
+                        let got = qids.as_slice();
+                        let whole = got.len() == want.len();
+                        let same = got.iter().zip(want).all(|(q, &id)| q.path == id);
+                        Ok((whole, same))
+                    }
+                    r => Err(err_of(&r)),
+                },
+            );
+            if cur != from {
+                self.clunk(cur);
+            }
+            match r {
+                Ok((true, true)) => cur = nf,
+                Ok((whole, _)) => return Err(self.abandon(nf, whole, Errno::ESTALE)),
+                Err(Errno::ENOENT) => return Err(self.abandon(nf, false, Errno::ESTALE)),
+                Err(e) => return Err(self.abandon(nf, false, e)),
             }
         }
-        n.by_qid.insert(attr.ino, fid);
-        n.by_fid.insert(fid, (attr.ino, 1));
-        NodeId(fid as u64)
+        Ok(cur)
+    }
+
+    /// Release fids past the bound.
+    fn trim(&self) {
+        let gone = self.nodes.lock().trim();
+        for fid in gone {
+            self.clunk(fid);
+        }
+    }
+
+    /// Record the node `fid` walked to (found as `name` in `parent`);
+    /// its id is its qid path.
+    fn adopt(&self, fid: u32, attr: &Attr, parent: NodeId, name: &[u8]) -> NodeId {
+        let surplus = self.nodes.lock().adopt(attr.ino, parent.0, name, fid);
+        match surplus {
+            Some(f) => self.clunk(f),
+            None => self.trim(),
+        }
+        NodeId(attr.ino)
+    }
+
+    /// Fids the node table holds now, its bound, fids released to keep
+    /// it, and walks made to get one back.
+    pub fn fid_stats(&self) -> FidStats {
+        let n = self.nodes.lock();
+        FidStats {
+            nodes: n.by_id.len() as u64,
+            held: n.held() as u64,
+            cap: n.cap() as u64,
+            released: n.released,
+            rewalks: n.rewalks,
+        }
     }
 
     /// Run a two-request chain whose second request uses the fid the
@@ -416,10 +520,11 @@ impl P9Fs {
         }
     }
 
-    fn entry_of(&self, parent: u32, name: &[u8]) -> Result<Entry> {
-        let (nf, attr) = self.walk_getattr(parent, one(name))?;
+    /// Look `name` up in `parent` (whose fid is `pfid`).
+    fn entry_of(&self, parent: NodeId, pfid: u32, name: &[u8]) -> Result<Entry> {
+        let (nf, attr) = self.walk_getattr(pfid, one(name))?;
         Ok(Entry {
-            node: self.adopt(nf, &attr),
+            node: self.adopt(nf, &attr, parent, name),
             attr,
         })
     }
@@ -447,6 +552,43 @@ impl P9Fs {
     }
 }
 
+/// A node's fid, held for one call (or an open file's life).
+struct Pin<'a> {
+    fs: &'a P9Fs,
+    id: u64,
+    fid: u32,
+}
+
+impl Pin<'_> {
+    /// Keep the fid pinned after this guard: an open file holds it until
+    /// [`FileSystem::release`].
+    fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Pin<'_> {
+    fn drop(&mut self) {
+        let gone = self.fs.nodes.lock().unpin(self.id);
+        if let Some(fid) = gone {
+            self.fs.clunk(fid);
+        }
+    }
+}
+
+/// The node table's use of fids (`walkfs stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FidStats {
+    /// Files the vfs holds.
+    pub nodes: u64,
+    /// Fids held for them now (besides the root), and the bound.
+    pub held: u64,
+    pub cap: u64,
+    /// Fids released to stay within the bound; walks to get one back.
+    pub released: u64,
+    pub rewalks: u64,
+}
+
 impl Drop for P9Fs {
     /// The notification thread holds the connection while it waits for
     /// a change: end the connection for it.
@@ -461,11 +603,12 @@ fn kind_of_dtype(t: u8) -> Option<FileType> {
 
 impl FileSystem for P9Fs {
     fn root(&self) -> NodeId {
-        NodeId(ROOT_FID as u64)
+        NodeId(self.root_ino)
     }
 
     fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Entry> {
-        self.entry_of(P9Fs::fid(parent)?, name)
+        let dir = self.pin(parent)?;
+        self.entry_of(parent, dir.fid, name)
     }
 
     /// Changes come from the server (walkfs serve's notification
@@ -483,33 +626,17 @@ impl FileSystem for P9Fs {
     }
 
     fn forget(&self, node: NodeId, count: u64) {
-        let Ok(fid) = P9Fs::fid(node) else { return };
-        if fid == ROOT_FID {
-            return;
-        }
-        let mut n = self.nodes.lock();
-        let gone = match n.by_fid.get_mut(&fid) {
-            Some(e) if e.1 <= count => Some(e.0),
-            Some(e) => {
-                e.1 -= count;
-                None
-            }
-            None => None,
-        };
-        if let Some(q) = gone {
-            n.by_fid.remove(&fid);
-            if n.by_qid.get(&q) == Some(&fid) {
-                n.by_qid.remove(&q);
-            }
-            drop(n);
+        let gone = self.nodes.lock().forget(node.0, count);
+        if let Some(fid) = gone {
             self.clunk(fid);
         }
     }
 
     fn getattr(&self, node: NodeId) -> Result<Attr> {
+        let pin = self.pin(node)?;
         self.rpc.call(
             Fcall::Tgetattr {
-                fid: P9Fs::fid(node)?,
+                fid: pin.fid,
                 request_mask: p9::GETATTR_BASIC,
             },
             |r| match r {
@@ -563,25 +690,29 @@ impl FileSystem for P9Fs {
                 }
             }
         }
-        let fid = P9Fs::fid(node)?;
-        self.simple(Fcall::Tsetattr { fid, attr: a })?;
+        let pin = self.pin(node)?;
+        self.simple(Fcall::Tsetattr {
+            fid: pin.fid,
+            attr: a,
+        })?;
         self.getattr(node)
     }
 
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
-        self.rpc.call(
-            Fcall::Treadlink {
-                fid: P9Fs::fid(node)?,
-            },
-            |r| match r {
+        let pin = self.pin(node)?;
+        self.rpc
+            .call(Fcall::Treadlink { fid: pin.fid }, |r| match r {
                 Fcall::Rreadlink { target } => Ok(target.0.to_vec()),
                 r => Err(err_of(&r)),
-            },
-        )
+            })
     }
 
+    /// The node keeps its fid while the file is open (an unlinked open
+    /// file cannot be walked to again).
     fn open(&self, node: NodeId, flags: OpenFlags) -> Result<FileHandle> {
-        let f = self.open_fid(P9Fs::fid(node)?, flags.0 as u32)?;
+        let pin = self.pin(node)?;
+        let f = self.open_fid(pin.fid, flags.0 as u32)?;
+        pin.keep();
         Ok(FileHandle(f as u64))
     }
 
@@ -593,7 +724,8 @@ impl FileSystem for P9Fs {
         owner: Owner,
         flags: OpenFlags,
     ) -> Result<(Entry, FileHandle)> {
-        let dir = P9Fs::fid(parent)?;
+        let pin = self.pin(parent)?;
+        let dir = pin.fid;
         let nf = self.clone_then(
             dir,
             |nf| Fcall::Tlcreate {
@@ -605,9 +737,17 @@ impl FileSystem for P9Fs {
             },
             |r| matches!(r, Fcall::Rlcreate { .. }),
         )?;
-        match self.entry_of(dir, name) {
+        match self.entry_of(parent, dir, name) {
             Ok(mut e) => {
                 self.own(nf, owner, &mut e.attr);
+                // Pinned while open, as in `open`.
+                match self.pin(e.node) {
+                    Ok(p) => p.keep(),
+                    Err(err) => {
+                        self.clunk(nf);
+                        return Err(err);
+                    }
+                }
                 Ok((e, FileHandle(nf as u64)))
             }
             Err(e) => {
@@ -669,54 +809,61 @@ impl FileSystem for P9Fs {
         Ok(done)
     }
 
-    fn release(&self, _node: NodeId, fh: FileHandle) {
+    fn release(&self, node: NodeId, fh: FileHandle) {
         if let Ok(fid) = u32::try_from(fh.0) {
             self.clunk(fid);
         }
+        // The pin `open` or `create` kept.
+        let gone = self.nodes.lock().unpin(node.0);
+        if let Some(fid) = gone {
+            self.clunk(fid);
+        }
+        self.trim();
     }
 
     fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, owner: Owner) -> Result<Entry> {
-        let dfid = P9Fs::fid(parent)?;
+        let dir = self.pin(parent)?;
         self.simple(Fcall::Tmkdir {
-            dfid,
+            dfid: dir.fid,
             name: Str(name),
             mode,
             gid: owner.gid,
         })?;
-        let mut e = self.entry_of(dfid, name)?;
-        self.own(P9Fs::fid(e.node)?, owner, &mut e.attr);
+        let mut e = self.entry_of(parent, dir.fid, name)?;
+        self.own_node(e.node, owner, &mut e.attr);
         Ok(e)
     }
 
     fn symlink(&self, parent: NodeId, name: &[u8], target: &[u8], owner: Owner) -> Result<Entry> {
-        let fid = P9Fs::fid(parent)?;
+        let dir = self.pin(parent)?;
         self.simple(Fcall::Tsymlink {
-            fid,
+            fid: dir.fid,
             name: Str(name),
             symtgt: Str(target),
             gid: owner.gid,
         })?;
-        let mut e = self.entry_of(fid, name)?;
-        self.own(P9Fs::fid(e.node)?, owner, &mut e.attr);
+        let mut e = self.entry_of(parent, dir.fid, name)?;
+        self.own_node(e.node, owner, &mut e.attr);
         Ok(e)
     }
 
     fn link(&self, node: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {
-        let dfid = P9Fs::fid(newparent)?;
+        let dir = self.pin(newparent)?;
+        let file = self.pin(node)?;
         self.simple(Fcall::Tlink {
-            dfid,
-            fid: P9Fs::fid(node)?,
+            dfid: dir.fid,
+            fid: file.fid,
             name: Str(newname),
         })?;
-        self.entry_of(dfid, newname)
+        self.entry_of(newparent, dir.fid, newname)
     }
 
     fn unlink(&self, parent: NodeId, name: &[u8]) -> Result<()> {
-        self.remove(P9Fs::fid(parent)?, name, 0)
+        self.remove(self.pin(parent)?.fid, name, 0)
     }
 
     fn rmdir(&self, parent: NodeId, name: &[u8]) -> Result<()> {
-        self.remove(P9Fs::fid(parent)?, name, p9::AT_REMOVEDIR)
+        self.remove(self.pin(parent)?.fid, name, p9::AT_REMOVEDIR)
     }
 
     fn rename(
@@ -727,7 +874,8 @@ impl FileSystem for P9Fs {
         newname: &[u8],
         flags: u32,
     ) -> Result<()> {
-        let (dir, newdir) = (P9Fs::fid(parent)?, P9Fs::fid(newparent)?);
+        let (dpin, npin) = (self.pin(parent)?, self.pin(newparent)?);
+        let (dir, newdir) = (dpin.fid, npin.fid);
         match flags {
             0 => {}
             // 9P2000.L's renames take no flags. RENAME_NOREPLACE is asked
@@ -743,7 +891,7 @@ impl FileSystem for P9Fs {
             // (Linux's 9p client refuses it too).
             _ => return Err(Errno::EINVAL),
         }
-        match self.simple(Fcall::Trenameat {
+        let r = match self.simple(Fcall::Trenameat {
             olddirfid: dir,
             oldname: Str(name),
             newdirfid: newdir,
@@ -762,11 +910,36 @@ impl FileSystem for P9Fs {
                 r
             }
             r => r,
+        };
+        r?;
+        // The moved file's node (if we hold one) is now found under the
+        // new name: learn which file that is, so a walk back to it (once
+        // its fid is released) takes the new path. The new fid is kept.
+        if let Ok((nf, attr)) = self.walk_getattr(newdir, one(newname)) {
+            let (kept, gone) = {
+                let mut n = self.nodes.lock();
+                if n.by_id.contains_key(&attr.ino) {
+                    n.moved(attr.ino, newparent.0, newname);
+                    let kept = matches!(n.install(attr.ino, nf), Some((_, false)));
+                    // `install` pinned it for us; this call is done with it.
+                    (kept, n.unpin(attr.ino))
+                } else {
+                    (false, None)
+                }
+            };
+            if !kept {
+                self.clunk(nf);
+            }
+            if let Some(f) = gone {
+                self.clunk(f);
+            }
+            self.trim();
         }
+        Ok(())
     }
 
     fn readdir(&self, node: NodeId) -> Result<Vec<DirEntry>> {
-        let fid = self.open_fid(P9Fs::fid(node)?, libc::O_RDONLY as u32)?;
+        let fid = self.open_fid(self.pin(node)?.fid, libc::O_RDONLY as u32)?;
         let mut out = Vec::new();
         let mut offset = 0u64;
         let r = loop {
@@ -810,7 +983,7 @@ impl FileSystem for P9Fs {
     fn statfs(&self, node: NodeId) -> Result<StatFs> {
         self.rpc.call(
             Fcall::Tstatfs {
-                fid: P9Fs::fid(node)?,
+                fid: self.pin(node)?.fid,
             },
             |r| match r {
                 Fcall::Rstatfs { st } => Ok(StatFs {

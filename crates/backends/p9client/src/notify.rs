@@ -102,10 +102,7 @@ pub(crate) fn start(
 /// holds no fid for concern nothing it caches).
 fn decode(buf: &[u8], nodes: &Nodes, root_ino: u64) -> Vec<Change> {
     let node = |ino: u64| -> Option<NodeId> {
-        if ino == root_ino {
-            return Some(NodeId(ROOT_FID as u64));
-        }
-        nodes.by_qid.get(&ino).map(|&f| NodeId(f as u64))
+        (ino == root_ino || nodes.by_id.contains_key(&ino)).then_some(NodeId(ino))
     };
     let mut out = Vec::new();
     for (kind, ino, name) in walkfs_p9::notify::decode(buf) {

@@ -1,0 +1,218 @@
+//! hostfs's node table: every host file the vfs holds, keyed by (device,
+//! inode number), with where it was last found, and a bounded cache of
+//! `O_PATH` descriptors for them.
+//!
+//! A node does not pin a descriptor: a tree of a million files must not
+//! need a million. The descriptors of recently used nodes are kept (up
+//! to `cap`, chosen by a clock, the second-chance approximation of LRU);
+//! any other node is opened again from its parent's descriptor by its
+//! remembered name, with the same `openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` step a lookup uses, so a
+//! reopen can never leave the export either. The file found must be the
+//! node's (device, inode): a name renamed, replaced or removed on the host
+//! meanwhile gives `ESTALE`, never another file.
+//!
+//! File handles (`open_by_handle_at`) would find a moved file too, but
+//! they need `CAP_DAC_READ_SEARCH`, open a file wherever it now is (also
+//! moved out of the export) and are refused by `walkfs serve`'s seccomp
+//! filter for that reason; names keep the confinement by construction.
+//!
+//! Invariants: the root's descriptor is held for ever, outside the cache;
+//! a descriptor handed out is an `Arc`, so evicting it from the cache
+//! while a call uses it closes it only when that call is done.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use walkfs_fsapi::clock::{Clock, Visit};
+use walkfs_fsapi::{Errno, NodeId, Result};
+
+use crate::sys;
+
+pub(crate) const ROOT: u64 = 1;
+
+pub(crate) struct HostNode {
+    pub key: (u64, u64),
+    /// Birth time (ns; 0 where not kept): with `key`, the file's identity.
+    pub born: i64,
+    pub lookups: u64,
+    pub is_dir: bool,
+    /// Where the node was last found: its parent's id and its name there.
+    pub parent: u64,
+    pub name: Box<[u8]>,
+}
+
+#[derive(Default)]
+pub(crate) struct Nodes {
+    pub by_id: HashMap<u64, HostNode>,
+    pub by_key: HashMap<(u64, u64), u64>,
+    pub next: u64,
+}
+
+struct FdCache {
+    fds: HashMap<u64, (Arc<OwnedFd>, bool)>,
+    clock: Clock,
+    cap: usize,
+}
+
+/// Counters of the descriptor cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FdStats {
+    /// Nodes known, descriptors cached now, and the bound.
+    pub nodes: u64,
+    pub cached: u64,
+    pub cap: u64,
+    /// Descriptors closed to stay within the bound; reopens by name.
+    pub evicted: u64,
+    pub reopens: u64,
+}
+
+pub(crate) struct Table {
+    pub nodes: RwLock<Nodes>,
+    fds: Mutex<FdCache>,
+    root: Arc<OwnedFd>,
+    evicted: AtomicU64,
+    reopens: AtomicU64,
+}
+
+/// Longest chain of uncached ancestors reopened for one call.
+const MAX_DEPTH: usize = 4096;
+
+impl Table {
+    pub fn new(root: OwnedFd, key: (u64, u64), born: i64, cap: usize) -> Table {
+        let mut nodes = Nodes {
+            next: ROOT + 1,
+            ..Nodes::default()
+        };
+        nodes.by_id.insert(
+            ROOT,
+            HostNode {
+                key,
+                born,
+                lookups: 1,
+                is_dir: true,
+                parent: ROOT,
+                name: Box::default(),
+            },
+        );
+        nodes.by_key.insert(key, ROOT);
+        Table {
+            nodes: RwLock::new(nodes),
+            fds: Mutex::new(FdCache {
+                fds: HashMap::new(),
+                clock: Clock::default(),
+                cap: cap.max(1),
+            }),
+            root: Arc::new(root),
+            evicted: AtomicU64::new(0),
+            reopens: AtomicU64::new(0),
+        }
+    }
+
+    pub fn root_key(&self) -> Option<(u64, u64)> {
+        self.nodes.read().by_id.get(&ROOT).map(|n| n.key)
+    }
+
+    /// An `O_PATH` descriptor of `node`: cached, or reopened by name from
+    /// the nearest ancestor whose descriptor is at hand.
+    pub fn fd(&self, node: NodeId) -> Result<Arc<OwnedFd>> {
+        if node.0 == ROOT {
+            return Ok(self.root.clone());
+        }
+        if let Some(fd) = self.cached(node.0) {
+            return Ok(fd);
+        }
+        // The chain of (id, name, key) from the node up to an ancestor
+        // with a descriptor.
+        let mut chain = Vec::new();
+        let mut base = None;
+        {
+            let nodes = self.nodes.read();
+            let mut cur = node.0;
+            while base.is_none() {
+                let n = nodes.by_id.get(&cur).ok_or(Errno::ESTALE)?;
+                if chain.len() >= MAX_DEPTH {
+                    return Err(Errno::ESTALE);
+                }
+                chain.push((cur, n.name.clone(), (n.key, n.born)));
+                cur = n.parent;
+                base = if cur == ROOT {
+                    Some(self.root.clone())
+                } else {
+                    self.cached(cur)
+                };
+            }
+        }
+        let mut dir = base.ok_or(Errno::ESTALE)?;
+        for (id, name, key) in chain.into_iter().rev() {
+            self.reopens.fetch_add(1, Relaxed);
+            let fd = crate::lookup_fd(dir.as_fd(), &name).map_err(|e| match e {
+                Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP => Errno::ESTALE,
+                e => e,
+            })?;
+            let (_, found, born) = sys::identify(fd.as_fd())?;
+            if (found, born) != key {
+                return Err(Errno::ESTALE);
+            }
+            dir = self.insert(id, fd);
+        }
+        Ok(dir)
+    }
+
+    fn cached(&self, id: u64) -> Option<Arc<OwnedFd>> {
+        let mut c = self.fds.lock();
+        let e = c.fds.get_mut(&id)?;
+        e.1 = true;
+        Some(e.0.clone())
+    }
+
+    /// Cache `fd` as `id`'s descriptor (a freshly looked-up node's, or a
+    /// reopened one's); returns the descriptor to use.
+    pub fn insert(&self, id: u64, fd: OwnedFd) -> Arc<OwnedFd> {
+        let fd = Arc::new(fd);
+        if id == ROOT {
+            return self.root.clone();
+        }
+        let mut c = self.fds.lock();
+        let c = &mut *c;
+        if c.fds.insert(id, (fd.clone(), true)).is_none() {
+            c.clock.push(id);
+        }
+        let fds = &mut c.fds;
+        let excess = fds.len().saturating_sub(c.cap);
+        let evicted = c.clock.sweep(excess, |id| match fds.get_mut(&id) {
+            None => Visit::Gone,
+            Some(e) if e.1 => {
+                e.1 = false;
+                Visit::Spare
+            }
+            Some(_) => {
+                fds.remove(&id);
+                Visit::Evict
+            }
+        });
+        self.evicted.fetch_add(evicted as u64, Relaxed);
+        let fds = &c.fds;
+        c.clock.compact(fds.len(), |id| fds.contains_key(&id));
+        fd
+    }
+
+    /// The node went: its descriptor too.
+    pub fn drop_fd(&self, id: u64) {
+        self.fds.lock().fds.remove(&id);
+    }
+
+    pub fn stats(&self) -> FdStats {
+        let c = self.fds.lock();
+        FdStats {
+            nodes: self.nodes.read().by_id.len() as u64,
+            cached: c.fds.len() as u64,
+            cap: c.cap as u64,
+            evicted: self.evicted.load(Relaxed),
+            reopens: self.reopens.load(Relaxed),
+        }
+    }
+}

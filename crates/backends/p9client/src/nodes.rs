@@ -1,0 +1,350 @@
+//! The client's node table: every file the vfs holds, by qid path, with
+//! the fid it holds (if any) and where it was last found.
+//!
+//! A node does not pin a fid. Fids are what a server pays for (state, and
+//! for a passthrough server a host descriptor), so only a bounded set of
+//! nodes keeps one: those in use right now (a call in flight, an open
+//! file) and the most recently used, up to `cap`, chosen by a clock (the
+//! second-chance approximation of LRU). A node whose fid was released is
+//! found again by walking its remembered names from the nearest ancestor
+//! that still holds a fid, and the qids the walk returns must be the ones
+//! remembered: a file renamed, replaced or removed meanwhile gives
+//! `ESTALE`, never another file.
+//!
+//! Invariants (under the table's mutex):
+//! - the root holds its fid for ever and is never on the clock;
+//! - `held` counts the other nodes whose `fid != NOFID`; each of them is
+//!   on the clock at least once (the clock may also hold ids of nodes that
+//!   since lost their fid or went: those are skipped);
+//! - a node with `busy > 0` keeps its fid and its entry (a forgotten busy
+//!   node goes when its last user unpins it).
+
+use std::collections::HashMap;
+
+use walkfs_fsapi::clock::{Clock, Visit};
+use walkfs_p9::NOFID;
+
+pub(crate) struct PNode {
+    /// References the vfs holds (lookups and creates not yet forgotten).
+    pub lookups: u64,
+    /// Where the node was last found: its parent's id and its name there.
+    pub parent: u64,
+    pub name: Box<[u8]>,
+    /// The fid it holds, or `NOFID`.
+    pub fid: u32,
+    /// Calls using `fid` now, plus open files of the node: while non-zero
+    /// the fid is not released.
+    pub busy: u32,
+    /// Used since the clock hand last passed it.
+    pub referenced: bool,
+}
+
+pub(crate) struct Nodes {
+    /// Node id (the qid path) -> node.
+    pub by_id: HashMap<u64, PNode>,
+    root: u64,
+    clock: Clock,
+    held: usize,
+    cap: usize,
+    /// Fids released to stay within `cap`, and re-walks done.
+    pub released: u64,
+    pub rewalks: u64,
+}
+
+/// How a node's fid is to be had.
+pub(crate) enum Need {
+    /// It holds one (now pinned).
+    Held(u32),
+    /// Walk `names` from `from` (an ancestor's fid, now pinned: unpin
+    /// `anc` after the walk); each walked qid must equal `ids` in order.
+    Walk {
+        anc: u64,
+        from: u32,
+        names: Vec<Box<[u8]>>,
+        ids: Vec<u64>,
+    },
+}
+
+/// Longest chain of released ancestors followed before giving up (a
+/// cycle cannot form through the vfs, which never makes a directory its
+/// own ancestor, but a remembered path may be older than a rename).
+const MAX_DEPTH: usize = 4096;
+
+impl Nodes {
+    pub fn new(root: u64, root_fid: u32, cap: usize) -> Nodes {
+        let mut by_id = HashMap::new();
+        by_id.insert(
+            root,
+            PNode {
+                lookups: u64::MAX / 2,
+                parent: root,
+                name: Box::default(),
+                fid: root_fid,
+                busy: 1,
+                referenced: true,
+            },
+        );
+        Nodes {
+            by_id,
+            root,
+            clock: Clock::default(),
+            held: 0,
+            cap: cap.max(1),
+            released: 0,
+            rewalks: 0,
+        }
+    }
+
+    /// Fids held for nodes other than the root.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// Pin `id`'s fid, or say how to walk to it.
+    pub fn need(&mut self, id: u64) -> Option<Need> {
+        let n = self.by_id.get_mut(&id)?;
+        if n.fid != NOFID {
+            n.busy += 1;
+            n.referenced = true;
+            return Some(Need::Held(n.fid));
+        }
+        let mut names = Vec::new();
+        let mut ids = Vec::new();
+        let mut cur = id;
+        loop {
+            let n = self.by_id.get(&cur)?;
+            if n.fid != NOFID {
+                break;
+            }
+            if names.len() >= MAX_DEPTH || cur == n.parent {
+                return None;
+            }
+            names.push(n.name.clone());
+            ids.push(cur);
+            cur = n.parent;
+        }
+        let anc = self.by_id.get_mut(&cur)?;
+        anc.busy += 1;
+        anc.referenced = true;
+        names.reverse();
+        ids.reverse();
+        self.rewalks += 1;
+        Some(Need::Walk {
+            anc: cur,
+            from: anc.fid,
+            names,
+            ids,
+        })
+    }
+
+    /// Give `id` the fid `fid` just walked to it, pinned; returns the fid
+    /// to use and whether `fid` is surplus (the node got one meanwhile)
+    /// and must be clunked. `None`: the node went meanwhile.
+    pub fn install(&mut self, id: u64, fid: u32) -> Option<(u32, bool)> {
+        let n = self.by_id.get_mut(&id)?;
+        n.busy += 1;
+        n.referenced = true;
+        if n.fid != NOFID {
+            return Some((n.fid, true));
+        }
+        n.fid = fid;
+        self.held += 1;
+        self.clock.push(id);
+        Some((fid, false))
+    }
+
+    /// One user of `id`'s fid is done. Returns a fid to clunk when the
+    /// node was forgotten while in use and this was its last user.
+    pub fn unpin(&mut self, id: u64) -> Option<u32> {
+        let n = self.by_id.get_mut(&id)?;
+        n.busy = n.busy.saturating_sub(1);
+        if n.busy == 0 && n.lookups == 0 {
+            return self.remove(id);
+        }
+        None
+    }
+
+    /// A lookup or create found `id` at `name` in `parent` with the new
+    /// fid `fid`: count the reference, remember the place, keep the fid
+    /// unless the node has one (then it is returned, to be clunked).
+    pub fn adopt(&mut self, id: u64, parent: u64, name: &[u8], fid: u32) -> Option<u32> {
+        if id == self.root {
+            return Some(fid);
+        }
+        match self.by_id.get_mut(&id) {
+            Some(n) => {
+                n.lookups += 1;
+                n.referenced = true;
+                n.parent = parent;
+                if *n.name != *name {
+                    n.name = name.into();
+                }
+                if n.fid != NOFID {
+                    return Some(fid);
+                }
+                n.fid = fid;
+            }
+            None => {
+                self.by_id.insert(
+                    id,
+                    PNode {
+                        lookups: 1,
+                        parent,
+                        name: name.into(),
+                        fid,
+                        busy: 0,
+                        referenced: true,
+                    },
+                );
+            }
+        }
+        self.held += 1;
+        self.clock.push(id);
+        None
+    }
+
+    /// `id` now lives at `name` in `parent` (a rename through us).
+    pub fn moved(&mut self, id: u64, parent: u64, name: &[u8]) {
+        if let Some(n) = self.by_id.get_mut(&id).filter(|_| id != self.root) {
+            n.parent = parent;
+            n.name = name.into();
+        }
+    }
+
+    /// The vfs drops `count` references; returns a fid to clunk when the
+    /// node goes.
+    pub fn forget(&mut self, id: u64, count: u64) -> Option<u32> {
+        if id == self.root {
+            return None;
+        }
+        let n = self.by_id.get_mut(&id)?;
+        n.lookups = n.lookups.saturating_sub(count);
+        if n.lookups > 0 || n.busy > 0 {
+            return None;
+        }
+        self.remove(id)
+    }
+
+    fn remove(&mut self, id: u64) -> Option<u32> {
+        let n = self.by_id.remove(&id)?;
+        if n.fid == NOFID {
+            return None;
+        }
+        self.held -= 1;
+        Some(n.fid)
+    }
+
+    /// Release fids of unused nodes until at most `cap` are held; the
+    /// fids to clunk (after the table's lock is dropped).
+    pub fn trim(&mut self) -> Vec<u32> {
+        let mut out = Vec::new();
+        let excess = self.held.saturating_sub(self.cap);
+        let by_id = &mut self.by_id;
+        let released = self.clock.sweep(excess, |id| match by_id.get_mut(&id) {
+            Some(n) if n.fid == NOFID => Visit::Gone,
+            None => Visit::Gone,
+            Some(n) if n.busy > 0 || n.referenced => {
+                n.referenced = false;
+                Visit::Spare
+            }
+            Some(n) => {
+                out.push(std::mem::replace(&mut n.fid, NOFID));
+                Visit::Evict
+            }
+        });
+        self.held -= released;
+        self.released += released as u64;
+        let by_id = &self.by_id;
+        self.clock.compact(self.held, |id| {
+            by_id.get(&id).is_some_and(|n| n.fid != NOFID)
+        });
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clock_keeps_busy_and_recent_fids_and_releases_the_rest() {
+        let mut n = Nodes::new(1, 0, 2);
+        assert_eq!(n.adopt(10, 1, b"a", 100), None);
+        assert_eq!(n.adopt(11, 10, b"b", 101), None);
+        assert_eq!(n.adopt(12, 11, b"c", 102), None);
+        assert_eq!(n.held(), 3);
+        // 12 is in use: it keeps its fid whatever the clock says.
+        assert!(matches!(n.need(12), Some(Need::Held(102))));
+        let gone = n.trim();
+        assert_eq!(gone.len(), 1);
+        assert_eq!(n.held(), 2);
+        assert_eq!(n.by_id[&12].fid, 102);
+        // A second lookup of a node with a fid hands the new fid back.
+        assert_eq!(n.adopt(12, 11, b"c", 103), Some(103));
+        assert_eq!(n.unpin(12), None);
+        // Release everything but one, then walk back to the deepest.
+        n.cap = 1;
+        n.trim();
+        n.trim();
+        let holder = n
+            .by_id
+            .iter()
+            .find(|(&id, p)| id != 1 && p.fid != NOFID)
+            .map(|(&id, _)| id);
+        assert_eq!(n.held(), 1);
+        if holder != Some(12) {
+            match n.need(12) {
+                Some(Need::Walk { names, ids, .. }) => {
+                    assert_eq!(ids.last(), Some(&12));
+                    assert_eq!(names.last().map(|b| &**b), Some(&b"c"[..]));
+                }
+                _ => panic!("expected a walk"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_node_forgotten_while_busy_goes_with_its_last_user() {
+        let mut n = Nodes::new(1, 0, 8);
+        n.adopt(10, 1, b"a", 100);
+        assert!(matches!(n.need(10), Some(Need::Held(100))));
+        assert_eq!(n.forget(10, 1), None);
+        assert!(n.by_id.contains_key(&10));
+        assert_eq!(n.unpin(10), Some(100));
+        assert!(!n.by_id.contains_key(&10));
+        assert_eq!(n.held(), 0);
+    }
+
+    #[test]
+    fn walks_start_at_the_nearest_ancestor_with_a_fid() {
+        let mut n = Nodes::new(1, 0, 8);
+        n.adopt(10, 1, b"d", 100);
+        n.adopt(11, 10, b"e", 101);
+        n.adopt(12, 11, b"f", 102);
+        // Release 11 and 12 by hand.
+        for id in [11, 12] {
+            let p = n.by_id.get_mut(&id).unwrap();
+            p.fid = NOFID;
+            n.held -= 1;
+        }
+        match n.need(12) {
+            Some(Need::Walk {
+                anc,
+                from,
+                names,
+                ids,
+            }) => {
+                assert_eq!((anc, from), (10, 100));
+                assert_eq!(ids, vec![11, 12]);
+                assert_eq!(names, vec![b"e"[..].into(), b"f"[..].into()]);
+            }
+            _ => panic!("expected a walk"),
+        }
+        assert_eq!(n.install(12, 200), Some((200, false)));
+        assert_eq!(n.held(), 2);
+    }
+}
