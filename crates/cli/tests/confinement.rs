@@ -138,10 +138,17 @@ fn the_sandboxed_server_sees_only_the_export() {
             .expect("serve"),
     );
     let pid = server.0.id();
+    // Confinement is a sequence (namespace, groups, capabilities,
+    // no-new-privs, seccomp last): wait for its last step before reading
+    // the result, or a loaded machine shows the state in between.
     wait_until("the server listens and confines itself", || {
         std::os::unix::net::UnixStream::connect(&sock).is_ok()
             && std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()
                 != std::fs::read_link("/proc/self/ns/mnt").ok()
+            && std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+                s.lines()
+                    .any(|l| l.split_whitespace().eq(["Seccomp:", "2"]))
+            })
     });
     let root = format!("/proc/{pid}/root");
     let mut names: Vec<_> = std::fs::read_dir(&root)

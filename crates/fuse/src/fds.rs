@@ -147,17 +147,21 @@ mod tests {
         for id in 0..3 {
             c.insert(id, Arc::new(id));
         }
-        // Used again: 0 survives the next two inserts, 1 and 2 go.
-        let held = c.get(1);
-        c.get(0);
+        // Everything is new (referenced): one full turn clears the bits,
+        // then the oldest goes.
+        let held = c.get(0);
         c.insert(3, Arc::new(3));
-        c.get(0);
+        assert_eq!(c.len(), 3);
+        assert!(c.get(0).is_none());
+        // Used since the last turn: 1 stays, 2 (not used) goes.
+        c.get(1);
         c.insert(4, Arc::new(4));
         assert_eq!(c.len(), 3);
-        assert!(c.get(0).is_some());
+        assert!(c.get(1).is_some());
+        assert!(c.get(2).is_none());
         // A value pushed out stays alive while someone holds it.
-        assert_eq!(held.as_deref(), Some(&1));
-        c.remove(0);
-        assert!(c.get(0).is_none());
+        assert_eq!(held.as_deref(), Some(&0));
+        c.remove(1);
+        assert!(c.get(1).is_none());
     }
 }

@@ -34,6 +34,7 @@ pub fn open_source(source: &str, opts: &MountOptions, direct: bool) -> Result<Vf
     // with the host by watching it (and telling the client).
     let served_opts = Options {
         coherent: opts.vfs.coherent,
+        host_fds: opts.vfs.host_fds,
         ..Options::default()
     };
     let served = Vfs::open_source(source, &served_opts).map_err(|e| format!("{source}: {e}"))?;

@@ -155,7 +155,10 @@ impl Vfs {
         if source == "mem:" || source.starts_with("unix:") || source.starts_with("tcp:") {
             return Vfs::open_source(source, opts);
         }
-        let fs = Arc::new(walkfs_hostfs::HostFs::new(std::path::Path::new(source))?);
+        let fs = Arc::new(walkfs_hostfs::HostFs::with_cached_fds(
+            std::path::Path::new(source),
+            opts.host_fds as usize,
+        )?);
         Vfs::build(fs, opts, false)
     }
 
@@ -281,7 +284,10 @@ impl Vfs {
             let a = walkfs_p9::Addr::parse(source).ok_or(Errno::EINVAL)?;
             return Vfs::open_9p(a.connect().map_err(Errno::from)?, opts);
         } else {
-            Arc::new(walkfs_hostfs::HostFs::new(std::path::Path::new(source))?)
+            Arc::new(walkfs_hostfs::HostFs::with_cached_fds(
+                std::path::Path::new(source),
+                opts.host_fds as usize,
+            )?)
         };
         Vfs::new(fs, opts)
     }
@@ -392,6 +398,7 @@ impl Vfs {
                 .map_or(walkfs_p9client::DEFAULT_NODE_FIDS as u32, |f| {
                     f.fid_stats().cap as u32
                 }),
+            host_fds: walkfs_hostfs::DEFAULT_CACHED_FDS as u32,
         }
     }
 

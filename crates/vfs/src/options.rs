@@ -50,6 +50,9 @@ pub struct Options {
     /// For a 9P source: fids kept for cached files beyond those in use
     /// (the rest are walked to again by name when needed).
     pub fids: u32,
+    /// For a host directory: `O_PATH` descriptors kept for files not in
+    /// use (the rest are opened again by name when needed).
+    pub host_fds: u32,
 }
 
 impl Default for Options {
@@ -70,6 +73,7 @@ impl Default for Options {
             aname: String::new(),
             secret_file: None,
             fids: walkfs_p9client::DEFAULT_NODE_FIDS as u32,
+            host_fds: walkfs_hostfs::DEFAULT_CACHED_FDS as u32,
         }
     }
 }
@@ -134,6 +138,12 @@ impl Options {
                 }
             }
             "aname" => self.aname = value.to_string(),
+            "host_fds" => {
+                self.host_fds = u32::try_from(num(value)?)
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .ok_or(Errno::EINVAL)?
+            }
             "fids" => {
                 self.fids = u32::try_from(num(value)?)
                     .ok()
