@@ -51,6 +51,9 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 const STALL: Duration = Duration::from_secs(60);
 /// The goal for daemon + server memory per cached file.
 const TARGET_BYTES_PER_FILE: f64 = 300.0;
+/// In the error of a command that ran out of time (a walkfs stack that
+/// let one step run out is not given the next ones).
+const TIMED_OUT: &str = "not done";
 /// How many problems of a kind are kept as examples.
 const KEEP_PROBLEMS: usize = 5;
 
@@ -689,7 +692,7 @@ fn run_cmd(
     let err = err.and_then(|t| t.join().ok()).unwrap_or_default();
     if timed_out {
         return Err(format!(
-            "{label}: not done after {:.0} s; killed{}",
+            "{label}: {TIMED_OUT} after {:.0} s; killed{}",
             limit.as_secs_f64(),
             if killed_walkfs {
                 " (it did not die: walkfs was killed too)"
@@ -1088,9 +1091,14 @@ fn kernel_run(
                 out.insert(step.into(), (None, None));
             }
         }
+        let timed_out = row.error.as_deref().is_some_and(|e| e.contains(TIMED_OUT));
         res.rows.push(row);
         if let Some(s) = stack.as_mut() {
-            dead = s.broken();
+            dead = s.broken().or_else(|| {
+                // Alive but not answering in time: each further step
+                // would only wait out its own limit.
+                timed_out.then(|| format!("{step} ran out of time"))
+            });
         }
     }
     if let Some(s) = stack.take() {
@@ -1321,11 +1329,15 @@ fn synthetic(opts: &ScaleOpts, res: &mut ScaleResult) -> Result<(), String> {
                 res.fail(format!("synthetic find on {fs}: {e}"));
             }
         }
+        let timed_out = row.error.as_deref().is_some_and(|e| e.contains(TIMED_OUT));
         res.rows.push(row);
         // lstat of every file, here, checked against the native answers.
         let mut row = Row::new("synthetic", "stat-all", fs);
         row.files = Some(n);
-        let dead = stack.as_mut().and_then(Stack::broken);
+        let dead = stack.as_mut().and_then(|s| {
+            s.broken()
+                .or_else(|| timed_out.then(|| "find ran out of time".to_string()))
+        });
         if let Some(why) = &dead {
             row.ok = false;
             row.error = Some(format!("not run: {why}"));

@@ -369,6 +369,8 @@ impl Vfs {
     /// The current options.
     pub fn options(&self) -> Options {
         let sw = &self.inner.sw;
+        // Taken once: the lock is not reentrant.
+        let p9 = self.inner.p9.lock().clone();
         Options {
             fastpath: sw.fastpath.load(Ordering::Relaxed),
             fastperm: sw.fastperm.load(Ordering::Relaxed),
@@ -382,18 +384,10 @@ impl Vfs {
             cache_none: sw.revalidate.load(Ordering::Relaxed)
                 && !self.inner.degraded.load(Ordering::Relaxed),
             coherent: self.inner.coherent,
-            msize: self
-                .inner
-                .p9
-                .lock()
-                .as_ref()
-                .map_or(512 * 1024, |f| f.msize()),
+            msize: p9.as_ref().map_or(512 * 1024, |f| f.msize()),
             aname: String::new(),
             secret_file: None,
-            fids: self
-                .inner
-                .p9
-                .lock()
+            fids: p9
                 .as_ref()
                 .map_or(walkfs_p9client::DEFAULT_NODE_FIDS as u32, |f| {
                     f.fid_stats().cap as u32

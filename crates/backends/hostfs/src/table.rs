@@ -206,9 +206,11 @@ impl Table {
     }
 
     pub fn stats(&self) -> FdStats {
+        // Nodes before descriptors: `fd` takes them in that order.
+        let nodes = self.nodes.read().by_id.len() as u64;
         let c = self.fds.lock();
         FdStats {
-            nodes: self.nodes.read().by_id.len() as u64,
+            nodes,
             cached: c.fds.len() as u64,
             cap: c.cap as u64,
             evicted: self.evicted.load(Relaxed),
