@@ -53,7 +53,7 @@ const STALL: Duration = Duration::from_secs(60);
 const TARGET_BYTES_PER_FILE: f64 = 300.0;
 /// In the error of a command that ran out of time (a walkfs stack that
 /// let one step run out is not given the next ones).
-const TIMED_OUT: &str = "not done";
+const TIMED_OUT: &str = "ran out of its time limit";
 /// How many problems of a kind are kept as examples.
 const KEEP_PROBLEMS: usize = 5;
 
@@ -454,6 +454,7 @@ fn log_tail(log: &Path) -> String {
 /// MNT` (default options): unmounted and killed when dropped.
 struct Stack {
     mnt: PathBuf,
+    sock: PathBuf,
     log: PathBuf,
     /// The mount runs in the foreground, as a child of this process: its
     /// pid is the daemon's (a background mount forks away from it).
@@ -483,6 +484,7 @@ impl Stack {
             .map_err(|e| format!("start walkfs mount: {e}"))?;
         let mut stack = Stack {
             mnt,
+            sock,
             log,
             daemon: KillOnDrop(child),
             server,
@@ -532,8 +534,10 @@ impl Stack {
 impl Drop for Stack {
     fn drop(&mut self) {
         // Unmounted first, so the daemon ends by itself; then the fields
-        // drop: the daemon and the server are killed and reaped.
+        // drop: the daemon and the server are killed and reaped (a
+        // killed server leaves its socket file behind).
         unmount(&self.mnt);
+        let _ = std::fs::remove_file(&self.sock);
     }
 }
 
@@ -692,7 +696,7 @@ fn run_cmd(
     let err = err.and_then(|t| t.join().ok()).unwrap_or_default();
     if timed_out {
         return Err(format!(
-            "{label}: {TIMED_OUT} after {:.0} s; killed{}",
+            "{label}: {TIMED_OUT} ({:.0} s); killed{}",
             limit.as_secs_f64(),
             if killed_walkfs {
                 " (it did not die: walkfs was killed too)"
@@ -1590,6 +1594,7 @@ fn clients(opts: &ScaleOpts, res: &mut ScaleResult) -> Result<(), String> {
     res.rows.push(row);
     drop(sampler);
     drop(server);
+    let _ = std::fs::remove_file(&sock);
     Ok(())
 }
 

@@ -458,8 +458,11 @@ fn run(cmd: Cmd) -> Result<(), String> {
                      unix socket."
                 ));
             }
-            let opts = Options::parse(&format!("cache=coherent,{options}"))
-                .map_err(|e| format!("bad options {options:?}: {e}"))?;
+            let opts = Options::parse(&format!(
+                "cache=coherent,max_dentries={},{options}",
+                walkfs_server::SERVE_DENTRIES
+            ))
+            .map_err(|e| format!("bad options {options:?}: {e}"))?;
             // Watching is set up now (fanotify needs the privileges the
             // sandbox drops) and started once confined (threads started
             // before would escape the sandbox).

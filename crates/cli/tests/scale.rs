@@ -27,7 +27,7 @@ fn make_tree(root: &Path, dirs: usize) {
         std::fs::create_dir(&dir).expect("mkdir");
         for f in 0..PER_DIR {
             let p = dir.join(format!("f{f}"));
-            let body = if f % 97 == 0 {
+            let body = if f.is_multiple_of(97) {
                 format!("d{d}/f{f}")
             } else {
                 String::new()
@@ -38,7 +38,7 @@ fn make_tree(root: &Path, dirs: usize) {
 }
 
 fn expected_size(d: usize, f: usize) -> u64 {
-    if f % 97 == 0 {
+    if f.is_multiple_of(97) {
         format!("d{d}/f{f}").len() as u64
     } else {
         0

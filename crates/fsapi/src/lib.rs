@@ -15,7 +15,10 @@ use std::fmt;
 
 pub mod clock;
 mod errno;
+pub mod keyindex;
+mod name;
 pub use errno::Errno;
+pub use name::Name;
 
 /// Result of every fallible walkfs operation.
 pub type Result<T> = std::result::Result<T, Errno>;

@@ -57,11 +57,7 @@ impl KernelCache {
         }
         match nodes.by_id.get(&ino) {
             Some(n) if n.key.1 == ino => Some(ino),
-            _ => nodes
-                .by_key
-                .iter()
-                .find(|(k, _)| k.1 == ino)
-                .map(|(_, &id)| id),
+            _ => nodes.keys.exception_of_ino(ino),
         }
     }
 

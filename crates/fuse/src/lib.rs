@@ -66,15 +66,24 @@ struct Node {
     key: (u64, u64),
     /// Where it was last found: the parent node and the name there.
     parent: u64,
-    name: Box<[u8]>,
+    name: walkfs_fsapi::Name,
 }
 
 #[derive(Default)]
 pub(crate) struct Nodes {
     by_id: HashMap<u64, Node>,
-    by_key: HashMap<(u64, u64), u64>,
+    /// (device, inode) -> node id, for the nodes whose id is not their
+    /// inode number.
+    keys: walkfs_fsapi::keyindex::KeyIndex,
     /// The root's inode number (its node id is FUSE's root id).
     root_ino: u64,
+}
+
+impl Nodes {
+    /// The node of (device, inode) `key`.
+    fn find(&self, key: (u64, u64)) -> Option<u64> {
+        self.keys.find(key, |id| self.by_id.get(&id).map(|n| n.key))
+    }
 }
 
 /// A node's own open files: (read-only, read-write).
@@ -229,10 +238,10 @@ impl WalkFuse {
                 nlookup: 1,
                 key: key_of(&x),
                 parent: INodeNo::ROOT.0,
-                name: Box::default(),
+                name: walkfs_fsapi::Name::default(),
             },
         );
-        nodes.by_key.insert(key_of(&x), INodeNo::ROOT.0);
+        nodes.keys.insert(key_of(&x), INodeNo::ROOT.0);
         nodes.root_ino = x.stx_ino;
         let nodes = Arc::new(RwLock::new(nodes));
         let wb = if opts.cache == CacheMode::Coherent {
@@ -386,7 +395,7 @@ impl WalkFuse {
         let fd = self.closer.own(fd);
         let key = key_of(x);
         let mut nodes = self.nodes.write();
-        if let Some(&id) = nodes.by_key.get(&key) {
+        if let Some(id) = nodes.find(key) {
             if let Some(n) = nodes.by_id.get_mut(&id) {
                 n.nlookup += 1;
                 if id != INodeNo::ROOT.0 && (n.parent != parent.0 || *n.name != *name) {
@@ -418,7 +427,7 @@ impl WalkFuse {
                 name: name.into(),
             },
         );
-        nodes.by_key.insert(key, id);
+        nodes.keys.insert(key, id);
         drop(nodes);
         self.fds.insert(id, fd);
         id
@@ -437,7 +446,7 @@ impl WalkFuse {
             return;
         };
         let mut nodes = self.nodes.write();
-        let Some(&id) = nodes.by_key.get(&key_of(&x)) else {
+        let Some(id) = nodes.find(key_of(&x)) else {
             return;
         };
         if let Some(n) = nodes.by_id.get_mut(&id).filter(|_| id != INodeNo::ROOT.0) {
@@ -679,9 +688,7 @@ impl Filesystem for WalkFuse {
         if gone {
             self.kc.forgotten(ino.0);
             if let Some(n) = nodes.by_id.remove(&ino.0) {
-                if nodes.by_key.get(&n.key) == Some(&ino.0) {
-                    nodes.by_key.remove(&n.key);
-                }
+                nodes.keys.remove(n.key, ino.0);
                 drop(nodes);
                 if let Some(wb) = &self.wb {
                     wb.forget(&self.base, ino.0);

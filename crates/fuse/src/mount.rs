@@ -35,6 +35,7 @@ pub fn open_source(source: &str, opts: &MountOptions, direct: bool) -> Result<Vf
     let served_opts = Options {
         coherent: opts.vfs.coherent,
         host_fds: opts.vfs.host_fds,
+        max_dentries: walkfs_server::SERVE_DENTRIES,
         ..Options::default()
     };
     let served = Vfs::open_source(source, &served_opts).map_err(|e| format!("{source}: {e}"))?;

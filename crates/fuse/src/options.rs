@@ -41,6 +41,9 @@ pub struct MountOptions {
 /// until memory pressure or an invalidation long before that).
 const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// Default bound on the mount daemon's vfs cache.
+pub const MOUNT_DENTRIES: u32 = 262_144;
+
 impl MountOptions {
     /// Parse `name[=value],...`. FUSE options: `allow_other`,
     /// `default_permissions` (on unless `no_default_permissions`),
@@ -88,8 +91,15 @@ impl MountOptions {
                 _ => vfs_opts.push(kv),
             }
         }
-        let mut vfs = Options::parse(&vfs_opts.join(","))
-            .map_err(|e: Errno| format!("bad options {text:?}: {e}"))?;
+        // The kernel's dentry and inode caches hold the mounted tree; the
+        // vfs under it caches the working set (anything it evicts is
+        // found again by name), so its memory does not grow with the
+        // tree. A user's max_dentries comes later and wins.
+        let mut vfs = Options::parse(&format!(
+            "max_dentries={MOUNT_DENTRIES},{}",
+            vfs_opts.join(",")
+        ))
+        .map_err(|e: Errno| format!("bad options {text:?}: {e}"))?;
         vfs.read_only |= read_only;
         let cache = if vfs.cache_none {
             CacheMode::None

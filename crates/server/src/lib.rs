@@ -20,6 +20,12 @@
 //! Threads: one reader per connection, a shared pool of workers for the
 //! requests (many in flight per connection, none per request).
 
+/// Default bound on the server's own vfs cache: it is a second cache
+/// behind every client's (a miss costs one host lookup, a few µs, against
+/// the round trip the client already paid), so its memory stays bounded
+/// whatever the export's size. `-o max_dentries=N` overrides it.
+pub const SERVE_DENTRIES: u32 = 131_072;
+
 pub mod auth;
 pub mod conn;
 pub mod fid;

@@ -109,9 +109,7 @@ impl HostFs {
         // A node of the same key born at another time was a file since
         // removed whose inode number was reused: this is a new file.
         let existing = nodes
-            .by_key
-            .get(&key)
-            .copied()
+            .find(key)
             .filter(|id| nodes.by_id.get(id).is_some_and(|n| n.born == born));
         let id = match existing.and_then(|id| Some((id, nodes.by_id.get_mut(&id)?))) {
             Some((id, n)) => {
@@ -127,23 +125,14 @@ impl HostFs {
                     attr,
                 });
             }
-            None => {
-                let id = nodes.next;
-                nodes.next += 1;
-                nodes.by_id.insert(
-                    id,
-                    HostNode {
-                        key,
-                        born,
-                        lookups: 1,
-                        is_dir: attr.is_dir(),
-                        parent: parent.0,
-                        name: name.into(),
-                    },
-                );
-                nodes.by_key.insert(key, id);
-                id
-            }
+            None => nodes.add(HostNode {
+                key,
+                born,
+                lookups: 1,
+                is_dir: attr.is_dir(),
+                parent: parent.0,
+                name: name.into(),
+            }),
         };
         drop(nodes);
         // Watched before anyone above can cache a name in it.
@@ -166,7 +155,7 @@ impl HostFs {
             return;
         };
         let mut nodes = self.table.nodes.write();
-        let Some(&id) = nodes.by_key.get(&key) else {
+        let Some(id) = nodes.find(key) else {
             return;
         };
         if let Some(n) = nodes.by_id.get_mut(&id).filter(|_| id != ROOT) {
@@ -312,16 +301,12 @@ impl FileSystem for HostFs {
         let gone = match nodes.by_id.get_mut(&node.0) {
             Some(n) => {
                 n.lookups = n.lookups.saturating_sub(count);
-                (n.lookups == 0).then_some(n.key)
+                n.lookups == 0
             }
-            None => None,
+            None => false,
         };
-        if let Some(key) = gone {
-            nodes.by_id.remove(&node.0);
-            // A newer file reusing the inode number may own the key now.
-            if nodes.by_key.get(&key) == Some(&node.0) {
-                nodes.by_key.remove(&key);
-            }
+        if gone {
+            nodes.remove(node.0);
             drop(nodes);
             self.table.drop_fd(node.0);
         }

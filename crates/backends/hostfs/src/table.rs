@@ -28,7 +28,8 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 use walkfs_fsapi::clock::{Clock, Visit};
-use walkfs_fsapi::{Errno, NodeId, Result};
+use walkfs_fsapi::keyindex::KeyIndex;
+use walkfs_fsapi::{Errno, Name, NodeId, Result};
 
 use crate::sys;
 
@@ -42,14 +43,46 @@ pub(crate) struct HostNode {
     pub is_dir: bool,
     /// Where the node was last found: its parent's id and its name there.
     pub parent: u64,
-    pub name: Box<[u8]>,
+    pub name: Name,
 }
 
 #[derive(Default)]
 pub(crate) struct Nodes {
+    /// Node id (the inode number where it is free) -> node.
     pub by_id: HashMap<u64, HostNode>,
-    pub by_key: HashMap<(u64, u64), u64>,
-    pub next: u64,
+    keys: KeyIndex,
+    /// Next id for a node that cannot take its inode number.
+    next: u64,
+}
+
+/// Ids not taken from inode numbers start here.
+const FIRST_SPARE_ID: u64 = 1 << 62;
+
+impl Nodes {
+    /// The node of (device, inode) `key`.
+    pub fn find(&self, key: (u64, u64)) -> Option<u64> {
+        self.keys.find(key, |id| self.by_id.get(&id).map(|n| n.key))
+    }
+
+    /// Add `node`: its id is its inode number when that is free.
+    pub fn add(&mut self, node: HostNode) -> u64 {
+        let ino = node.key.1;
+        let id = if ino > ROOT && ino < FIRST_SPARE_ID && !self.by_id.contains_key(&ino) {
+            ino
+        } else {
+            self.next += 1;
+            self.next
+        };
+        self.keys.insert(node.key, id);
+        self.by_id.insert(id, node);
+        id
+    }
+
+    pub fn remove(&mut self, id: u64) {
+        if let Some(n) = self.by_id.remove(&id) {
+            self.keys.remove(n.key, id);
+        }
+    }
 }
 
 struct FdCache {
@@ -84,7 +117,7 @@ const MAX_DEPTH: usize = 4096;
 impl Table {
     pub fn new(root: OwnedFd, key: (u64, u64), born: i64, cap: usize) -> Table {
         let mut nodes = Nodes {
-            next: ROOT + 1,
+            next: FIRST_SPARE_ID,
             ..Nodes::default()
         };
         nodes.by_id.insert(
@@ -95,10 +128,10 @@ impl Table {
                 lookups: 1,
                 is_dir: true,
                 parent: ROOT,
-                name: Box::default(),
+                name: Name::default(),
             },
         );
-        nodes.by_key.insert(key, ROOT);
+        nodes.keys.insert(key, ROOT);
         Table {
             nodes: RwLock::new(nodes),
             fds: Mutex::new(FdCache {

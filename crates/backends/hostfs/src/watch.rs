@@ -375,14 +375,7 @@ impl Watcher {
     /// An event on `name` in the directory `dir` (or on the directory
     /// itself when `name` is empty).
     fn dir_event(&self, dir: (u64, u64), kind: Kind, name: &[u8], out: &mut Batch) {
-        let node = self
-            .table
-            .nodes
-            .read()
-            .by_key
-            .get(&dir)
-            .copied()
-            .unwrap_or(0);
+        let node = self.table.nodes.read().find(dir).unwrap_or(0);
         if name.is_empty() {
             if let Kind::Data = kind {
                 out.push(Change::Inode {
@@ -411,15 +404,7 @@ impl Watcher {
             .and_then(|d| sys::fstatat_nofollow(d.as_fd(), name).ok());
         match child {
             Some((dev, ino)) => out.push(Change::Inode {
-                node: NodeId(
-                    self.table
-                        .nodes
-                        .read()
-                        .by_key
-                        .get(&(dev, ino))
-                        .copied()
-                        .unwrap_or(0),
-                ),
+                node: NodeId(self.table.nodes.read().find((dev, ino)).unwrap_or(0)),
                 ino,
             }),
             None => out.push(entry),

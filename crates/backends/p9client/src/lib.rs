@@ -331,7 +331,7 @@ impl P9Fs {
     /// Walk `names` from `from` to a new fid, checking that each step
     /// lands on the file remembered (`ids`, qid paths): a name that went
     /// or names another file now is `ESTALE`.
-    fn walk_path(&self, from: u32, names: &[Box<[u8]>], ids: &[u64]) -> Result<u32> {
+    fn walk_path(&self, from: u32, names: &[walkfs_fsapi::Name], ids: &[u64]) -> Result<u32> {
         let mut cur = from;
         for (chunk, want) in names.chunks(p9::MAXWELEM).zip(ids.chunks(p9::MAXWELEM)) {
             let refs: Vec<&[u8]> = chunk.iter().map(|n| &**n).collect();

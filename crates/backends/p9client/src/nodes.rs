@@ -22,6 +22,7 @@
 use std::collections::HashMap;
 
 use walkfs_fsapi::clock::{Clock, Visit};
+use walkfs_fsapi::Name;
 use walkfs_p9::NOFID;
 
 pub(crate) struct PNode {
@@ -29,7 +30,7 @@ pub(crate) struct PNode {
     pub lookups: u64,
     /// Where the node was last found: its parent's id and its name there.
     pub parent: u64,
-    pub name: Box<[u8]>,
+    pub name: Name,
     /// The fid it holds, or `NOFID`.
     pub fid: u32,
     /// Calls using `fid` now, plus open files of the node: while non-zero
@@ -60,7 +61,7 @@ pub(crate) enum Need {
     Walk {
         anc: u64,
         from: u32,
-        names: Vec<Box<[u8]>>,
+        names: Vec<Name>,
         ids: Vec<u64>,
     },
 }
@@ -78,7 +79,7 @@ impl Nodes {
             PNode {
                 lookups: u64::MAX / 2,
                 parent: root,
-                name: Box::default(),
+                name: Name::default(),
                 fid: root_fid,
                 busy: 1,
                 referenced: true,
@@ -340,7 +341,7 @@ mod tests {
             }) => {
                 assert_eq!((anc, from), (10, 100));
                 assert_eq!(ids, vec![11, 12]);
-                assert_eq!(names, vec![b"e"[..].into(), b"f"[..].into()]);
+                assert_eq!(names, vec![Name::from(&b"e"[..]), Name::from(&b"f"[..])]);
             }
             _ => panic!("expected a walk"),
         }
