@@ -1242,14 +1242,15 @@ impl Filesystem for WalkFuse {
                 }
             }
             let mode = mode & !umask & 0o7777;
-            let h = match ctx.openat(pfd, n, f, mode) {
+            let (h, used) = match ctx.openat(pfd, n, f, mode) {
                 Err(Errno::EACCES) if f != asked => {
-                    ctx.openat(pfd, n, asked & !libc::O_APPEND, mode)?
+                    let used = asked & !libc::O_APPEND;
+                    (ctx.openat(pfd, n, used, mode)?, used)
                 }
-                r => r?,
+                r => (r?, f),
             };
             match self.lookup_node(&ctx, parent, n) {
-                Ok(a) => Ok((a, h)),
+                Ok(a) => Ok((a, h, used)),
                 Err(e) => {
                     let _ = ctx.close(h);
                     Err(e)
@@ -1257,7 +1258,28 @@ impl Filesystem for WalkFuse {
             }
         });
         match r {
-            Ok((a, h)) => reply.created(
+            // With zero-message opens the kernel never sends a release,
+            // not even for a handle `create` gave it (it drops handles
+            // silently once opens are off): a handle here would stay open
+            // for ever. The new file's descriptor becomes the node's
+            // shared one instead (bounded, closed when pushed out or
+            // forgotten) and the kernel gets handle 0, as for opens.
+            Ok((a, h, f)) if self.no_open() => {
+                if f & libc::O_ACCMODE == libc::O_RDWR && f & libc::O_APPEND == 0 {
+                    let rw = self.closer.own(h);
+                    self.io.insert(a.ino.0, (None, Some(rw)));
+                } else {
+                    let _ = self.base.close(h);
+                }
+                reply.created(
+                    &self.entry_ttl(),
+                    &a,
+                    Generation(0),
+                    FileHandle(0),
+                    self.fopen_flags(),
+                )
+            }
+            Ok((a, h, _)) => reply.created(
                 &self.entry_ttl(),
                 &a,
                 Generation(0),

@@ -199,3 +199,45 @@ fn files_read_write_stat() {
         Err(Errno::EISDIR)
     );
 }
+
+/// A file's backend handle is released at close even when its name was
+/// linked elsewhere and unlinked while it was open (how git writes its
+/// objects): nothing held for it afterwards.
+#[test]
+fn a_file_unlinked_while_open_is_released_at_close() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vfs = Vfs::open_source(tmp.path().to_str().unwrap(), &Options::default()).unwrap();
+    let ctx = vfs.context(Creds::root());
+    let count = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let before = count();
+    for i in 0..50 {
+        let tmpname = format!("/tmp_obj_{i}");
+        let fd = ctx
+            .openat(
+                AT_FDCWD,
+                tmpname.as_bytes(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o444,
+            )
+            .unwrap();
+        ctx.write(fd, b"object").unwrap();
+        ctx.linkat(
+            AT_FDCWD,
+            tmpname.as_bytes(),
+            AT_FDCWD,
+            format!("/obj{i}").as_bytes(),
+            0,
+        )
+        .unwrap();
+        ctx.unlinkat(AT_FDCWD, tmpname.as_bytes(), 0).unwrap();
+        ctx.close(fd).unwrap();
+    }
+    let after = count();
+    // Cached O_PATH descriptors may stay (bounded); open files may not.
+    let open_deleted = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+        .filter(|p| p.to_string_lossy().contains("tmp_obj"))
+        .count();
+    assert_eq!(open_deleted, 0, "{before} -> {after} descriptors");
+}
