@@ -50,6 +50,9 @@ int      walkfs_mkdirat(walkfs_t *, int dirfd, const char *path, mode_t mode);
 int      walkfs_unlinkat(walkfs_t *, int dirfd, const char *path, int flags);
 int      walkfs_renameat2(walkfs_t *, int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
 int      walkfs_symlinkat(walkfs_t *, const char *target, int newdirfd, const char *linkpath);
+/* Fifos, sockets, device nodes (needs uid 0) and empty regular files; walkfs
+ * never opens the special ones. */
+int      walkfs_mknodat(walkfs_t *, int dirfd, const char *path, mode_t mode, dev_t dev);
 int      walkfs_linkat(walkfs_t *, int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags);
 int      walkfs_fchmodat(walkfs_t *, int dirfd, const char *path, mode_t mode, int flags);
 int      walkfs_fchownat(walkfs_t *, int dirfd, const char *path, uid_t uid, gid_t gid, int flags);

@@ -17,6 +17,26 @@ pub struct WalkfsCtx {
     ctx: Ctx,
 }
 
+/// Puts the caller's `errno` back when a C ABI call returns: the header
+/// promises that no call changes it, while the system calls a backend
+/// makes on the way (a failed `openat2`, a `statx`) set it.
+struct ErrnoGuard(c_int);
+
+impl ErrnoGuard {
+    fn save() -> ErrnoGuard {
+        // SAFETY: __errno_location returns the calling thread's errno,
+        // valid for the thread's life.
+        ErrnoGuard(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl Drop for ErrnoGuard {
+    fn drop(&mut self) {
+        // SAFETY: as in save(); the guard never leaves its thread.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
+}
+
 fn err(e: Errno) -> c_int {
     -e.0
 }
@@ -65,6 +85,7 @@ pub unsafe extern "C" fn walkfs_open(
     source: *const c_char,
     options: *const c_char,
 ) -> *mut WalkfsCtx {
+    let _errno = ErrnoGuard::save();
     // SAFETY: C strings from the caller (or NULL).
     let (Some(src), opts) = (unsafe { bytes(source) }, unsafe { bytes(options) }) else {
         return std::ptr::null_mut();
@@ -89,6 +110,7 @@ pub unsafe extern "C" fn walkfs_open(
 /// `void walkfs_close_ctx(walkfs_t *)`: closes every descriptor.
 #[no_mangle]
 pub unsafe extern "C" fn walkfs_close_ctx(w: *mut WalkfsCtx) {
+    let _errno = ErrnoGuard::save();
     if !w.is_null() {
         // SAFETY: `w` came from walkfs_open (Box::into_raw) and is closed once.
         drop(unsafe { Box::from_raw(w) });
@@ -102,6 +124,7 @@ pub unsafe extern "C" fn walkfs_set_option(
     name: *const c_char,
     value: *const c_char,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and strings from the caller.
     let (w, name, value) = unsafe {
         (
@@ -134,6 +157,7 @@ pub unsafe extern "C" fn walkfs_set_creds(
     ngroups: c_int,
     groups: *const libc::gid_t,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle from the caller.
     let w = unsafe { try_ptr!(w.as_mut()) };
     let groups = match ngroups {
@@ -160,6 +184,7 @@ pub unsafe extern "C" fn walkfs_faccessat(
     mode: c_int,
     flags: c_int,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and path from the caller.
     let (c, p) = unsafe { (try_ptr!(ctx(w)), try_ptr!(bytes(path))) };
     ret(c.faccessat(dirfd, p, mode, flags))
@@ -174,6 +199,7 @@ pub unsafe extern "C" fn walkfs_readlinkat(
     buf: *mut c_char,
     len: usize,
 ) -> isize {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and path from the caller.
     let (c, p) = unsafe { (try_ptr!(ctx(w)), try_ptr!(bytes(path))) };
     if buf.is_null() && len > 0 {
@@ -201,6 +227,7 @@ pub unsafe extern "C" fn walkfs_statx(
     mask: c_uint,
     out: *mut Statx,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and path from the caller.
     let (c, p) = unsafe { (try_ptr!(ctx(w)), try_ptr!(bytes(path))) };
     if out.is_null() {
@@ -222,6 +249,7 @@ pub unsafe extern "C" fn walkfs_fstatat(
     out: *mut libc::stat,
     flags: c_int,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and path from the caller.
     let (c, p) = unsafe { (try_ptr!(ctx(w)), try_ptr!(bytes(path))) };
     if out.is_null() {
@@ -244,6 +272,7 @@ pub unsafe extern "C" fn walkfs_fstat(
     fd: c_int,
     out: *mut libc::stat,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle from the caller.
     let c = unsafe { try_ptr!(ctx(w)) };
     if out.is_null() {
@@ -263,6 +292,7 @@ pub unsafe extern "C" fn walkfs_openat(
     flags: c_int,
     mode: libc::mode_t,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and path from the caller.
     let (c, p) = unsafe { (try_ptr!(ctx(w)), try_ptr!(bytes(path))) };
     match c.openat(dirfd, p, flags, mode) {
@@ -274,6 +304,7 @@ pub unsafe extern "C" fn walkfs_openat(
 /// `int walkfs_close(walkfs_t *, int fd)`.
 #[no_mangle]
 pub unsafe extern "C" fn walkfs_close(w: *const WalkfsCtx, fd: c_int) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle from the caller.
     let c = unsafe { try_ptr!(ctx(w)) };
     ret(c.close(fd))
@@ -316,6 +347,7 @@ pub unsafe extern "C" fn walkfs_read(
     buf: *mut c_void,
     n: usize,
 ) -> isize {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and buffer from the caller.
     let (c, b) = unsafe { (try_ptr!(ctx(w)), try_ptr!(buf_mut(buf, n))) };
     io(c.read(fd, b))
@@ -330,6 +362,7 @@ pub unsafe extern "C" fn walkfs_pread(
     n: usize,
     off: libc::off_t,
 ) -> isize {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and buffer from the caller.
     let (c, b) = unsafe { (try_ptr!(ctx(w)), try_ptr!(buf_mut(buf, n))) };
     if off < 0 {
@@ -346,6 +379,7 @@ pub unsafe extern "C" fn walkfs_write(
     buf: *const c_void,
     n: usize,
 ) -> isize {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and buffer from the caller.
     let (c, b) = unsafe { (try_ptr!(ctx(w)), try_ptr!(buf_ref(buf, n))) };
     io(c.write(fd, b))
@@ -360,6 +394,7 @@ pub unsafe extern "C" fn walkfs_pwrite(
     n: usize,
     off: libc::off_t,
 ) -> isize {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and buffer from the caller.
     let (c, b) = unsafe { (try_ptr!(ctx(w)), try_ptr!(buf_ref(buf, n))) };
     if off < 0 {
@@ -376,6 +411,7 @@ pub unsafe extern "C" fn walkfs_mkdirat(
     path: *const c_char,
     mode: libc::mode_t,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and path from the caller.
     let (c, p) = unsafe { (try_ptr!(ctx(w)), try_ptr!(bytes(path))) };
     ret(c.mkdirat(dirfd, p, mode))
@@ -389,6 +425,7 @@ pub unsafe extern "C" fn walkfs_unlinkat(
     path: *const c_char,
     flags: c_int,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and path from the caller.
     let (c, p) = unsafe { (try_ptr!(ctx(w)), try_ptr!(bytes(path))) };
     ret(c.unlinkat(dirfd, p, flags))
@@ -404,6 +441,7 @@ pub unsafe extern "C" fn walkfs_renameat2(
     newpath: *const c_char,
     flags: c_uint,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and paths from the caller.
     let (c, o, n) = unsafe {
         (
@@ -423,6 +461,7 @@ pub unsafe extern "C" fn walkfs_symlinkat(
     newdirfd: c_int,
     linkpath: *const c_char,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and strings from the caller.
     let (c, t, l) = unsafe {
         (
@@ -432,6 +471,21 @@ pub unsafe extern "C" fn walkfs_symlinkat(
         )
     };
     ret(c.symlinkat(t, newdirfd, l))
+}
+
+/// `int walkfs_mknodat(walkfs_t *, int dirfd, const char *path, mode_t mode, dev_t dev)`.
+#[no_mangle]
+pub unsafe extern "C" fn walkfs_mknodat(
+    w: *const WalkfsCtx,
+    dirfd: c_int,
+    path: *const c_char,
+    mode: libc::mode_t,
+    dev: libc::dev_t,
+) -> c_int {
+    let _errno = ErrnoGuard::save();
+    // SAFETY: handle and path from the caller.
+    let (c, p) = unsafe { (try_ptr!(ctx(w)), try_ptr!(bytes(path))) };
+    ret(c.mknodat(dirfd, p, mode, dev))
 }
 
 /// `int walkfs_linkat(walkfs_t *, int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags)`.
@@ -444,6 +498,7 @@ pub unsafe extern "C" fn walkfs_linkat(
     newpath: *const c_char,
     flags: c_int,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and paths from the caller.
     let (c, o, n) = unsafe {
         (
@@ -464,6 +519,7 @@ pub unsafe extern "C" fn walkfs_fchmodat(
     mode: libc::mode_t,
     flags: c_int,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and path from the caller.
     let (c, p) = unsafe { (try_ptr!(ctx(w)), try_ptr!(bytes(path))) };
     ret(c.fchmodat(dirfd, p, mode, flags))
@@ -479,6 +535,7 @@ pub unsafe extern "C" fn walkfs_fchownat(
     gid: libc::gid_t,
     flags: c_int,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle and path from the caller.
     let (c, p) = unsafe { (try_ptr!(ctx(w)), try_ptr!(bytes(path))) };
     ret(c.fchownat(dirfd, p, uid, gid, flags))
@@ -491,6 +548,7 @@ pub unsafe extern "C" fn walkfs_ftruncate(
     fd: c_int,
     len: libc::off_t,
 ) -> c_int {
+    let _errno = ErrnoGuard::save();
     // SAFETY: handle from the caller.
     let c = unsafe { try_ptr!(ctx(w)) };
     ret(c.ftruncate(fd, len))

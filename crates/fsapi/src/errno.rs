@@ -68,6 +68,13 @@ errnos!(
     EMSGSIZE,
     ECONNRESET,
     EPROTONOSUPPORT,
+    ETIMEDOUT,
+    EILSEQ,
+    ENOLCK,
+    ENOTTY,
+    ENOTSOCK,
+    ECANCELED,
+    EREMOTEIO,
 );
 
 impl Errno {
@@ -78,6 +85,21 @@ impl Errno {
                 .raw_os_error()
                 .unwrap_or(libc::EIO),
         )
+    }
+
+    /// An errno received from a peer (a 9P server's `Rlerror`), as the
+    /// callers above may see it. A peer's number is not trusted to mean
+    /// what ours does: values this table does not know, and the ones walkfs
+    /// gives a meaning of its own inside a call (`ECHILD`: walk again;
+    /// `EINTR`), become `EIO`, so no server can steer the vfs's retry
+    /// loops or hand out an errno no file system call returns.
+    pub fn from_wire(code: u32) -> Errno {
+        let e = Errno(code as i32);
+        match e {
+            Errno::ECHILD | Errno::EINTR => Errno::EIO,
+            _ if code == 0 || code > i32::MAX as u32 || e.name().is_none() => Errno::EIO,
+            _ => e,
+        }
     }
 
     /// Turn a libc-style return value (-1 and errno on failure) into a
@@ -131,6 +153,17 @@ mod tests {
         assert_eq!(format!("{:?}", Errno::ELOOP), "ELOOP");
         assert_eq!(format!("{:?}", Errno(4000)), "Errno(4000)");
         assert!(Errno::EACCES.to_string().contains("Permission denied"));
+    }
+
+    #[test]
+    fn wire_errnos_are_filtered() {
+        assert_eq!(Errno::from_wire(libc::ENOENT as u32), Errno::ENOENT);
+        assert_eq!(Errno::from_wire(libc::EAGAIN as u32), Errno::EAGAIN);
+        assert_eq!(Errno::from_wire(libc::ECHILD as u32), Errno::EIO);
+        assert_eq!(Errno::from_wire(libc::EINTR as u32), Errno::EIO);
+        assert_eq!(Errno::from_wire(0), Errno::EIO);
+        assert_eq!(Errno::from_wire(4000), Errno::EIO);
+        assert_eq!(Errno::from_wire(u32::MAX), Errno::EIO);
     }
 
     #[test]

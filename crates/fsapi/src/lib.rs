@@ -332,6 +332,21 @@ pub trait FileSystem: Send + Sync {
         Err(Errno::ENOSYS)
     }
 
+    /// Make a special file: a fifo, a socket, or a character or block
+    /// device (`mode` carries the type bits, `rdev` the device number in
+    /// the kernel's `dev_t` encoding). Backends make them but never open
+    /// them on a caller's behalf ([`FileSystem::open`] refuses).
+    fn mknod(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        owner: Owner,
+    ) -> Result<Entry> {
+        Err(Errno::EPERM)
+    }
+
     /// A new name `newname` in `newparent` for `node`.
     fn link(&self, node: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {
         Err(Errno::ENOSYS)

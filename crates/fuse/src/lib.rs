@@ -796,24 +796,21 @@ impl Filesystem for WalkFuse {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        // Regular files only: device nodes, fifos and sockets are never
-        // made on a client's behalf.
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            reply.error(fuser::Errno::EPERM);
-            return;
-        }
+        // Fifos, sockets (bind(2) of a unix socket lands here) and device
+        // nodes are made in the export but never opened through it: the
+        // kernel opens its own fifo or socket, and the mount is nodev.
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| {
-            let fd = ctx.openat(
+            let perm = mode & !umask & 0o7777;
+            ctx.mknodat(
                 self.fd(parent)?.fd,
                 n,
-                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
-                mode & !umask & 0o7777,
+                (mode & libc::S_IFMT) | perm,
+                u64::from(rdev),
             )?;
-            let _ = ctx.close(fd);
             self.lookup_node(&ctx, parent, n)
         });
         self.entry(reply, r);

@@ -267,10 +267,16 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         Err(e) => {
             conn.server.stats.bad_frames.fetch_add(1, Ordering::Relaxed);
             tracing::info!("{}: malformed message: {e}", conn.peer);
-            if let Some((ty, tag)) = peek_header(&frame) {
-                if ty.is_multiple_of(2) {
-                    conn.error(tag, Errno::EINVAL);
-                }
+            // Every frame whose header could be read gets an answer, so
+            // no client waits for ever on a tag: a type we do not know
+            // (of either parity: 9P2000.L numbers its requests even, but a
+            // client may not) is EOPNOTSUPP, a malformed body EINVAL.
+            if let Some((_, tag)) = peek_header(&frame) {
+                let e = match e {
+                    walkfs_p9::DecodeError::UnknownType(_) => Errno::EOPNOTSUPP,
+                    _ => Errno::EINVAL,
+                };
+                conn.error(tag, e);
             }
             return Some(frame);
         }

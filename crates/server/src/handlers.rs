@@ -15,7 +15,14 @@ use crate::users;
 const OPEN_MASK: u32 =
     (libc::O_ACCMODE | libc::O_TRUNC | libc::O_APPEND | libc::O_DIRECTORY) as u32;
 
-fn qid_of(mode: u32, ino: u64, version: u32) -> Qid {
+/// One qid per file, the same in every reply (walk, getattr, attach,
+/// open, the creates). The version is 0: walkfs cannot track a file's
+/// version across the changes made on the host, and Linux's v9fs matches
+/// inodes by type, version and path, so a version derived from mtime and
+/// size would split one file into several inodes in a kernel client
+/// whenever it changed (and a walk answered from the cache has no
+/// attributes to derive it from).
+fn qid_of(mode: u32, ino: u64) -> Qid {
     let ty = match mode & libc::S_IFMT {
         libc::S_IFDIR => p9::QTDIR,
         libc::S_IFLNK => p9::QTSYMLINK,
@@ -23,19 +30,17 @@ fn qid_of(mode: u32, ino: u64, version: u32) -> Qid {
     };
     Qid {
         ty,
-        version,
+        version: 0,
         path: ino,
     }
 }
 
 fn qid_of_statx(st: &Statx) -> Qid {
-    // The version changes with the contents (as diod derives it).
-    let v = (st.stx_mtime.tv_sec as u64 ^ (st.stx_size << 8)) as u32;
-    qid_of(st.stx_mode as u32, st.stx_ino, v)
+    qid_of(st.stx_mode as u32, st.stx_ino)
 }
 
 fn qid_of_step(s: &NameStep) -> Qid {
-    qid_of(s.mode, s.ino, 0)
+    qid_of(s.mode, s.ino)
 }
 
 fn fstatx(st: &FidState) -> Result<Statx> {
@@ -315,7 +320,7 @@ pub(crate) fn handle(
                 let mode = e.kind.mode_bits();
                 p9::put_dirent(
                     out,
-                    qid_of(mode, e.ino, 0),
+                    qid_of(mode, e.ino),
                     offset + i as u64 + 1,
                     e.kind.dtype(),
                     &e.name,
@@ -471,7 +476,26 @@ pub(crate) fn handle(
             reply(Fcall::Rrename {}, out)
         }
         Fcall::Txattrwalk { .. } | Fcall::Txattrcreate { .. } => Err(Errno::EOPNOTSUPP),
-        Fcall::Tmknod { .. } => Err(Errno::EPERM),
+        Fcall::Tmknod {
+            name,
+            mode,
+            major,
+            minor,
+            gid,
+            ..
+        } => {
+            writable(conn)?;
+            check_name(name.0)?;
+            let st = fid(0)?;
+            let ctx = ctx_with_gid(conn, &st, gid);
+            // Made, never opened: Tlopen refuses anything but regular
+            // files and directories, so a client's fifo or socket is its
+            // own kernel's business, and a device node here is inert.
+            let dev = libc::makedev(major, minor);
+            ctx.mknodat(st.fd, name.0, mode, dev)?;
+            let qid = qid_at(&ctx, st.fd, name.0)?;
+            reply(Fcall::Rmknod { qid }, out)
+        }
         // ENOENT is how 9P2000.L servers say "no authentication
         // required" (diod's clients then attach with afid = NOFID).
         Fcall::Tauth { .. } => Err(Errno::ENOENT),

@@ -472,7 +472,14 @@ impl Ctx {
         retry(|| {
             let c = self.lookup_at(dirfd, path, false, true)?;
             if !c.is_symlink() {
-                return Err(Errno::EINVAL);
+                // An empty path names dirfd itself, which is a symlink
+                // only when opened O_PATH|O_NOFOLLOW: anything else has
+                // no link to read there (Linux's do_readlinkat).
+                return Err(if path.is_empty() {
+                    Errno::ENOENT
+                } else {
+                    Errno::EINVAL
+                });
             }
             let inner = self.inner();
             if inner.sw.cache_symlinks.load(AtomicOrdering::Relaxed) {
@@ -1288,6 +1295,42 @@ impl Ctx {
             let (owner, _) = self.new_owner(&ds, 0o777, false);
             self.modify(dir, &name, |fs| {
                 Ok((Some(fs.symlink(NodeId(ds.node), &name, target, owner)?), ()))
+            })
+            .map(drop)
+        })
+    }
+
+    /// `mknodat(dirfd, path, mode, dev)`: a fifo, a socket, a device node
+    /// or (type 0 or `S_IFREG`) an empty regular file. Checks in Linux's
+    /// order: the type (`EPERM` for a directory, `EINVAL` for no known
+    /// type) before the path, then `filename_create`'s, then permission
+    /// on the parent, then `CAP_MKNOD` for devices. Special files are made,
+    /// never opened: opening one through walkfs stays refused.
+    pub fn mknodat(&self, dirfd: i32, path: &[u8], mode: u32, dev: u64) -> Result<()> {
+        let kind = match mode & libc::S_IFMT {
+            0 | libc::S_IFREG => libc::S_IFREG,
+            t @ (libc::S_IFCHR | libc::S_IFBLK | libc::S_IFIFO | libc::S_IFSOCK) => t,
+            libc::S_IFDIR => return Err(Errno::EPERM),
+            _ => return Err(Errno::EINVAL),
+        };
+        retry(|| {
+            let (dir, name) = self.create_target(dirfd, path)?;
+            let ds = self.may_create(dir)?;
+            let is_dev = kind == libc::S_IFCHR || kind == libc::S_IFBLK;
+            if is_dev && !self.creds.is_root() {
+                return Err(Errno::EPERM);
+            }
+            let (owner, perm) = self.new_owner(&ds, mode, false);
+            let rdev = if is_dev { dev } else { 0 };
+            self.modify(dir, &name, |fs| {
+                let parent = NodeId(ds.node);
+                if kind == libc::S_IFREG {
+                    let (entry, fh) =
+                        fs.create(parent, &name, perm, owner, OpenFlags(libc::O_RDONLY))?;
+                    fs.release(entry.node, fh);
+                    return Ok((Some(entry), ()));
+                }
+                Ok((Some(fs.mknod(parent, &name, kind | perm, rdev, owner)?), ()))
             })
             .map(drop)
         })

@@ -29,6 +29,18 @@ pub enum Op {
     Readlink {
         path: Vec<u8>,
     },
+    /// `readlinkat` from a slot's descriptor (an empty path reads the
+    /// descriptor itself).
+    ReadlinkAt {
+        dir: Option<usize>,
+        path: Vec<u8>,
+    },
+    /// `mknod` (a fifo, a socket, a device, a regular file).
+    Mknod {
+        path: Vec<u8>,
+        mode: u32,
+        dev: u64,
+    },
     Open {
         dir: Option<usize>,
         path: Vec<u8>,
@@ -214,6 +226,20 @@ pub fn kernel_exec(op: &Op, fds: &mut Vec<Option<i32>>) -> Outcome {
                     Outcome::Data(buf[..n as usize].to_vec())
                 })
             }
+            Op::ReadlinkAt { dir, path } => {
+                let Some(d) = dirfd(dir, fds) else {
+                    return Outcome::NoSlot;
+                };
+                let mut buf = vec![0u8; 4096];
+                let r = libc::readlinkat(d, c(path).as_ptr(), buf.as_mut_ptr().cast(), buf.len());
+                done(kret(r as i64), |n| {
+                    Outcome::Data(buf[..n as usize].to_vec())
+                })
+            }
+            Op::Mknod { path, mode, dev } => done(
+                kret(libc::mknod(c(path).as_ptr(), *mode, *dev) as i64),
+                |_| Outcome::Ok,
+            ),
             Op::Open {
                 dir,
                 path,
@@ -432,6 +458,15 @@ pub fn walkfs_exec(ctx: &Ctx, op: &Op, fds: &mut Vec<Option<i32>>) -> Outcome {
             wdone(ctx.fstatat(d, path, fl), st)
         }
         Op::Readlink { path } => wdone(ctx.readlinkat(AT_FDCWD, path), Outcome::Data),
+        Op::ReadlinkAt { dir, path } => {
+            let Some(d) = dirfd(dir, fds) else {
+                return Outcome::NoSlot;
+            };
+            wdone(ctx.readlinkat(d, path), Outcome::Data)
+        }
+        Op::Mknod { path, mode, dev } => {
+            wdone(ctx.mknodat(AT_FDCWD, path, *mode, *dev), |_| Outcome::Ok)
+        }
         Op::Open {
             dir,
             path,
@@ -560,6 +595,8 @@ pub fn snapshot(root: &std::path::Path) -> Vec<String> {
             )
         } else if kind == libc::S_IFLNK {
             format!("-> {:?}", std::fs::read_link(&full).unwrap_or_default())
+        } else if kind == libc::S_IFCHR || kind == libc::S_IFBLK {
+            format!("nlink={} rdev={:#x}", md.nlink(), md.rdev())
         } else {
             format!("nlink={}", md.nlink())
         };

@@ -527,6 +527,105 @@ fn fixed_semantics_cases() {
     }
 }
 
+/// Special files (fifos, sockets, devices; mknod's errors in Linux's
+/// order) and `readlinkat` with an empty path from every kind of
+/// descriptor, as root and as a user, through the vfs and through a FUSE
+/// mount. Nothing here opens a fifo (a kernel open would block).
+#[test]
+fn special_files_and_empty_readlinkat() {
+    if !is_root() {
+        eprintln!("skipped: the differential tests need root (chroot, setresuid)");
+        return;
+    }
+    let p = |s: &str| s.as_bytes().to_vec();
+    let open = |path: &str, flags: i32| Op::Open {
+        dir: None,
+        path: p(path),
+        flags,
+        mode: 0,
+    };
+    let readlink = |dir: Option<usize>, path: &str| Op::ReadlinkAt { dir, path: p(path) };
+    let mknod = |path: &str, mode: u32, dev: u64| Op::Mknod {
+        path: p(path),
+        mode,
+        dev,
+    };
+    let stat = |path: &str| Op::Stat {
+        dir: None,
+        path: p(path),
+        nofollow: true,
+    };
+    let mut ops = vec![
+        open("/a", libc::O_RDONLY | libc::O_DIRECTORY),
+        open("/a", libc::O_PATH),
+        open("/f", libc::O_RDONLY),
+        open("/f", libc::O_PATH),
+        open("/l", libc::O_PATH | libc::O_NOFOLLOW),
+        open("/l", libc::O_RDONLY),
+        open("/dl", libc::O_PATH | libc::O_NOFOLLOW),
+        readlink(None, ""),
+        readlink(None, "/l"),
+        readlink(Some(0), "../l"),
+        readlink(Some(0), "b"),
+        readlink(Some(1), "../dl"),
+    ];
+    for slot in 0..7 {
+        ops.push(readlink(Some(slot), ""));
+    }
+    let dev = libc::makedev(1, 3);
+    ops.extend([
+        mknod("/w/fifo", libc::S_IFIFO | 0o640, 0),
+        mknod("/w/sock", libc::S_IFSOCK | 0o600, 0),
+        mknod("/w/chr", libc::S_IFCHR | 0o600, dev),
+        mknod("/w/blk", libc::S_IFBLK | 0o600, libc::makedev(7, 200)),
+        mknod("/w/reg", 0o604, 0),
+        mknod("/w/reg2", libc::S_IFREG | 0o600, 0),
+        mknod("/w/fifo", libc::S_IFIFO | 0o600, 0),
+        mknod("/w/dir", libc::S_IFDIR | 0o755, 0),
+        mknod("/w/bad", libc::S_IFMT | 0o644, 0),
+        mknod("/w/new/", libc::S_IFIFO | 0o644, 0),
+        mknod("/nodir/fifo", libc::S_IFIFO | 0o644, 0),
+        mknod("/f/fifo", libc::S_IFIFO | 0o644, 0),
+        mknod("/p/fifo", libc::S_IFIFO | 0o644, 0),
+        mknod("/a/fifo", libc::S_IFSOCK | 0o644, 0),
+        mknod("/dl", libc::S_IFIFO | 0o644, 0),
+        mknod("/u/set", libc::S_IFIFO | 0o6777, 0),
+        stat("/w/fifo"),
+        stat("/w/sock"),
+        stat("/w/chr"),
+        stat("/w/reg"),
+        stat("/u/set"),
+        readlink(None, "/w/fifo"),
+        Op::Rename {
+            old: p("/w/fifo"),
+            new: p("/w/fifo2"),
+            flags: 0,
+        },
+        Op::Link {
+            old: p("/w/sock"),
+            new: p("/w/sock2"),
+            follow: false,
+        },
+        Op::Chmod {
+            path: p("/w/sock2"),
+            mode: 0o666,
+            nofollow: false,
+        },
+        stat("/w/sock"),
+        Op::Unlink {
+            path: p("/w/fifo2"),
+            rmdir: false,
+        },
+        Op::List { path: p("/w") },
+    ]);
+    for who in [ROOT(), USER()] {
+        differential(&who, &ops, "").unwrap();
+        differential(&who, &ops, "cache_symlinks=0,negtimeout=0").unwrap();
+        differential_fuse(&who, &ops, "cache=loose,negtimeout=-1").unwrap();
+        differential_fuse(&who, &ops, "cache=none").unwrap();
+    }
+}
+
 /// Found by the property test: a user's write to its own set-group-id,
 /// group-executable file drops the bit (the kernel's file_remove_privs).
 #[test]

@@ -417,6 +417,29 @@ impl FileSystem for HostFs {
         self.register(parent, name, fd)
     }
 
+    fn mknod(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        owner: Owner,
+    ) -> Result<Entry> {
+        check_name(name)?;
+        // Only special files: a regular file made here would skip
+        // create's O_EXCL|O_NOFOLLOW open. The node is never opened for
+        // a client (open() refuses non-regular files).
+        match mode & libc::S_IFMT {
+            libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFBLK => {}
+            _ => return Err(Errno::EINVAL),
+        }
+        let dir = self.fd(parent)?;
+        sys::mknodat(dir.as_fd(), name, mode, rdev)?;
+        let fd = lookup_fd(dir.as_fd(), name)?;
+        self.settle_new(&fd, Some(mode & 0o7777), owner)?;
+        self.register(parent, name, fd)
+    }
+
     fn link(&self, node: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {
         check_name(newname)?;
         let fd = self.fd(node)?;

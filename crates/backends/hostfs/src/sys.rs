@@ -131,6 +131,12 @@ pub fn mkdirat(dir: BorrowedFd, name: &[u8], mode: u32) -> Result<()> {
     Errno::result(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode) }).map(drop)
 }
 
+pub fn mknodat(dir: BorrowedFd, name: &[u8], mode: u32, rdev: u64) -> Result<()> {
+    let c = cstr(name)?;
+    // SAFETY: valid C string.
+    Errno::result(unsafe { libc::mknodat(dir.as_raw_fd(), c.as_ptr(), mode, rdev) }).map(drop)
+}
+
 pub fn symlinkat(target: &[u8], dir: BorrowedFd, name: &[u8]) -> Result<()> {
     let (t, c) = (cstr(target)?, cstr(name)?);
     // SAFETY: valid C strings.

@@ -93,26 +93,6 @@ impl MemFs {
             }),
         }
     }
-
-    /// Create a device node, fifo or socket (tests use it to check that the
-    /// vfs never opens one). `mode` includes the type bits.
-    pub fn mknod(&self, parent: NodeId, name: &[u8], mode: u32, rdev: u64) -> Result<Entry> {
-        let mut t = self.tree.lock();
-        let e = t.new_child(
-            parent.0,
-            name,
-            mode,
-            Owner { uid: 0, gid: 0 },
-            Body::Special,
-        )?;
-        if let Some(n) = t.nodes.get_mut(&e.node.0) {
-            n.attr.rdev = rdev;
-        }
-        Ok(Entry {
-            node: e.node,
-            attr: t.node(e.node.0)?.attr,
-        })
-    }
 }
 
 impl Tree {
@@ -428,6 +408,30 @@ impl FileSystem for MemFs {
         )
     }
 
+    fn mknod(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        owner: Owner,
+    ) -> Result<Entry> {
+        match FileType::from_mode(mode) {
+            Some(
+                FileType::Fifo | FileType::Socket | FileType::CharDevice | FileType::BlockDevice,
+            ) => {}
+            _ => return Err(Errno::EINVAL),
+        }
+        let mut t = self.tree.lock();
+        let e = t.new_child(parent.0, name, mode, owner, Body::Special)?;
+        let n = t.node_mut(e.node.0)?;
+        n.attr.rdev = rdev;
+        Ok(Entry {
+            node: e.node,
+            attr: n.attr,
+        })
+    }
+
     fn link(&self, node: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {
         let mut t = self.tree.lock();
         if t.is_dir(node.0) {
@@ -605,7 +609,13 @@ mod tests {
     fn special_files_are_never_opened() {
         let fs = MemFs::new();
         let e = fs
-            .mknod(fs.root(), b"fifo", libc::S_IFIFO | 0o666, 0)
+            .mknod(
+                fs.root(),
+                b"fifo",
+                libc::S_IFIFO | 0o666,
+                0,
+                Owner { uid: 0, gid: 0 },
+            )
             .unwrap();
         assert_eq!(
             fs.open(e.node, OpenFlags(libc::O_RDONLY)),

@@ -151,7 +151,7 @@ fn attr_of(st: &p9::Stat) -> Attr {
 
 pub(crate) fn err_of(f: &Fcall<'_>) -> Errno {
     match f {
-        Fcall::Rlerror { ecode } => Errno(*ecode as i32),
+        Fcall::Rlerror { ecode } => Errno::from_wire(*ecode),
         _ => Errno::EPROTO,
     }
 }
@@ -840,6 +840,29 @@ impl FileSystem for P9Fs {
             fid: dir.fid,
             name: Str(name),
             symtgt: Str(target),
+            gid: owner.gid,
+        })?;
+        let mut e = self.entry_of(parent, dir.fid, name)?;
+        self.own_node(e.node, owner, &mut e.attr);
+        Ok(e)
+    }
+
+    fn mknod(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        owner: Owner,
+    ) -> Result<Entry> {
+        let dir = self.pin(parent)?;
+        // Tmknod carries the type bits in mode, as Linux's v9fs sends it.
+        self.simple(Fcall::Tmknod {
+            dfid: dir.fid,
+            name: Str(name),
+            mode,
+            major: libc::major(rdev as libc::dev_t),
+            minor: libc::minor(rdev as libc::dev_t),
             gid: owner.gid,
         })?;
         let mut e = self.entry_of(parent, dir.fid, name)?;

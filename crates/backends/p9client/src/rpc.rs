@@ -118,7 +118,7 @@ impl Rpc {
             Fcall::Rversion { msize: m, version } if version.0 == VERSION && m >= MIN_MSIZE => {
                 m.min(msize)
             }
-            Fcall::Rlerror { ecode } => return Err(Errno(ecode as i32)),
+            Fcall::Rlerror { ecode } => return Err(Errno::from_wire(ecode)),
             _ => return Err(Errno::EPROTONOSUPPORT),
         };
         let reader = stream.try_clone().map_err(Errno::from)?;
@@ -243,7 +243,7 @@ impl Rpc {
         let mut out = Err(Errno::EPROTO);
         self.call_many(&[req], |_, reply| {
             out = match reply {
-                Fcall::Rlerror { ecode } => Err(Errno(ecode as i32)),
+                Fcall::Rlerror { ecode } => Err(Errno::from_wire(ecode)),
                 r => match f.take() {
                     Some(f) => f(r),
                     None => Err(Errno::EPROTO),

@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# Linux's own 9p client against `walkfs serve`, in a QEMU guest.
+#
+#   bash scripts/kernel-9p.sh [--cache none|loose|both] [--pjdfstest]
+#
+# Installs qemu-system-x86, debootstrap, e2fsprogs (apt-get); builds once a
+# Debian bookworm guest (debootstrap --variant=minbase, Debian's 6.1 kernel,
+# gcc, make, perl, openssl) into target/kernel-9p/rootfs.img (reused while
+# it exists; delete it to rebuild); then, for each cache mode, starts
+# `walkfs serve target/kernel-9p/export-MODE --listen unix:SOCK` and boots
+# the guest under QEMU (TCG, no network). The guest reaches the server
+# through a virtio-serial port (chardev = SOCK), mounts it with
+# `mount -t 9p -o trans=fd,...,version=9p2000.L,cache=MODE` (a relay turns
+# the port into the socket trans=fd needs: scripts/kernel-9p/relay.pl),
+# formats a second disk as ext4, and runs the same tests on both: ls,
+# stat, readlink, create, write, rename, unlink, link, symlink, chmod,
+# truncate, utimes, a gcc-built program run from the mount, make and a
+# rebuild; with --pjdfstest also pjdfstest's open mkdir rmdir unlink rename
+# symlink link chmod truncate mknod mkfifo folders (`prove -rv`, as root,
+# from a fresh directory), when ../shared/tools/pjdfstest-*.tar.gz exists.
+#
+# Prints a table (fs x mode x test), writes target/kernel-9p/results.jsonl,
+# and exits non-zero when a 9p result differs from ext4's in the same mode
+# (or a boot did not finish). The serial console of each boot is kept in
+# target/kernel-9p/console-MODE.log, walkfs serve's log (RUST_LOG=warn) in
+# target/kernel-9p/serve-MODE.log.
+#
+# Environment: WALKFS (the walkfs binary; default target/release/walkfs,
+# built if missing), KERNEL9P_TIMEOUT (seconds per boot, default 5400),
+# KERNEL9P_MIRROR (Debian mirror URI; default: the host's apt sources).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+here=$repo/scripts/kernel-9p
+work=$repo/target/kernel-9p
+
+usage() {
+    sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit "${1:-2}"
+}
+modes=(none loose)
+pjd=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    --cache)
+        [ $# -ge 2 ] || usage
+        case $2 in
+        none | loose) modes=("$2") ;;
+        both) modes=(none loose) ;;
+        *) usage ;;
+        esac
+        shift 2
+        ;;
+    --cache=*)
+        case ${1#--cache=} in
+        none | loose) modes=("${1#--cache=}") ;;
+        both) modes=(none loose) ;;
+        *) usage ;;
+        esac
+        shift
+        ;;
+    --pjdfstest) pjd=1 && shift ;;
+    -h | --help) usage 0 ;;
+    *) usage ;;
+    esac
+done
+[ "$(id -u)" = 0 ] || { echo "kernel-9p: run as root (debootstrap, mke2fs -d with owners)" >&2; exit 2; }
+timeout_s=${KERNEL9P_TIMEOUT:-5400}
+t_start=$(date +%s)
+mkdir -p "$work"
+
+# ------------------------------------------------------------------ packages
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v mke2fs >/dev/null && command -v debugfs >/dev/null || need+=(e2fsprogs)
+command -v perl >/dev/null || need+=(perl)
+command -v timeout >/dev/null || need+=(coreutils)
+[ -e /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)
+pjd_tar=
+if [ "$pjd" = 1 ]; then
+    pjd_tar=$(ls "$repo"/../shared/tools/pjdfstest-*.tar.gz 2>/dev/null | head -n 1 || true)
+    if [ -n "$pjd_tar" ]; then
+        for c in autoreconf:autoconf automake:automake gcc:gcc make:make; do
+            command -v "${c%%:*}" >/dev/null || need+=("${c#*:}")
+        done
+    else
+        echo "kernel-9p: no ../shared/tools/pjdfstest-*.tar.gz: pjdfstest SKIPPED (basic tests only)"
+    fi
+fi
+if [ ${#need[@]} -gt 0 ]; then
+    echo "== apt-get install ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# -------------------------------------------------------------------- walkfs
+walkfs=${WALKFS:-$PWD/target/release/walkfs}
+if [ ! -x "$walkfs" ]; then
+    echo "== cargo build --release -p walkfs-cli"
+    cargo build --release -p walkfs-cli --quiet
+fi
+# Run a copy: a rebuild may replace the binary while the guest runs.
+cp "$walkfs" "$work/walkfs.tmp" && mv -f "$work/walkfs.tmp" "$work/walkfs"
+walkfs_ver="$(stat -c '%y' "$walkfs" | cut -d. -f1) sha256:$(sha256sum "$work/walkfs" | cut -c1-12)"
+
+# --------------------------------------------------------------- guest image
+# The bookworm mirror the host's apt uses (deb822 .sources or one-line .list).
+host_mirror() {
+    local f
+    {
+        for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+            [ -f "$f" ] || continue
+            awk '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }
+                               if ($(i + 1) == "bookworm") print $i }' "$f"
+        done
+        for f in /etc/apt/sources.list.d/*.sources; do
+            [ -f "$f" ] || continue
+            awk -v RS= '{
+                n = split($0, L, "\n"); types = uris = suites = ""; enabled = "yes"
+                for (j = 1; j <= n; j++) {
+                    if (L[j] ~ /^Types:/) types = L[j]
+                    else if (L[j] ~ /^URIs:/) uris = L[j]
+                    else if (L[j] ~ /^Suites:/) suites = L[j]
+                    else if (L[j] ~ /^Enabled:/) enabled = L[j]
+                }
+                if (types ~ /[: ]deb( |$)/ && suites ~ /[: ]bookworm( |$)/ && enabled !~ /no/) {
+                    sub(/^URIs:[ \t]*/, "", uris); split(uris, U, /[ \t]+/); print U[1]
+                }
+            }' "$f"
+        done
+    } | head -n 1
+}
+
+img=$work/rootfs.img
+guest_pkgs=linux-image-amd64,initramfs-tools,perl,gcc,make,libc6-dev,openssl,kmod,util-linux,mount,procps,e2fsprogs
+if [ ! -s "$img" ] || [ ! -s "$work/vmlinuz" ] || [ ! -s "$work/initrd.img" ]; then
+    mirror=${KERNEL9P_MIRROR:-$(host_mirror)}
+    [ -n "$mirror" ] || { echo "kernel-9p: no bookworm mirror in /etc/apt/sources.list{,.d/*}; set KERNEL9P_MIRROR" >&2; exit 2; }
+    rootfs=$work/rootfs
+    rm -rf "$rootfs" "$img" "$work/vmlinuz" "$work/initrd.img"
+    echo "== debootstrap --variant=minbase bookworm (the host's mirror) -> $rootfs"
+    t0=$(date +%s)
+    debootstrap --variant=minbase --include="$guest_pkgs" bookworm "$rootfs" "$mirror" \
+        >"$work/debootstrap.log" 2>&1 || {
+        tail -n 30 "$work/debootstrap.log" >&2
+        exit 1
+    }
+    cp "$(ls "$rootfs"/boot/vmlinuz-* | sort -V | tail -n 1)" "$work/vmlinuz"
+    cp "$(ls "$rootfs"/boot/initrd.img-* | sort -V | tail -n 1)" "$work/initrd.img"
+    install -m 0755 "$here/init.sh" "$rootfs/walkfs-test.sh"
+    mkdir -p "$rootfs/mnt/9p" "$rootfs/mnt/ext4"
+    echo walkfs-guest >"$rootfs/etc/hostname"
+    rm -f "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*_Packages
+    echo "== mke2fs -t ext4 -d rootfs $img 3G"
+    mke2fs -q -t ext4 -L walkfs-root -d "$rootfs" "$img.tmp" 3G
+    mv "$img.tmp" "$img"
+    rm -rf "$rootfs"
+    echo "== guest image built in $(($(date +%s) - t0)) s ($(basename "$(ls "$work"/vmlinuz)") from $(debugfs -R 'ls -l /boot' "$img" 2>/dev/null | grep -o 'vmlinuz-[^ ]*' | head -n 1))"
+fi
+# The image's /walkfs-test.sh is the bootstrap in scripts/kernel-9p/init.sh;
+# refresh it in place if that file changed (no loop mount: debugfs).
+if ! cmp -s <(debugfs -R 'cat /walkfs-test.sh' "$img" 2>/dev/null) "$here/init.sh"; then
+    debugfs -w -R 'rm /walkfs-test.sh' "$img" >/dev/null 2>&1 || true
+    debugfs -w -R "write $here/init.sh /walkfs-test.sh" "$img" >/dev/null 2>&1
+    debugfs -w -R 'sif /walkfs-test.sh mode 0100755' "$img" >/dev/null 2>&1
+fi
+
+# ------------------------------------------------ pjdfstest and payload disk
+# The payload disk (/dev/vdc in the guest) is a plain tar: the guest side
+# of this script and, with --pjdfstest, pjdfstest built here (the host is
+# bookworm too: same glibc as the guest).
+payload=$work/payload
+rm -rf "$payload" && mkdir -p "$payload"
+cp "$here/guest.sh" "$here/relay.pl" "$payload/"
+if [ -n "$pjd_tar" ]; then
+    pjd_build=$work/pjdfstest-build
+    stamp="$(basename "$pjd_tar") $(stat -c %s "$pjd_tar")"
+    if [ ! -x "$pjd_build/pjdfstest/pjdfstest" ] || [ "$(cat "$pjd_build/stamp" 2>/dev/null)" != "$stamp" ]; then
+        echo "== building pjdfstest ($(basename "$pjd_tar"))"
+        rm -rf "$pjd_build" && mkdir -p "$pjd_build"
+        tar xzf "$pjd_tar" -C "$pjd_build"
+        (cd "$pjd_build/pjdfstest" && autoreconf -ifs && ./configure && make pjdfstest) >"$pjd_build/build.log" 2>&1 || {
+            tail -n 30 "$pjd_build/build.log" >&2
+            exit 1
+        }
+        echo "$stamp" >"$pjd_build/stamp"
+    fi
+    mkdir -p "$payload/pjdfstest"
+    cp -a "$pjd_build/pjdfstest/pjdfstest" "$pjd_build/pjdfstest/tests" "$payload/pjdfstest/"
+fi
+tar -cf "$work/payload.tar" -C "$payload" .
+# A raw disk is read in 512-byte sectors: pad the tar to a whole number.
+truncate -s %1M "$work/payload.tar"
+
+# ------------------------------------------------------------------- the runs
+serve_pid=
+cleanup() {
+    if [ -n "$serve_pid" ]; then kill "$serve_pid" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+
+run_mode() { # MODE
+    local mode=$1 export=$work/export-$1 sock=$work/walkfs-$1.sock
+    local log=$work/console-$1.log slog=$work/serve-$1.log rc t0
+    rm -rf "$export" "$sock" && mkdir -p "$export"
+    : >"$log"
+    RUST_LOG=warn "$work/walkfs" serve "$export" --listen "unix:$sock" >"$slog" 2>&1 &
+    serve_pid=$!
+    for _ in $(seq 1 100); do [ -S "$sock" ] && break; sleep 0.1; done
+    if [ ! -S "$sock" ]; then
+        echo "kernel-9p: walkfs serve did not listen on $sock:" >&2
+        cat "$slog" >&2
+        return 1
+    fi
+    rm -f "$work/scratch.img" && truncate -s 4G "$work/scratch.img"
+    echo "== cache=$mode: walkfs serve $export --listen unix:$sock (pid $serve_pid); booting the guest (TCG, limit ${timeout_s}s)"
+    t0=$(date +%s)
+    set +e
+    timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 \
+        -accel tcg -m 2048 -smp 2 -nographic -no-reboot \
+        -kernel "$work/vmlinuz" -initrd "$work/initrd.img" \
+        -append "root=/dev/vda rw console=ttyS0 init=/walkfs-test.sh panic=-1 walkfs.cache=$mode walkfs.pjdfstest=$pjd" \
+        -drive "file=$img,format=raw,if=virtio,snapshot=on" \
+        -drive "file=$work/scratch.img,format=raw,if=virtio" \
+        -drive "file=$work/payload.tar,format=raw,if=virtio,readonly=on" \
+        -device virtio-serial -chardev "socket,path=$sock,id=p9" \
+        -device virtserialport,chardev=p9,name=walkfs9p \
+        -nic none </dev/null 2>&1 | tr -d '\r' | tee "$log" |
+        grep --line-buffered -a -E '^@@WALKFS-(BEGIN|MOUNT|STEP|SKIP|FATAL|PJD|END)|Kernel panic'
+    rc=${PIPESTATUS[0]}
+    set -e
+    echo "== cache=$mode: guest done in $(($(date +%s) - t0)) s (qemu exit $rc$([ "$rc" = 124 ] && echo ': TIMED OUT'))"
+    echo "$mode $(($(date +%s) - t0)) $rc" >>"$work/boots"
+    kill "$serve_pid" 2>/dev/null || true
+    wait "$serve_pid" 2>/dev/null || true
+    serve_pid=
+    rm -f "$work/scratch.img" "$sock"
+}
+
+: >"$work/boots"
+for m in "${modes[@]}"; do
+    run_mode "$m"
+done
+
+set +e
+logs=()
+for m in "${modes[@]}"; do logs+=("$work/console-$m.log"); done
+perl "$here/report.pl" --out "$work/results.jsonl" --walkfs "$walkfs_ver" --boots "$work/boots" "${logs[@]}"
+status=$?
+set -e
+for m in "${modes[@]}"; do
+    if [ $status != 0 ] && [ -s "$work/serve-$m.log" ]; then
+        echo "== walkfs serve log, cache=$m (RUST_LOG=warn; last 60 lines of $work/serve-$m.log)"
+        tail -n 60 "$work/serve-$m.log"
+    fi
+done
+echo "== results: $work/results.jsonl; consoles: $work/console-*.log; total $(($(date +%s) - t_start)) s"
+exit $status
