@@ -18,6 +18,42 @@ static int failures, checks;
     fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
     fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
 
+/* Every walkfs call below runs inside GUARD: errno is set to a sentinel
+ * before and must still hold it after (the header promises no call
+ * touches errno). The macros shadow the functions' names; a parenthesized
+ * name calls the function itself. */
+#define SENTINEL 5150
+static int errno_changed;
+#define GUARD(call) ({ errno = SENTINEL; __typeof__(call) r_ = (call); \
+    if (errno != SENTINEL) { errno_changed++; \
+        fprintf(stderr, "FAIL %s:%d: %s changed errno to %d\n", __FILE__, __LINE__, #call, errno); } \
+    r_; })
+#define walkfs_open(...) GUARD((walkfs_open)(__VA_ARGS__))
+#define walkfs_set_option(...) GUARD((walkfs_set_option)(__VA_ARGS__))
+#define walkfs_set_creds(...) GUARD((walkfs_set_creds)(__VA_ARGS__))
+#define walkfs_faccessat(...) GUARD((walkfs_faccessat)(__VA_ARGS__))
+#define walkfs_readlinkat(...) GUARD((walkfs_readlinkat)(__VA_ARGS__))
+#define walkfs_statx(...) GUARD((walkfs_statx)(__VA_ARGS__))
+#define walkfs_fstatat(...) GUARD((walkfs_fstatat)(__VA_ARGS__))
+#define walkfs_fstat(...) GUARD((walkfs_fstat)(__VA_ARGS__))
+#define walkfs_openat(...) GUARD((walkfs_openat)(__VA_ARGS__))
+#define walkfs_close(...) GUARD((walkfs_close)(__VA_ARGS__))
+#define walkfs_read(...) GUARD((walkfs_read)(__VA_ARGS__))
+#define walkfs_pread(...) GUARD((walkfs_pread)(__VA_ARGS__))
+#define walkfs_write(...) GUARD((walkfs_write)(__VA_ARGS__))
+#define walkfs_pwrite(...) GUARD((walkfs_pwrite)(__VA_ARGS__))
+#define walkfs_mkdirat(...) GUARD((walkfs_mkdirat)(__VA_ARGS__))
+#define walkfs_mknodat(...) GUARD((walkfs_mknodat)(__VA_ARGS__))
+#define walkfs_unlinkat(...) GUARD((walkfs_unlinkat)(__VA_ARGS__))
+#define walkfs_renameat2(...) GUARD((walkfs_renameat2)(__VA_ARGS__))
+#define walkfs_symlinkat(...) GUARD((walkfs_symlinkat)(__VA_ARGS__))
+#define walkfs_linkat(...) GUARD((walkfs_linkat)(__VA_ARGS__))
+#define walkfs_fchmodat(...) GUARD((walkfs_fchmodat)(__VA_ARGS__))
+#define walkfs_fchownat(...) GUARD((walkfs_fchownat)(__VA_ARGS__))
+#define walkfs_ftruncate(...) GUARD((walkfs_ftruncate)(__VA_ARGS__))
+#define walkfs_close_ctx(w) do { errno = SENTINEL; (walkfs_close_ctx)(w); \
+    if (errno != SENTINEL) { errno_changed++; fprintf(stderr, "FAIL: walkfs_close_ctx changed errno\n"); } } while (0)
+
 /* The kernel's answer as walkfs spells it: 0 or -errno. */
 static int k(int r) { return r < 0 ? -errno : r; }
 
@@ -74,6 +110,47 @@ int main(void) {
     CHECK(walkfs_readlinkat(w, AT_FDCWD, "/lib", wb, 3) == 3, "readlink truncates");
     CHECK(walkfs_readlinkat(w, AT_FDCWD, "/usr", wb, sizeof wb) == -EINVAL, "readlink of a dir");
 
+    /* readlinkat with an empty path reads the descriptor itself: a link
+     * only for a symlink opened O_PATH|O_NOFOLLOW, ENOENT for anything
+     * else (AT_FDCWD, directories and files, O_RDONLY or O_PATH). */
+    struct { const char *path; int flags; } fds[] = {
+        {"usr", O_RDONLY | O_DIRECTORY}, {"usr", O_PATH}, {"usr/lib/crtendS.o", O_RDONLY},
+        {"usr/lib/crtendS.o", O_PATH}, {"lib", O_PATH | O_NOFOLLOW}, {"lib", O_RDONLY},
+    };
+    for (size_t i = 0; i < sizeof fds / sizeof *fds; i++) {
+        char abs[256];
+        snprintf(abs, sizeof abs, "/%s", fds[i].path);
+        int kfd = openat(host, fds[i].path, fds[i].flags);
+        int wfd = walkfs_openat(w, AT_FDCWD, abs, fds[i].flags, 0);
+        CHECK(kfd >= 0 && wfd >= 0, "open %s (%#x): kernel %d walkfs %d", fds[i].path, fds[i].flags, kfd, wfd);
+        memset(kb, 0, sizeof kb);
+        memset(wb, 0, sizeof wb);
+        int kr = k((int)readlinkat(kfd, "", kb, sizeof kb));
+        int wr = (int)walkfs_readlinkat(w, wfd, "", wb, sizeof wb);
+        CHECK(kr == wr && memcmp(kb, wb, sizeof kb) == 0, "readlinkat(%s %#x, \"\"): kernel %d walkfs %d",
+              fds[i].path, fds[i].flags, kr, wr);
+        close(kfd);
+        walkfs_close(w, wfd);
+    }
+    {
+        int cwd = open(".", O_PATH | O_DIRECTORY);
+        CHECK(fchdir(host) == 0, "chdir");
+        int kr = k((int)readlinkat(AT_FDCWD, "", kb, sizeof kb));
+        int wr = (int)walkfs_readlinkat(w, AT_FDCWD, "", wb, sizeof wb);
+        CHECK(kr == wr, "readlinkat(AT_FDCWD, \"\"): kernel %d walkfs %d", kr, wr);
+        CHECK(fchdir(cwd) == 0, "chdir back");
+        close(cwd);
+    }
+
+    /* Special files: made, never opened through walkfs. */
+    CHECK(walkfs_mknodat(w, AT_FDCWD, "/fifo", S_IFIFO | 0640, 0) == 0, "mkfifo");
+    CHECK(fstatat(host, "fifo", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISFIFO(st.st_mode) && (st.st_mode & 0777) == 0640,
+          "the fifo reached the host");
+    CHECK(walkfs_openat(w, AT_FDCWD, "/fifo", O_RDONLY | O_NONBLOCK, 0) < 0, "a fifo is not opened by walkfs");
+    CHECK(walkfs_mknodat(w, AT_FDCWD, "/fifo", S_IFIFO | 0640, 0) == -EEXIST, "mkfifo over a fifo");
+    CHECK(walkfs_mknodat(w, AT_FDCWD, "/d", S_IFDIR | 0755, 0) == -EPERM, "mknod of a directory");
+    CHECK(walkfs_unlinkat(w, AT_FDCWD, "/fifo", 0) == 0, "unlink the fifo");
+
     /* Renames, links, chmod, unlink. */
     CHECK(walkfs_linkat(w, AT_FDCWD, "/usr/lib/crtendS.o", AT_FDCWD, "/hard", 0) == 0, "link");
     CHECK(walkfs_fstatat(w, AT_FDCWD, "/hard", &st, 0) == 0 && st.st_nlink == 2, "nlink 2");
@@ -112,6 +189,7 @@ int main(void) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "cleanup failed\n");
+    CHECK(errno_changed == 0, "%d calls changed errno", errno_changed);
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures ? 1 : 0;
 }
