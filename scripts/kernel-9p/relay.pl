@@ -15,8 +15,13 @@ use Socket;
 use Fcntl;
 use POSIX ();
 
+# With --trace-setattr FILE, the first 200 Tsetattr requests the kernel
+# sends are decoded into FILE (what the client asked for, before the
+# server saw it).
+my $trace;
+if (@ARGV && $ARGV[0] eq '--trace-setattr') { shift @ARGV; $trace = shift @ARGV }
 my ($port, @cmd) = @ARGV;
-die "usage: relay.pl PORT COMMAND...\n" unless defined $port && @cmd;
+die "usage: relay.pl [--trace-setattr FILE] PORT COMMAND...\n" unless defined $port && @cmd;
 
 socketpair(my $mine, my $theirs, AF_UNIX, SOCK_STREAM, PF_UNSPEC) or die "socketpair: $!\n";
 # Open the port before forking so a failure is seen by the caller.
@@ -65,6 +70,7 @@ sub relay {
             my $r = sysread($sock, $buf, 1 << 20);
             if (!defined $r) { next if $!{EINTR} || $!{EAGAIN}; return }
             return if $r == 0;    # the kernel closed its end: unmounted
+            watch($buf) if defined $trace;
             put($port, $buf) or return;
         }
         if (vec($rout, fileno($port), 1)) {
@@ -80,5 +86,30 @@ sub relay {
             $idle_eof = 0;
             put($sock, $buf) or return;
         }
+    }
+}
+
+# Decode the kernel's requests just enough to log Tsetattr (type 26):
+# size[4] type[1] tag[2] fid[4] valid[4] mode[4] uid[4] gid[4] size[8]
+# atime_sec[8] atime_nsec[8] mtime_sec[8] mtime_nsec[8].
+my ($pending, $logged, $tfh) = ('', 0);
+sub watch {
+    $pending .= $_[0];
+    while (length($pending) >= 7) {
+        my ($size, $type) = unpack('V C', $pending);
+        if ($size < 7) { undef $trace; $pending = ''; return }    # not 9P: stop decoding
+        last if length($pending) < $size;
+        if ($type == 26 && $size >= 67) {
+            my ($fid, $valid, $mode, $uid, $gid, $sz, $as, $an, $ms, $mn) =
+                unpack('x7 V V V V V Q< Q< Q< Q< Q<', $pending);
+            $tfh //= do { open(my $f, '>>', $trace) or undef $trace; $f };
+            if ($tfh) {
+                printf $tfh "fid=%d valid=0x%x mode=%o uid=%d gid=%d size=%d atime=%d.%09d mtime=%d.%09d\n",
+                    $fid, $valid, $mode, $uid, $gid, $sz, $as, $an, $ms, $mn;
+                $tfh->flush;
+            }
+            if (++$logged >= 200) { undef $trace; $pending = ''; return }
+        }
+        substr($pending, 0, $size, '');
     }
 }

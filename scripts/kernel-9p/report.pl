@@ -39,7 +39,8 @@ sub js {
 }
 sub obj { my @kv = @_; my @p; while (@kv) { my ($k, $v) = splice @kv, 0, 2; push @p, js($k) . ':' . js($v) } '{' . join(',', @p) . '}' }
 
-my (%boot, %mount, %res, %detail, %pjd, %notok, @modes, @tests, @folders, %seen_t, %seen_f);
+my (%boot, %mount, %res, %detail, %pjd, %notok, %tsetattr, @modes, @tests, @folders, %seen_t, %seen_f);
+my @known;
 my %boot_time;
 if ($boots && open my $bf, '<', $boots) {
     while (<$bf>) { my ($m, $s, $rc) = split; $boot_time{$m} = [$s, $rc] }
@@ -68,6 +69,7 @@ for my $log (@logs) {
             $pjd{$mode}{ $h->{fs} }{ $h->{folder} } = $h;
             push @folders, $h->{folder} unless $seen_f{ $h->{folder} }++;
         }
+        elsif ($tag eq 'TSETATTR') { push @{ $tsetattr{$mode} }, $2 }
         elsif ($tag eq 'NOTOK') { push @{ $notok{$mode}{ $h->{fs} }{ $h->{file} } }, $h->{line} }
     }
 }
@@ -119,7 +121,17 @@ for my $t (@tests) {
     for my $m (@modes) {
         my @r = map { $res{$m}{$_}{$t} ? $res{$m}{$_}{$t}{result} : '-' } qw(9p ext4);
         printf " | %-8s %-8s", @r;
-        push @bad, "cache=$m: $t: 9p $r[0], ext4 $r[1]" if $r[0] ne $r[1];
+        next if $r[0] eq $r[1];
+        # Linux's v9fs sets no s_time_gran, so the VFS truncates the times
+        # a process sets to whole seconds before they are sent: known when
+        # the relay saw the kernel send .000000000 for utimes_ns's times.
+        my @sent = grep { /(atime=1015218367|mtime=981173106)\.(\d+)/ } @{ $tsetattr{$m} // [] };
+        if ($t eq 'utimes_ns' && $r[0] eq 'fail' && @sent && !grep { /(atime=1015218367|mtime=981173106)\.0*[1-9]/ } @sent
+            && !$ENV{KERNEL9P_STRICT}) {
+            push @known, "cache=$m: utimes_ns: 9p fail, ext4 ok: the Linux 9p client sent whole seconds (s_time_gran unset in v9fs); Tsetattr seen: $sent[0]";
+            next;
+        }
+        push @bad, "cache=$m: $t: 9p $r[0], ext4 $r[1]";
     }
     print "\n";
 }
@@ -175,6 +187,10 @@ if (@folders) {
 }
 
 print "\n";
+if (@known) {
+    print "KNOWN DIFFERENCES of the kernel client (not counted; KERNEL9P_STRICT=1 counts them):\n";
+    print "  $_\n" for @known;
+}
 if (@bad) {
     print "DIFFERENCES (9p vs ext4) / PROBLEMS:\n";
     print "  $_\n" for @bad;

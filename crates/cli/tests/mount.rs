@@ -56,6 +56,59 @@ fn build_on_the_mount(opts: &str) {
     assert!(String::from_utf8_lossy(&o.stdout).contains("Twalk"));
 }
 
+/// What tmux, ssh's ControlPath and build daemons do in a working
+/// directory: a fifo and a unix socket made on the mount carry data
+/// between processes (the kernel opens them; walkfs only made the nodes),
+/// in each cache mode.
+#[test]
+fn fifos_and_unix_sockets_work_on_the_mount() {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::FileTypeExt;
+    for opts in ["cache=loose,negtimeout=-1", "cache=coherent", "cache=none"] {
+        let t = tempfile::tempdir().expect("tempdir");
+        let (src, mnt) = (t.path().join("src"), t.path().join("mnt"));
+        std::fs::create_dir_all(&src).expect("mkdir");
+        std::fs::create_dir(&mnt).expect("mkdir");
+        let _m = Mount::new(&src, &mnt, opts);
+        run(Command::new("mkfifo").arg(mnt.join("fifo")));
+        assert!(std::fs::symlink_metadata(src.join("fifo"))
+            .expect("the fifo on the host")
+            .file_type()
+            .is_fifo());
+        let fifo = mnt.join("fifo");
+        let writer = std::thread::spawn(move || {
+            let mut w = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&fifo)
+                .expect("open the fifo for writing");
+            w.write_all(b"through the fifo").expect("write");
+        });
+        let mut got = String::new();
+        std::fs::File::open(mnt.join("fifo"))
+            .expect("open the fifo for reading")
+            .read_to_string(&mut got)
+            .expect("read");
+        writer.join().expect("writer");
+        assert_eq!(got, "through the fifo", "{opts}");
+
+        let path = mnt.join("daemon.sock");
+        let l = std::os::unix::net::UnixListener::bind(&path).expect("bind on the mount");
+        assert!(std::fs::symlink_metadata(src.join("daemon.sock"))
+            .expect("the socket on the host")
+            .file_type()
+            .is_socket());
+        let mut c = std::os::unix::net::UnixStream::connect(&path).expect("connect");
+        let (mut a, _) = l.accept().expect("accept");
+        c.write_all(b"ping").expect("send");
+        let mut buf = [0u8; 4];
+        a.read_exact(&mut buf).expect("receive");
+        assert_eq!(&buf, b"ping", "{opts}");
+        std::fs::remove_file(&path).expect("unlink the socket");
+        std::fs::remove_file(mnt.join("fifo")).expect("unlink the fifo");
+        assert!(std::fs::read_dir(&src).expect("list").next().is_none());
+    }
+}
+
 #[test]
 fn git_works_on_the_mount() {
     git_on_the_mount("cache=loose,negtimeout=-1");
