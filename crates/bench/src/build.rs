@@ -46,6 +46,7 @@ pub const APT_NEEDS: &[&str] = &[
 ];
 
 const DEB_SRC: &str = "/etc/apt/sources.list.d/walkfs-deb-src.sources";
+const DEB_SRC_LIST: &str = "/etc/apt/sources.list.d/walkfs-deb-src.list";
 const CACHE: &str = "/var/tmp/walkfs-bench-build";
 
 #[derive(Clone, Debug)]
@@ -203,12 +204,19 @@ pub fn fetch() -> Result<PathBuf, String> {
         })
         .collect();
     if !has_deb_src() {
-        std::fs::write(
-            DEB_SRC,
-            "Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\n\
-             Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
-        )
-        .map_err(|e| format!("{DEB_SRC}: {e}"))?;
+        let (deb822, one_line) = deb_src_entries(&apt_source_files());
+        if deb822.is_empty() && one_line.is_empty() {
+            return Err(
+                "no deb-src entry, and no `deb` entry in the apt sources to derive \
+                        one from: add a deb-src entry for the distribution's archive"
+                    .into(),
+            );
+        }
+        for (path, text) in [(DEB_SRC, deb822), (DEB_SRC_LIST, one_line)] {
+            if !text.is_empty() {
+                std::fs::write(path, text).map_err(|e| format!("{path}: {e}"))?;
+            }
+        }
     }
     sh(Command::new("apt-get").args(["update", "-qq"]))?;
     if !missing.is_empty() {
@@ -235,11 +243,73 @@ fn find_tarball() -> Option<PathBuf> {
         })
 }
 
-fn has_deb_src() -> bool {
+/// The files apt reads its sources from.
+fn apt_source_files() -> Vec<PathBuf> {
     let mut files = vec![PathBuf::from("/etc/apt/sources.list")];
     if let Ok(d) = std::fs::read_dir("/etc/apt/sources.list.d") {
-        files.extend(d.flatten().map(|e| e.path()));
+        let mut more: Vec<PathBuf> = d
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "list" || x == "sources"))
+            .collect();
+        more.sort();
+        files.extend(more);
     }
+    files
+}
+
+/// A deb-src entry for the archives the machine already installs from:
+/// every enabled `deb` entry of `files` (one-line `.list` or deb822
+/// `.sources`) with its type changed, so sources come from the same
+/// place (mirror, proxy or snapshot) as the binary packages. Returns the
+/// deb822 entries and the one-line ones (each goes in a file of its own
+/// format); both empty when there is no `deb` entry at all.
+fn deb_src_entries(files: &[PathBuf]) -> (String, String) {
+    let (mut out, mut lines) = (String::new(), String::new());
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        if f.extension().is_some_and(|x| x == "sources") {
+            for stanza in text.split("\n\n") {
+                let fields: Vec<&str> = stanza
+                    .lines()
+                    .map(str::trim_end)
+                    .filter(|l| !l.trim_start().starts_with('#') && !l.is_empty())
+                    .collect();
+                let is_deb = fields.iter().any(|l| {
+                    l.strip_prefix("Types:")
+                        .is_some_and(|t| t.split_whitespace().any(|t| t == "deb"))
+                });
+                let disabled = fields.iter().any(|l| {
+                    l.strip_prefix("Enabled:")
+                        .is_some_and(|v| v.trim().eq_ignore_ascii_case("no"))
+                });
+                if !is_deb || disabled {
+                    continue;
+                }
+                out.push_str("Types: deb-src\n");
+                for l in fields.iter().filter(|l| !l.starts_with("Types:")) {
+                    out.push_str(l);
+                    out.push('\n');
+                }
+                out.push('\n');
+            }
+        } else {
+            for l in text.lines() {
+                if let Some(rest) = l.trim().strip_prefix("deb ") {
+                    lines.push_str("deb-src ");
+                    lines.push_str(rest);
+                    lines.push('\n');
+                }
+            }
+        }
+    }
+    (out, lines)
+}
+
+fn has_deb_src() -> bool {
+    let files = apt_source_files();
     files.iter().any(|f| {
         std::fs::read_to_string(f).is_ok_and(|s| {
             s.lines().any(|l| {
@@ -791,6 +861,37 @@ pub fn plot(res: &BuildResult, path: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn deb_src_entries_follow_the_configured_sources() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let sources = t.path().join("a.sources");
+        std::fs::write(
+            &sources,
+            "Types: deb\n# a comment\nURIs: http://archive.example/debian\nSuites: stable\n\
+             Components: main\n\nTypes: deb\nURIs: http://off.example\nSuites: x\n\
+             Components: main\nEnabled: no\n\nTypes: deb-src\nURIs: http://src.example\n\
+             Suites: y\nComponents: main\n",
+        )
+        .expect("write");
+        let list = t.path().join("b.list");
+        std::fs::write(
+            &list,
+            "# deb http://commented.example x main\ndeb [arch=amd64] http://one.example stable main\n",
+        )
+        .expect("write");
+        let (deb822, one_line) = super::deb_src_entries(&[sources, list]);
+        assert_eq!(
+            deb822,
+            "Types: deb-src\nURIs: http://archive.example/debian\nSuites: stable\n\
+             Components: main\n\n"
+        );
+        assert_eq!(
+            one_line,
+            "deb-src [arch=amd64] http://one.example stable main\n"
+        );
+        assert_eq!(super::deb_src_entries(&[]), (String::new(), String::new()));
+    }
+
     use super::*;
 
     #[test]
