@@ -171,7 +171,12 @@ pub unsafe extern "C" fn walkfs_set_creds(
             unsafe { std::slice::from_raw_parts(groups, n as usize) }.to_vec()
         }
     };
-    w.ctx.set_creds(Creds { uid, gid, groups });
+    w.ctx.set_creds(Creds {
+        uid,
+        gid,
+        groups,
+        privileged: false,
+    });
     0
 }
 

@@ -79,6 +79,15 @@ enum Cmd {
         /// Refuse every change with EROFS.
         #[arg(long)]
         read_only: bool,
+        /// Trust clients to check permissions themselves: act for every
+        /// attached user with root's file capabilities (new files still
+        /// belong to the user and the group the client sends). For Linux
+        /// 9p mounts (access=client, the 9p2000.L default), which check
+        /// with the caller's supplementary groups that 9P2000.L never
+        /// carries; without it the server also checks, with its own user
+        /// database. Only for clients trusted with every file of DIR.
+        #[arg(long)]
+        trust_client_permissions: bool,
         /// Worker threads (default: twice the cores, at least 4).
         #[arg(long)]
         threads: Option<usize>,
@@ -428,6 +437,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             socket_group,
             sandbox,
             read_only,
+            trust_client_permissions,
             threads,
             max_msize,
             max_fids,
@@ -471,6 +481,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             let mut cfg = walkfs_server::Config {
                 secret,
                 read_only,
+                trust_client_permissions,
                 reply_delay: std::time::Duration::from_micros(reply_delay_us),
                 max_pending_bytes,
                 reply_timeout: std::time::Duration::from_secs(reply_timeout_secs.max(1)),

@@ -330,6 +330,7 @@ impl WalkFuse {
             uid,
             gid,
             groups: key.2.clone(),
+            privileged: false,
         };
         let c = Arc::new(self.base.with_creds(creds));
         let mut m = self.ctxs.write();

@@ -51,16 +51,21 @@ fn fstatx(st: &FidState) -> Result<Statx> {
 }
 
 /// The context for a create with group `gid` asked by the client: the
-/// fid's user with that group when it is one of theirs (or root asks).
+/// fid's user with that group. The client's word is taken for the group
+/// as it is for the user (`Tattach`'s uid): 9P2000.L carries the gid the
+/// client kernel chose (the caller's fsgid, or a setgid directory's group)
+/// and no supplementary groups, so the server's own user database cannot
+/// judge it. `NOGID` (~0) keeps the fid's group.
 fn ctx_with_gid(conn: &Conn, st: &FidState, gid: u32) -> Arc<Ctx> {
     let c = st.ctx.creds();
-    if gid == c.gid || gid == u32::MAX || !(c.is_root() || c.groups.contains(&gid)) {
+    if gid == c.gid || gid == u32::MAX {
         return Arc::clone(&st.ctx);
     }
     conn.ctx_for(Creds {
         uid: c.uid,
         gid,
         groups: c.groups.clone(),
+        privileged: c.privileged,
     })
 }
 
@@ -126,7 +131,11 @@ pub(crate) fn handle(
                     return Err(Errno::EACCES);
                 }
             }
-            let creds = users::creds_for(n_uname, uname.0).ok_or(Errno::EACCES)?;
+            let mut creds = users::creds_for(n_uname, uname.0).ok_or(Errno::EACCES)?;
+            // A client that checks permissions itself (Linux's v9fs,
+            // access=client) has already decided with groups the server
+            // never sees: the server then checks none of its own.
+            creds.privileged = conn.server.cfg.trust_client_permissions;
             let ctx = conn.ctx_for(creds);
             let mut steps = Vec::new();
             let fd = ctx

@@ -70,6 +70,11 @@ pub struct Config {
     /// A connection whose peer takes no reply bytes for this long is
     /// closed, so a client that stops reading holds no worker longer.
     pub reply_timeout: Duration,
+    /// Act on every attached user's behalf with root's capabilities,
+    /// trusting the client to have checked permissions (a Linux 9p mount
+    /// with `access=client` does, with the caller's full group list).
+    /// New files still belong to the attached uid and the gid sent.
+    pub trust_client_permissions: bool,
     /// Run every request on the connection's reader thread (no pool):
     /// deterministic sessions for the fuzz target.
     #[doc(hidden)]
@@ -89,6 +94,7 @@ impl Default for Config {
             secret: None,
             max_pending_bytes: 16 << 20,
             reply_timeout: Duration::from_secs(30),
+            trust_client_permissions: false,
             inline_all: false,
         }
     }

@@ -25,6 +25,7 @@ pub fn creds_for(uid: u32, uname: &[u8]) -> Option<Creds> {
                 uid,
                 gid: uid,
                 groups: Vec::new(),
+                privileged: false,
             })
         }
     };
@@ -32,6 +33,7 @@ pub fn creds_for(uid: u32, uname: &[u8]) -> Option<Creds> {
         uid,
         gid,
         groups: group_list(&name, gid),
+        privileged: false,
     })
 }
 
@@ -93,6 +95,7 @@ impl UserDb {
                 uid,
                 gid: uid,
                 groups: Vec::new(),
+                privileged: false,
             });
         };
         let groups = self
@@ -105,6 +108,7 @@ impl UserDb {
             uid: *uid,
             gid: *gid,
             groups,
+            privileged: false,
         })
     }
 }

@@ -11,12 +11,19 @@ pub const MAY_READ: u32 = 4;
 /// Who is asking: the ids every permission check and every new node's
 /// owner come from. Root (uid 0) has the capabilities Linux gives it
 /// (`CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`, `CAP_FOWNER`, `CAP_CHOWN`,
-/// `CAP_FSETID`); any other uid has none.
+/// `CAP_FSETID`, `CAP_MKNOD`); any other uid has none unless
+/// `privileged`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Creds {
     pub uid: u32,
     pub gid: u32,
     pub groups: Vec<u32>,
+    /// Root's capabilities under another uid: for a caller that has
+    /// already checked permissions itself with credentials walkfs cannot
+    /// see (a Linux 9p client mounted `access=client` checks with the
+    /// process's full group list, which 9P2000.L never carries). New
+    /// nodes still belong to `uid`/`gid`.
+    pub privileged: bool,
 }
 
 impl Creds {
@@ -25,6 +32,7 @@ impl Creds {
             uid: 0,
             gid: 0,
             groups: Vec::new(),
+            privileged: false,
         }
     }
 
@@ -38,11 +46,17 @@ impl Creds {
         groups.truncate(n.max(0) as usize);
         // SAFETY: no failure mode.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        Creds { uid, gid, groups }
+        Creds {
+            uid,
+            gid,
+            groups,
+            privileged: false,
+        }
     }
 
+    /// Has root's capabilities (uid 0, or `privileged`).
     pub fn is_root(&self) -> bool {
-        self.uid == 0
+        self.uid == 0 || self.privileged
     }
 
     pub fn in_group(&self, gid: u32) -> bool {
@@ -99,6 +113,7 @@ mod tests {
             uid: 1000,
             gid: 100,
             groups: vec![200],
+            privileged: false,
         };
         let f = snap(libc::S_IFREG | 0o640, 1000, 100);
         assert!(check(&u, &f, MAY_READ | MAY_WRITE).is_ok());

@@ -81,7 +81,7 @@ fn run(opts: &str, readers: usize, dur: Duration) {
         let (vfs, states, stop, checked) =
             (vfs.clone(), states.clone(), stop.clone(), checked.clone());
         handles.push(std::thread::spawn(move || {
-            let ctx = vfs.context(Creds { uid: 1000 + r as u32, gid: 1000, groups: vec![] });
+            let ctx = vfs.context(Creds { uid: 1000 + r as u32, gid: 1000, groups: vec![], privileged: false });
             let mut k = r;
             while !stop.load(SeqCst) {
                 k += 1;

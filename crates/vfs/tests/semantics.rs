@@ -93,6 +93,7 @@ fn permissions_in_the_middle_of_a_path() {
         uid: 1000,
         gid: 1000,
         groups: vec![],
+        privileged: false,
     });
     assert_eq!(
         user.faccessat(AT_FDCWD, b"/private/in", 0, 0),

@@ -89,6 +89,7 @@ fn fastperm_skips_the_permission_routine() {
             uid: 1000,
             gid: 1000,
             groups: vec![],
+            privileged: false,
         });
         ctx.faccessat(AT_FDCWD, b"/usr/lib/crt.o", libc::R_OK, 0)
             .unwrap();
@@ -112,6 +113,7 @@ fn fastperm_skips_the_permission_routine() {
         uid: 1000,
         gid: 1000,
         groups: vec![],
+        privileged: false,
     });
     assert_eq!(
         ctx.faccessat(AT_FDCWD, b"/private/x", 0, 0),
@@ -189,6 +191,7 @@ fn pathcache_answers_are_invalidated_by_every_kind_of_change() {
         uid: 1000,
         gid: 1000,
         groups: vec![],
+        privileged: false,
     });
     for d in ["/a", "/a/b", "/m"] {
         root.mkdirat(AT_FDCWD, d.as_bytes(), 0o755).unwrap();
@@ -257,6 +260,7 @@ fn pathcache_switch_skips_the_walk() {
             uid: 1000,
             gid: 1000,
             groups: vec![],
+            privileged: false,
         });
         // A directory without search for everyone makes each walk run the
         // permission routine, which only a remembered walk skips.

@@ -237,6 +237,7 @@ fn differential_mounts(
         uid: who.uid,
         gid: who.gid,
         groups: who.groups.clone(),
+        privileged: false,
     });
     let mut fds = Vec::new();
     for (i, op) in ops.iter().enumerate() {

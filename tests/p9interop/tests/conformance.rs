@@ -103,7 +103,11 @@ fn one_qid_per_file_in_every_reply() {
     // Changing the file's contents does not change its qid.
     std::fs::write(dir.join("hello.txt"), b"other, longer contents").expect("write");
     assert_eq!(getattr(&mut s, 5), file, "getattr after a write");
-    assert_eq!(walk(&mut s, 1, 6, &[b"hello.txt"]), file, "walk after a write");
+    assert_eq!(
+        walk(&mut s, 1, 6, &[b"hello.txt"]),
+        file,
+        "walk after a write"
+    );
 
     // Every create's qid is the one a later walk and getattr give.
     let _ = walk_to(&mut s, 10, &[]);
@@ -156,7 +160,11 @@ fn one_qid_per_file_in_every_reply() {
     for (i, (name, f)) in made.into_iter().enumerate() {
         let q = qid_of_reply(&rpc(&mut s, 6, f).expect("create"));
         let fid = 20 + i as u32;
-        assert_eq!(walk(&mut s, 1, fid, &[name]), q, "create vs walk of {name:?}");
+        assert_eq!(
+            walk(&mut s, 1, fid, &[name]),
+            q,
+            "create vs walk of {name:?}"
+        );
         assert_eq!(getattr(&mut s, fid), q, "create vs getattr of {name:?}");
     }
 }
@@ -172,7 +180,14 @@ fn unknown_message_types_are_answered() {
     let sock = t.path().join("s.sock");
     let _server = serve(&dir, &sock);
     let mut s = attached(&sock);
-    for (ty, tag) in [(7u8, 70u16), (99, 99), (117, 117), (255, 255), (0, 1000), (1, 1001)] {
+    for (ty, tag) in [
+        (7u8, 70u16),
+        (99, 99),
+        (117, 117),
+        (255, 255),
+        (0, 1000),
+        (1, 1001),
+    ] {
         let mut frame = Vec::new();
         frame.extend_from_slice(&11u32.to_le_bytes());
         frame.push(ty);
@@ -205,23 +220,28 @@ fn tmknod_makes_special_files() {
     let sock = t.path().join("s.sock");
     let _server = serve(&dir, &sock);
     let mut s = attached(&sock);
-    let mknod = |s: &mut std::os::unix::net::UnixStream, name: &[u8], mode: u32, dev: (u32, u32)| {
-        rpc(
-            s,
-            7,
-            Fcall::Tmknod {
-                dfid: 1,
-                name: Str(name),
-                mode,
-                major: dev.0,
-                minor: dev.1,
-                gid: 0,
-            },
-        )
-        .expect("mknod")
-    };
+    let mknod =
+        |s: &mut std::os::unix::net::UnixStream, name: &[u8], mode: u32, dev: (u32, u32)| {
+            rpc(
+                s,
+                7,
+                Fcall::Tmknod {
+                    dfid: 1,
+                    name: Str(name),
+                    mode,
+                    major: dev.0,
+                    minor: dev.1,
+                    gid: 0,
+                },
+            )
+            .expect("mknod")
+        };
     let r = mknod(&mut s, b"fifo", libc::S_IFIFO | 0o640, (0, 0));
-    assert!(matches!(decoded(&r), Fcall::Rmknod { .. }), "{:?}", decoded(&r));
+    assert!(
+        matches!(decoded(&r), Fcall::Rmknod { .. }),
+        "{:?}",
+        decoded(&r)
+    );
     let r = mknod(&mut s, b"sock", libc::S_IFSOCK | 0o600, (0, 0));
     assert!(matches!(decoded(&r), Fcall::Rmknod { .. }));
     let md = std::fs::symlink_metadata(dir.join("fifo")).expect("fifo on the host");
@@ -267,7 +287,12 @@ fn tmknod_makes_special_files() {
     );
     // Made, never opened.
     assert!(ctx
-        .openat(AT_FDCWD, b"/usr/fifo2", libc::O_RDONLY | libc::O_NONBLOCK, 0)
+        .openat(
+            AT_FDCWD,
+            b"/usr/fifo2",
+            libc::O_RDONLY | libc::O_NONBLOCK,
+            0
+        )
         .is_err());
 }
 
@@ -291,7 +316,9 @@ fn fake_server(sock: &Path, ecode: u32) -> Arc<AtomicU64> {
                 .ok()
                 .and_then(|more| more.then_some(&buf))
         } {
-            let Ok((tag, f)) = Fcall::decode(frame) else { return };
+            let Ok((tag, f)) = Fcall::decode(frame) else {
+                return;
+            };
             let r = match f {
                 Fcall::Tversion { msize, .. } => Fcall::Rversion {
                     msize,
@@ -349,12 +376,116 @@ fn a_servers_errnos_never_steer_the_client() {
         let before = walks.load(Ordering::SeqCst);
         let t0 = Instant::now();
         let r = ctx.fstatat(AT_FDCWD, b"/x", 0);
-        assert!(t0.elapsed() < Duration::from_millis(500), "errno {ecode}: slow");
+        assert!(
+            t0.elapsed() < Duration::from_millis(500),
+            "errno {ecode}: slow"
+        );
         assert_eq!(r.err(), Some(want), "errno {ecode}");
         assert_eq!(
             walks.load(Ordering::SeqCst) - before,
             1,
             "errno {ecode}: Twalks for one lookup"
         );
+    }
+}
+
+fn attach_as(s: &mut std::os::unix::net::UnixStream, fid: u32, uid: u32) {
+    let r = rpc(
+        s,
+        1,
+        Fcall::Tattach {
+            fid,
+            afid: walkfs_p9::NOFID,
+            uname: Str(b""),
+            aname: Str(b""),
+            n_uname: uid,
+        },
+    )
+    .expect("attach");
+    assert!(
+        matches!(decoded(&r), Fcall::Rattach { .. }),
+        "{:?}",
+        decoded(&r)
+    );
+}
+
+/// The ids a client sends: a create's gid is taken as sent (9P2000.L
+/// carries no supplementary groups, so the server cannot judge it), and
+/// with `trust_client_permissions` group access the client kernel granted
+/// is not refused again by the server's own user database.
+#[test]
+fn the_clients_ids_are_honoured() {
+    // SAFETY: no failure mode.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root (files owned by other users)");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    for trust in [false, true] {
+        let t = tempfile::tempdir().expect("tempdir");
+        let dir = t.path().join("export");
+        make_tree(&dir);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        std::fs::write(dir.join("group-only"), b"for group 65534").expect("write");
+        std::os::unix::fs::chown(dir.join("group-only"), Some(0), Some(65534)).expect("chown");
+        std::fs::set_permissions(
+            dir.join("group-only"),
+            std::fs::Permissions::from_mode(0o040),
+        )
+        .expect("chmod");
+        let sock = t.path().join("s.sock");
+        let cfg = walkfs_server::Config {
+            trust_client_permissions: trust,
+            ..Default::default()
+        };
+        let _server = serve_with(&dir, &sock, cfg);
+        let mut s = raw(&sock);
+        attach_as(&mut s, 1, 65533);
+        let _ = walk_to(&mut s, 10, &[]);
+        let r = rpc(
+            &mut s,
+            5,
+            Fcall::Tlcreate {
+                fid: 10,
+                name: Str(b"made"),
+                flags: libc::O_WRONLY as u32,
+                mode: 0o644,
+                gid: 65532,
+            },
+        )
+        .expect("lcreate");
+        assert!(
+            matches!(decoded(&r), Fcall::Rlcreate { .. }),
+            "{:?}",
+            decoded(&r)
+        );
+        let md = std::fs::metadata(dir.join("made")).expect("made");
+        assert_eq!((md.uid(), md.gid()), (65533, 65532), "trust={trust}");
+        let r = rpc(
+            &mut s,
+            6,
+            Fcall::Tmkdir {
+                dfid: 1,
+                name: Str(b"d"),
+                mode: 0o755,
+                gid: 65532,
+            },
+        )
+        .expect("mkdir");
+        assert!(matches!(decoded(&r), Fcall::Rmkdir { .. }));
+        assert_eq!(std::fs::metadata(dir.join("d")).expect("d").gid(), 65532);
+        // Group access by a group the server's user database does not
+        // give uid 65533.
+        let _ = walk_to(&mut s, 11, &[b"group-only"]);
+        let r = rpc(&mut s, 7, Fcall::Tlopen { fid: 11, flags: 0 }).expect("lopen");
+        if trust {
+            assert!(
+                matches!(decoded(&r), Fcall::Rlopen { .. }),
+                "{:?}",
+                decoded(&r)
+            );
+        } else {
+            assert_eq!(errno_of(&r), Some(libc::EACCES as u32));
+        }
     }
 }
