@@ -505,14 +505,42 @@ fn a_watch_queue_overflow_drops_everything_and_recovers() {
         assert!(obs.stat(n).is_ok());
         assert!(obs.stat(&format!("{n}.new")).is_err());
     }
-    for n in &names {
-        host.unlink(n).expect("unlink");
-        host.write(&format!("{n}.new"), b"y").expect("create");
+    // Bursts of changes until one overflows the queue: whether a burst
+    // outruns the server's watch reader depends on the scheduler, so the
+    // names go back and forth (each round leaves every old name cached as
+    // present or absent) until the server has reported a loss.
+    let mut round = 0;
+    loop {
+        let (from, to) = if round % 2 == 0 {
+            ("", ".new")
+        } else {
+            (".new", "")
+        };
+        for n in &names {
+            host.unlink(&format!("{n}{from}")).expect("unlink");
+            host.write(&format!("{n}{to}"), b"y").expect("create");
+        }
+        round += 1;
+        std::thread::sleep(Duration::from_millis(50));
+        if obs.0.vfs().cache_stats().changes_lost > 0 || round >= 20 {
+            break;
+        }
+        // Cache the state this round left, so the next round's changes
+        // have something to invalidate.
+        for n in &names {
+            let _ = obs.stat(&format!("{n}{to}"));
+            let _ = obs.stat(&format!("{n}{from}"));
+        }
     }
+    let (gone, there) = if round % 2 == 1 {
+        ("", ".new")
+    } else {
+        (".new", "")
+    };
     let all_seen = || {
-        names
-            .iter()
-            .all(|n| obs.stat(n).is_err() && obs.stat(&format!("{n}.new")).is_ok())
+        names.iter().all(|n| {
+            obs.stat(&format!("{n}{gone}")).is_err() && obs.stat(&format!("{n}{there}")).is_ok()
+        })
     };
     let lat = latency(Duration::from_secs(5), all_seen);
     let stats = obs.0.vfs().cache_stats();
