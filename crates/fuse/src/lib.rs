@@ -488,6 +488,27 @@ impl WalkFuse {
         Ok(attr_of(ino.0, &x))
     }
 
+    /// Is a chmod to `mode` by a caller who does not own the file the
+    /// kernel's own `file_remove_privs`? Without FUSE_HANDLE_KILLPRIV the
+    /// kernel clears set-user-id and set-group-id before a write or
+    /// truncate by sending SETATTR as the writer (it skips the ownership
+    /// check itself, ATTR_FORCE, which FUSE cannot pass on). Such a
+    /// change only clears set-id bits, and the caller may write the file
+    /// (so a write would clear them anyway): it is made with the daemon's
+    /// own credentials.
+    fn only_kills_privs(&self, ctx: &Ctx, fd: i32, mode: u32) -> Result<bool, Errno> {
+        let old = self.base.fstatx(fd, libc::STATX_MODE | libc::STATX_UID)?;
+        let (old_mode, new_mode) = (u32::from(old.stx_mode) & 0o7777, mode & 0o7777);
+        let cleared = old_mode & !new_mode;
+        Ok(old.stx_uid != ctx.creds().uid
+            && !ctx.creds().is_root()
+            && new_mode & !old_mode == 0
+            && cleared != 0
+            && cleared & !(libc::S_ISUID | libc::S_ISGID) == 0
+            && u32::from(old.stx_mode) & libc::S_IFMT == libc::S_IFREG
+            && ctx.faccessat(fd, b"", libc::W_OK, libc::AT_EMPTY_PATH).is_ok())
+    }
+
     /// Send `ino`'s gathered writes before the backend is asked about it;
     /// whether there were any.
     #[inline]
@@ -732,7 +753,11 @@ impl Filesystem for WalkFuse {
             let fd = fd.fd;
             let e = libc::AT_EMPTY_PATH;
             if let Some(m) = mode {
-                ctx.fchmodat(fd, b"", m & 0o7777, e)?;
+                if self.only_kills_privs(&ctx, fd, m)? {
+                    self.base.fchmodat(fd, b"", m & 0o7777, e)?;
+                } else {
+                    ctx.fchmodat(fd, b"", m & 0o7777, e)?;
+                }
             }
             if uid.is_some() || gid.is_some() {
                 ctx.fchownat(
