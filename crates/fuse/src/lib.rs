@@ -506,7 +506,9 @@ impl WalkFuse {
             && cleared != 0
             && cleared & !(libc::S_ISUID | libc::S_ISGID) == 0
             && u32::from(old.stx_mode) & libc::S_IFMT == libc::S_IFREG
-            && ctx.faccessat(fd, b"", libc::W_OK, libc::AT_EMPTY_PATH).is_ok())
+            && ctx
+                .faccessat(fd, b"", libc::W_OK, libc::AT_EMPTY_PATH)
+                .is_ok())
     }
 
     /// Send `ino`'s gathered writes before the backend is asked about it;
@@ -782,7 +784,23 @@ impl Filesystem for WalkFuse {
             }
             let times = [time_set(atime), time_set(mtime)];
             if times != [None, None] {
-                ctx.utimensat(fd, b"", times, e | libc::AT_SYMLINK_NOFOLLOW)?;
+                // With write-back caching the kernel keeps a file's times
+                // and sends them, as the writer, with a truncate through
+                // an open file or when it writes back (FATTR_FH set):
+                // explicit times, which utimensat allows the owner only.
+                // A caller who may write the file gets them set with the
+                // daemon's credentials. (A non-owner's futimens with
+                // explicit times looks the same: the kernel refuses it
+                // first under default_permissions; without that option a
+                // writer's one goes through in cache=loose.)
+                let kernel_times = self.writeback()
+                    && fh.is_some()
+                    && !ctx.creds().is_root()
+                    && ctx
+                        .faccessat(fd, b"", libc::W_OK, libc::AT_EMPTY_PATH)
+                        .is_ok();
+                let who: &Ctx = if kernel_times { &self.base } else { &ctx };
+                who.utimensat(fd, b"", times, e | libc::AT_SYMLINK_NOFOLLOW)?;
             }
             self.attr(ino)
         })();

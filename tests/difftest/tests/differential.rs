@@ -43,6 +43,7 @@ fn seed(dir: &Path) {
     mk("p", 0o700);
     file("p/x", b"secret", 0o644);
     mk("w", 0o777);
+    file("w/s", b"set-id, root's, writable by all", 0o6777);
     file("f", b"root file", 0o644);
     mk("u", 0o755);
     file("u/g", b"users", 0o640);
@@ -666,6 +667,50 @@ fn write_by_user_drops_setgid() {
     ];
     differential(&USER(), &ops, "").unwrap();
     differential(&ROOT(), &ops, "").unwrap();
+}
+
+/// A user's write to and truncate of root's set-id file that everyone
+/// may write: the kernel clears both bits (through a FUSE mount it asks
+/// for that with a chmod the daemon must accept from a non-owner).
+#[test]
+fn write_by_non_owner_drops_set_id_bits() {
+    if !is_root() {
+        return;
+    }
+    let stat = || Op::Stat {
+        dir: None,
+        path: b"/w/s".to_vec(),
+        nofollow: false,
+    };
+    let ops = vec![
+        Op::Open {
+            dir: None,
+            path: b"/w/s".to_vec(),
+            flags: libc::O_WRONLY,
+            mode: 0,
+        },
+        Op::Write {
+            slot: 0,
+            len: 1,
+            byte: 7,
+        },
+        stat(),
+        Op::Chmod {
+            path: b"/w/s".to_vec(),
+            mode: 0o6777,
+            nofollow: false,
+        },
+        Op::Ftruncate { slot: 0, len: 2 },
+        stat(),
+        Op::Chmod {
+            path: b"/w/s".to_vec(),
+            mode: 0o777,
+            nofollow: false,
+        },
+    ];
+    differential(&USER(), &ops, "").unwrap();
+    differential_fuse(&USER(), &ops, "cache=none").unwrap();
+    differential_fuse(&USER(), &ops, "cache=loose,negtimeout=-1").unwrap();
 }
 
 /// Mounts: `..` out of a mount root, EXDEV across mounts, EBUSY on the
