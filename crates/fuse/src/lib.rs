@@ -775,7 +775,14 @@ impl Filesystem for WalkFuse {
                 match fh.filter(|h| h.0 != 0) {
                     Some(h) => ctx.ftruncate((h.0 - 1) as i32, len)?,
                     None => {
-                        let w = ctx.reopen(fd, libc::O_WRONLY)?;
+                        // FATTR_FH with handle 0: the caller truncates a
+                        // file it has open (zero-message open), and the
+                        // kernel has checked the descriptor is writable.
+                        // As with ftruncate(2), the file's mode is not
+                        // asked again (a file created with mode 0 and
+                        // truncated through its descriptor).
+                        let who: &Ctx = if fh.is_some() { &self.base } else { &ctx };
+                        let w = who.reopen(fd, libc::O_WRONLY)?;
                         let r = ctx.ftruncate(w, len);
                         let _ = ctx.close(w);
                         r?
@@ -785,16 +792,18 @@ impl Filesystem for WalkFuse {
             let times = [time_set(atime), time_set(mtime)];
             if times != [None, None] {
                 // With write-back caching the kernel keeps a file's times
-                // and sends them, as the writer, with a truncate through
-                // an open file or when it writes back (FATTR_FH set):
-                // explicit times, which utimensat allows the owner only.
-                // A caller who may write the file gets them set with the
-                // daemon's credentials. (A non-owner's futimens with
-                // explicit times looks the same: the kernel refuses it
-                // first under default_permissions; without that option a
-                // writer's one goes through in cache=loose.)
+                // and sends them as explicit times, as the caller: when
+                // it writes them back, with a truncate, and for a
+                // utimensat(UTIME_NOW), which a writer who does not own
+                // the file may do. Explicit times are the owner's only in
+                // utimensat, so a caller who may write the file gets them
+                // set with the daemon's credentials. Under
+                // default_permissions the kernel has already refused a
+                // non-owner's explicit times; without it, a writer's
+                // explicit utimensat goes through in cache=loose (the
+                // kernel has turned NOW into a time: the two cannot be
+                // told apart).
                 let kernel_times = self.writeback()
-                    && fh.is_some()
                     && !ctx.creds().is_root()
                     && ctx
                         .faccessat(fd, b"", libc::W_OK, libc::AT_EMPTY_PATH)
