@@ -118,21 +118,39 @@ mounted=0
 cleanup() {
     cd /
     if [ $mounted = 1 ]; then
-        fusermount3 -u "$mnt" 2>/dev/null || { sleep 1; fusermount3 -u "$mnt" 2>/dev/null; } ||
-            fusermount3 -uz "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null
+        fusermount3 -u "$mnt" 2>/dev/null || { sleep 2; fusermount3 -u "$mnt" 2>/dev/null; } ||
+            { echo "pjdfstest: $mnt busy, lazy unmount" >&2; fusermount3 -uz "$mnt" 2>/dev/null; } ||
+            umount -l "$mnt" 2>/dev/null
         mounted=0
     fi
     rm -rf "$src" 2>/dev/null
     rmdir "$mnt" 2>/dev/null
 }
+# The run's processes (prove, the tests), ended on interruption so that the
+# mount is not busy when it is unmounted.
+runner=""
+descendants() {
+    local c
+    for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do descendants "$c"; echo "$c"; done
+}
+interrupted() {
+    echo "pjdfstest: interrupted" >&2
+    if [ -n "$runner" ]; then
+        kill -TERM $(descendants "$runner") "$runner" 2>/dev/null
+        sleep 1
+        kill -KILL $(descendants "$runner") "$runner" 2>/dev/null
+    fi
+    exit 130
+}
 trap cleanup EXIT
-trap 'echo "pjdfstest: interrupted" >&2; exit 130' INT TERM HUP
+trap interrupted INT TERM HUP
 
 if [ $native = 1 ]; then
     top=$src
     echo "pjdfstest: native run on $src ($(df -PT "$src" | awk 'NR==2 {print $2}'))"
 else
     mopts=allow_other${opts:+,$opts}
+    echo "pjdfstest: $walkfs (built $(date -u -r "$walkfs" '+%F %T UTC'))"
     echo "pjdfstest: walkfs mount $src $mnt -o $mopts"
     if ! "$walkfs" mount "$src" "$mnt" -o "$mopts"; then
         echo "pjdfstest: walkfs mount failed" >&2
@@ -169,8 +187,11 @@ total_timeout=${PJDFSTEST_TIMEOUT:-7200}
 
 echo "pjdfstest: prove -r ${targets[*]#"$pjd"/} (${#expected[@]} files) in $work"
 start=$(date +%s)
-timeout -k 30 "$total_timeout" prove -r -j "${PJDFSTEST_JOBS:-1}" --exec "$wrapper" "${targets[@]}"
+timeout -k 30 "$total_timeout" prove -r -j "${PJDFSTEST_JOBS:-1}" --exec "$wrapper" "${targets[@]}" &
+runner=$!
+wait $runner
 prc=$?
+runner=""
 elapsed=$(( $(date +%s) - start ))
 [ $prc = 124 ] || [ $prc = 137 ] && echo "pjdfstest: the run timed out after ${total_timeout}s" >&2
 

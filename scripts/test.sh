@@ -37,6 +37,11 @@ if [ -x scripts/test-capi.sh ]; then
     bash scripts/test-capi.sh
 fi
 
+echo "== pjdfstest through walkfs mounts: special files, renames, modes (default options and cache=none)"
+# Skips with a message when ../shared/tools has no pjdfstest tarball.
+bash scripts/pjdfstest.sh mknod mkfifo rename chmod
+bash scripts/pjdfstest.sh -o cache=none mknod mkfifo rename chmod
+
 if [ "${WALKFS_SKIP_FUZZ:-0}" != 1 ]; then
     echo "== fuzzing, a fixed time each: the 9P codec, the server's sessions"
     bash scripts/fuzz.sh decode "${WALKFS_FUZZ_SECONDS:-45}"
