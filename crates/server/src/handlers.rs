@@ -69,6 +69,22 @@ fn ctx_with_gid(conn: &Conn, st: &FidState, gid: u32) -> Arc<Ctx> {
     })
 }
 
+/// What every creating request checks first, in this order: the export
+/// is writable, the name is one plain name, the directory fid is known.
+/// The directory's state and the context to create with (group `gid`).
+fn creating(
+    conn: &Conn,
+    dir: impl FnOnce() -> Result<FidState>,
+    name: &[u8],
+    gid: u32,
+) -> Result<(FidState, Arc<Ctx>)> {
+    writable(conn)?;
+    check_name(name)?;
+    let st = dir()?;
+    let ctx = ctx_with_gid(conn, &st, gid);
+    Ok((st, ctx))
+}
+
 fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
     {
@@ -256,10 +272,7 @@ pub(crate) fn handle(
             gid,
             ..
         } => {
-            writable(conn)?;
-            check_name(name.0)?;
-            let st = fid(0)?;
-            let ctx = ctx_with_gid(conn, &st, gid);
+            let (st, ctx) = creating(conn, || fid(0), name.0, gid)?;
             let flags = (flags & OPEN_MASK) as i32 | libc::O_CREAT | libc::O_EXCL;
             let fd = ctx.openat(st.fd, name.0, flags, mode & 0o7777)?;
             let path = match ctx.reopen(fd, libc::O_PATH) {
@@ -363,10 +376,7 @@ pub(crate) fn handle(
         Fcall::Tmkdir {
             name, mode, gid, ..
         } => {
-            writable(conn)?;
-            check_name(name.0)?;
-            let st = fid(0)?;
-            let ctx = ctx_with_gid(conn, &st, gid);
+            let (st, ctx) = creating(conn, || fid(0), name.0, gid)?;
             ctx.mkdirat(st.fd, name.0, mode & 0o7777)?;
             let qid = qid_at(&ctx, st.fd, name.0)?;
             reply(Fcall::Rmkdir { qid }, out)
@@ -374,10 +384,7 @@ pub(crate) fn handle(
         Fcall::Tsymlink {
             name, symtgt, gid, ..
         } => {
-            writable(conn)?;
-            check_name(name.0)?;
-            let st = fid(0)?;
-            let ctx = ctx_with_gid(conn, &st, gid);
+            let (st, ctx) = creating(conn, || fid(0), name.0, gid)?;
             ctx.symlinkat(symtgt.0, st.fd, name.0)?;
             let qid = qid_at(&ctx, st.fd, name.0)?;
             reply(Fcall::Rsymlink { qid }, out)
@@ -493,10 +500,7 @@ pub(crate) fn handle(
             gid,
             ..
         } => {
-            writable(conn)?;
-            check_name(name.0)?;
-            let st = fid(0)?;
-            let ctx = ctx_with_gid(conn, &st, gid);
+            let (st, ctx) = creating(conn, || fid(0), name.0, gid)?;
             // Made, never opened: Tlopen refuses anything but regular
             // files and directories, so a client's fifo or socket is its
             // own kernel's business, and a device node here is inert.
