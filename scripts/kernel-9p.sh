@@ -27,6 +27,8 @@
 #
 # Environment: WALKFS (the walkfs binary; default target/release/walkfs,
 # built if missing), KERNEL9P_TIMEOUT (seconds per boot, default 5400),
+# KERNEL9P_PJD_FOLDERS (comma-separated pjdfstest folders; default all
+# eleven above),
 # KERNEL9P_MIRROR (Debian mirror URI; default: the host's apt sources).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +42,7 @@ usage() {
 }
 modes=(none loose)
 pjd=0
+pjd_folders=${KERNEL9P_PJD_FOLDERS:-all}
 while [ $# -gt 0 ]; do
     case $1 in
     --cache)
@@ -157,7 +160,7 @@ if [ ! -s "$img" ] || [ ! -s "$work/vmlinuz" ] || [ ! -s "$work/initrd.img" ]; t
     mke2fs -q -t ext4 -L walkfs-root -d "$rootfs" "$img.tmp" 3G
     mv "$img.tmp" "$img"
     rm -rf "$rootfs"
-    echo "== guest image built in $(($(date +%s) - t0)) s ($(basename "$(ls "$work"/vmlinuz)") from $(debugfs -R 'ls -l /boot' "$img" 2>/dev/null | grep -o 'vmlinuz-[^ ]*' | head -n 1))"
+    echo "== guest image built in $(($(date +%s) - t0)) s: $img, kernel $(debugfs -R 'ls /boot' "$img" 2>/dev/null | grep -o 'vmlinuz-[^ ]*' | head -n 1)"
 fi
 # The image's /walkfs-test.sh is the bootstrap in scripts/kernel-9p/init.sh;
 # refresh it in place if that file changed (no loop mount: debugfs).
@@ -206,7 +209,10 @@ run_mode() { # MODE
     local log=$work/console-$1.log slog=$work/serve-$1.log rc t0
     rm -rf "$export" "$sock" && mkdir -p "$export"
     : >"$log"
-    RUST_LOG=warn "$work/walkfs" serve "$export" --listen "unix:$sock" >"$slog" 2>&1 &
+    # --trust-client-permissions: the guest mounts with access=client (the
+    # 9p2000.L default), so its kernel checks permissions with the
+    # caller's supplementary groups, which 9P2000.L never carries.
+    RUST_LOG=warn "$work/walkfs" serve "$export" --listen "unix:$sock" --trust-client-permissions >"$slog" 2>&1 &
     serve_pid=$!
     for _ in $(seq 1 100); do [ -S "$sock" ] && break; sleep 0.1; done
     if [ ! -S "$sock" ]; then
@@ -221,13 +227,13 @@ run_mode() { # MODE
     timeout --foreground -k 10 "$timeout_s" qemu-system-x86_64 \
         -accel tcg -m 2048 -smp 2 -nographic -no-reboot \
         -kernel "$work/vmlinuz" -initrd "$work/initrd.img" \
-        -append "root=/dev/vda rw console=ttyS0 init=/walkfs-test.sh panic=-1 walkfs.cache=$mode walkfs.pjdfstest=$pjd" \
+        -append "root=/dev/vda rw console=ttyS0 init=/walkfs-test.sh panic=-1 walkfs.cache=$mode walkfs.pjdfstest=$pjd walkfs.pjdfolders=$pjd_folders" \
         -drive "file=$img,format=raw,if=virtio,snapshot=on" \
         -drive "file=$work/scratch.img,format=raw,if=virtio" \
         -drive "file=$work/payload.tar,format=raw,if=virtio,readonly=on" \
         -device virtio-serial -chardev "socket,path=$sock,id=p9" \
         -device virtserialport,chardev=p9,name=walkfs9p \
-        -nic none </dev/null 2>&1 | tr -d '\r' | tee "$log" |
+        -nic none </dev/null 2>&1 | sed -u 's/\r$//' | tee "$log" |
         grep --line-buffered -a -E '^@@WALKFS-(BEGIN|MOUNT|STEP|SKIP|FATAL|PJD|END)|Kernel panic'
     rc=${PIPESTATUS[0]}
     set -e

@@ -220,10 +220,10 @@ t_utimes() { # whole seconds
 }
 t_utimes_ns() { # sub-second times set with utimensat
     : >u
-    touch -a -d '2002-03-04 05:06:07.5 UTC' u
-    [ "$(stat -c %x u)" = "2002-03-04 05:06:07.500000000 +0000" ]
-    touch -m -d '2001-02-03 04:05:06.25 UTC' u
-    [ "$(stat -c %y u)" = "2001-02-03 04:05:06.250000000 +0000" ]
+    touch -a -d '2003-04-05 06:07:08.5 UTC' u
+    [ "$(stat -c %x u)" = "2003-04-05 06:07:08.500000000 +0000" ]
+    touch -m -d '2004-05-06 07:08:09.25 UTC' u
+    [ "$(stat -c %y u)" = "2004-05-06 07:08:09.250000000 +0000" ]
 }
 t_gcc() {
     cat >hello.c <<'EOF'
@@ -252,7 +252,12 @@ t_make() {
     [ "$(./prog)" = 41 ]
     make -q
 }
-basic_tests="ls stat readlink create write rename unlink link symlink chmod truncate utimes utimes_ns gcc make"
+# Not utimes_ns (sub-second times): Debian 6.1's v9fs leaves the
+# superblock's time granularity at one second, so the guest kernel
+# truncates the times before it sends Tsetattr (relay.pl's decoding shows
+# atime=1049522828.000000000 for a touch of 06:07:08.5): no server can
+# keep what it never receives. t_utimes_ns stays for a manual check.
+basic_tests="ls stat readlink create write rename unlink link symlink chmod truncate utimes gcc make"
 
 run_basic() { # FS DIR
     local fs=$1 root=$2 t rc t0
@@ -279,6 +284,8 @@ run_basic() { # FS DIR
 
 # ------------------------------------------------------------------ pjdfstest
 pjd_folders="open mkdir rmdir unlink rename symlink link chmod truncate mknod mkfifo"
+chosen=$(arg pjdfolders)
+[ -z "$chosen" ] || [ "$chosen" = all ] || pjd_folders=${chosen//,/ }
 
 run_pjd() { # FS DIR
     local fs=$1 root=$2 f P=$here/pjdfstest t0
@@ -323,7 +330,7 @@ for fs in 9p ext4; do
     run_basic "$fs" "$root"
     if [ "$fs" = 9p ]; then
         # What the kernel sent for utimes_ns (relay.pl's decoding of Tsetattr).
-        grep -E 'atime=1015218367|mtime=981173106' /tmp/setattr.log 2>/dev/null | head -n 4 |
+        grep -E 'atime=1049522828\.|mtime=1083827289\.' /tmp/setattr.log 2>/dev/null | head -n 4 |
             sed "s/^/@@WALKFS-TSETATTR mode=$mode /"
     fi
     if [ "$pjd" = 1 ]; then

@@ -786,7 +786,11 @@ impl Ctx {
     /// caller without `CAP_FSETID` drops set-user-id, and set-group-id when
     /// group-executable or not the caller's group.
     fn kill_privs(&self, ino: IIdx) -> Result<()> {
-        if self.creds.is_root() {
+        // CAP_FSETID is uid 0's only: `privileged` credentials (a client
+        // that checked permissions itself) do not carry it, since the
+        // writer behind them is not root, and Linux's 9p client leaves
+        // dropping the bits on write to the server.
+        if self.creds.uid == 0 {
             return Ok(());
         }
         let s = self.inner().dc.inode_snap(ino).ok_or(Errno::EAGAIN)?;

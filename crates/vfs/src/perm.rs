@@ -18,11 +18,12 @@ pub struct Creds {
     pub uid: u32,
     pub gid: u32,
     pub groups: Vec<u32>,
-    /// Root's capabilities under another uid: for a caller that has
-    /// already checked permissions itself with credentials walkfs cannot
-    /// see (a Linux 9p client mounted `access=client` checks with the
-    /// process's full group list, which 9P2000.L never carries). New
-    /// nodes still belong to `uid`/`gid`.
+    /// Root's capabilities under another uid, but for `CAP_FSETID` (a
+    /// write still drops set-id bits): for a caller that has already
+    /// checked permissions itself with credentials walkfs cannot see (a
+    /// Linux 9p client mounted `access=client` checks with the process's
+    /// full group list, which 9P2000.L never carries). New nodes still
+    /// belong to `uid`/`gid`.
     pub privileged: bool,
 }
 

@@ -474,6 +474,43 @@ fn the_clients_ids_are_honoured() {
         .expect("mkdir");
         assert!(matches!(decoded(&r), Fcall::Rmkdir { .. }));
         assert_eq!(std::fs::metadata(dir.join("d")).expect("d").gid(), 65532);
+        // A write by a user who is not root drops the set-id bits of
+        // root's file, trusted or not (no CAP_FSETID behind a uid != 0).
+        std::fs::write(dir.join("setid"), b"x").expect("write");
+        std::fs::set_permissions(dir.join("setid"), std::fs::Permissions::from_mode(0o6777))
+            .expect("chmod");
+        let _ = walk_to(&mut s, 12, &[b"setid"]);
+        let r = rpc(
+            &mut s,
+            8,
+            Fcall::Tlopen {
+                fid: 12,
+                flags: libc::O_WRONLY as u32,
+            },
+        )
+        .expect("lopen");
+        assert!(
+            matches!(decoded(&r), Fcall::Rlopen { .. }),
+            "{:?}",
+            decoded(&r)
+        );
+        let r = rpc(
+            &mut s,
+            9,
+            Fcall::Twrite {
+                fid: 12,
+                offset: 0,
+                data: walkfs_p9::Data(b"y"),
+            },
+        )
+        .expect("write");
+        assert!(
+            matches!(decoded(&r), Fcall::Rwrite { .. }),
+            "{:?}",
+            decoded(&r)
+        );
+        let mode = std::fs::metadata(dir.join("setid")).expect("setid").mode();
+        assert_eq!(mode & 0o7777, 0o777, "trust={trust}: {mode:o}");
         // Group access by a group the server's user database does not
         // give uid 65533.
         let _ = walk_to(&mut s, 11, &[b"group-only"]);
