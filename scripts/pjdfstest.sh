@@ -35,6 +35,7 @@ while [ $# -gt 0 ]; do
         *) folders+=("$1"); shift ;;
     esac
 done
+[ $native = 1 ] && [ -n "$opts" ] && echo "pjdfstest: --native: -o $opts ignored" >&2
 
 tarball=$(ls ../shared/tools/pjdfstest-*.tar.gz 2>/dev/null | sort | tail -1)
 if [ -z "$tarball" ]; then
@@ -196,7 +197,12 @@ elapsed=$(( $(date +%s) - start ))
 [ $prc = 124 ] || [ $prc = 137 ] && echo "pjdfstest: the run timed out after ${total_timeout}s" >&2
 
 cd /
+lost=0
 if [ $mounted = 1 ]; then
+    if ! stat "$work" >/dev/null 2>&1 && ! stat "$mnt" >/dev/null 2>&1; then
+        echo "pjdfstest: the mount is not connected any more (walkfs died during the run?)" >&2
+        lost=1
+    fi
     rmdir "$work" 2>/dev/null   # left for inspection if the tests left anything in it
     cleanup
 fi
@@ -218,6 +224,9 @@ for t in "${expected[@]}"; do
         /^ok( |$)/ { r++ }
         /^not ok( |$)/ { r++; if ($0 !~ /# *TODO/) n++ }
         END { print p + 0, r + 0, n + 0 }' "$out")
+    if [ "$plan" = 0 ] && [ "$ran" = 0 ]; then
+        plan=1 nok=1   # no TAP at all: the file failed before its plan
+    fi
     missing=$(( plan > ran ? plan - ran : 0 ))
     n=$(( nok + missing ))
     files=$((files + 1))
@@ -233,7 +242,10 @@ echo "pjdfstest: failed assertions per test file ($label):"
 if [ -s "$report" ]; then cat "$report"; else echo "  none"; fi
 echo "pjdfstest: TAP output in ${tap#"$repo"/}/"
 [ $notrun -gt 0 ] && echo "pjdfstest: $notrun files not run"
-echo "pjdfstest: $files files, $asserts assertions, $failed failed (${elapsed}s, $label)"
+echo "pjdfstest: $label, ${elapsed}s"
+echo "pjdfstest: $files files, $asserts assertions, $failed failed"
 echo "$((asserts - failed)) passed, $failed failed"
-if [ $failed = 0 ] && [ $notrun = 0 ] && [ $prc != 124 ] && [ $prc != 137 ]; then exit 0; fi
+if [ $failed = 0 ] && [ $notrun = 0 ] && [ $lost = 0 ] && [ $prc != 124 ] && [ $prc != 137 ]; then
+    exit 0
+fi
 exit 1
