@@ -234,7 +234,7 @@ run_mode() { # MODE
         -device virtio-serial -chardev "socket,path=$sock,id=p9" \
         -device virtserialport,chardev=p9,name=walkfs9p \
         -nic none </dev/null 2>&1 | sed -u 's/\r$//' | tee "$log" |
-        grep --line-buffered -a -E '^@@WALKFS-(BEGIN|MOUNT|STEP|SKIP|FATAL|PJD|END)|Kernel panic'
+        grep --line-buffered -a -E '^@@WALKFS-(BEGIN|MOUNT|CLOCK|STEP|SKIP|FATAL|PJD|END)|Kernel panic'
     rc=${PIPESTATUS[0]}
     set -e
     echo "== cache=$mode: guest done in $(($(date +%s) - t0)) s (qemu exit $rc$([ "$rc" = 124 ] && echo ': TIMED OUT'))"

@@ -66,6 +66,25 @@ else
     dmesg | tail -n 20 | sed 's/^/@@WALKFS-DETAIL /'
 fi
 
+# The guest's clock starts from the emulated RTC (whole seconds) and is
+# then off from the host's by up to a second or more under TCG. Files the
+# server writes carry the host's clock, times the guest kernel sets itself
+# (cache=loose) the guest's, and make compares the two. Set the guest's
+# clock from the server's: the mtime of a file created on the mount, taken
+# as the middle of the create.
+sync_clock() {
+    local f=/mnt/9p/.walkfs-clock.$$ t0 t1 srv
+    t0=$(date +%s.%N)
+    : >"$f" || return 1
+    t1=$(date +%s.%N)
+    srv=$(date -r "$f" +%s.%N) || return 1
+    rm -f "$f"
+    off=$(awk -v a="$t0" -v b="$t1" -v s="$srv" 'BEGIN { printf "%+.3f", s - (a + b) / 2 }')
+    date -s "@$(awk -v o="$off" -v n="$(date +%s.%N)" 'BEGIN { printf "%.6f", n + o }')" >/dev/null &&
+        say "CLOCK mode=$mode set from the server's: offset ${off}s (create took $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')s)"
+}
+mountpoint -q /mnt/9p && sync_clock
+
 # ---------------------------------------------------------------- basic tests
 # Each runs with set -e in its own fresh directory; ok = exit status 0.
 # (No `a && b` or `! a` for checks: set -e ignores failures there.)

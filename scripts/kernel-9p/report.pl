@@ -69,6 +69,7 @@ for my $log (@logs) {
             $pjd{$mode}{ $h->{fs} }{ $h->{folder} } = $h;
             push @folders, $h->{folder} unless $seen_f{ $h->{folder} }++;
         }
+        elsif ($tag eq 'CLOCK') { ($boot{$mode}{clock}) = $2 =~ /offset (\S+?)s/ }
         elsif ($tag eq 'TSETATTR') { push @{ $tsetattr{$mode} }, $2 }
         elsif ($tag eq 'NOTOK') { push @{ $notok{$mode}{ $h->{fs} }{ $h->{file} } }, $h->{line} }
     }
@@ -81,7 +82,8 @@ for my $m (@modes) {
     my $b = $boot{$m};
     my ($secs, $rc) = @{ $boot_time{$m} // ['', ''] };
     print $jf obj(kind => 'boot', date => $date, walkfs => $walkfs, mode => $m, kernel => $b->{kernel},
-        finished => ($b->{ended} ? 1 : 0), secs => $secs, qemu_exit => $rc), "\n";
+        finished => ($b->{ended} ? 1 : 0), secs => $secs, qemu_exit => $rc,
+        guest_clock_offset => $b->{clock} // ''), "\n";
     push @bad, "cache=$m: the guest did not finish (qemu exit $rc)" unless $b->{ended};
     push @bad, "cache=$m: $_" for @{ $b->{fatal} // [] };
     for my $fs (qw(9p ext4)) {
