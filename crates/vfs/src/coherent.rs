@@ -30,7 +30,7 @@ use std::sync::{Arc, Weak};
 use parking_lot::RwLock;
 use walkfs_fsapi::{Change, ChangeSink};
 
-use crate::dcache::{hash_name, D_NEGATIVE};
+use crate::dcache::{hash_name, IIdx, D_NEGATIVE};
 use crate::Inner;
 
 /// How long negative entries live once changes may go unseen.
@@ -61,11 +61,9 @@ impl Inner {
     fn apply_changes(&self, sb: usize, changes: &[Change]) {
         let dc = &self.dc;
         let mut refetch = Vec::new();
-        self.counters
-            .changes
-            .fetch_add(changes.len() as u64, Ordering::Relaxed);
+        self.counters.changes.add(changes.len() as u64);
         let mut touched = false;
-        let mut w = self.w.lock();
+        let mut w = self.writer();
         // A slow lookup that asked the backend before this batch caches
         // its answer only as stale (see namei.rs).
         self.ext_seen.fetch_add(1, Ordering::Release);
@@ -93,7 +91,7 @@ impl Inner {
                         // Its link count may have changed (unlink of one
                         // of several names).
                         if let Some(t) = dc.dentry(child) {
-                            w.mark_stale(dc, t.target.load(Ordering::Relaxed));
+                            w.mark_stale(dc, IIdx(t.target.load(Ordering::Relaxed)));
                         }
                     }
                 }
@@ -104,7 +102,7 @@ impl Inner {
                     }
                 }
                 Change::All => {
-                    self.counters.changes_lost.fetch_add(1, Ordering::Relaxed);
+                    self.counters.changes_lost.inc();
                     w.invalidate_all(dc);
                     touched = true;
                 }
@@ -121,18 +119,18 @@ impl Inner {
         if touched {
             self.ext_gen.fetch_add(1, Ordering::Release);
         }
-        self.unlock(w);
+        drop(w);
         if refetch.is_empty() {
             return;
         }
         let Ok(fs) = self.sb(sb) else { return };
         for (ino, node) in refetch {
             let Ok(attr) = fs.getattr(node) else { continue };
-            let mut w = self.w.lock();
+            let mut w = self.writer();
             if dc.inode(ino).map(|i| i.node.load(Ordering::Relaxed)) == Some(node.0) {
                 w.refresh(dc, ino, &attr);
             }
-            self.unlock(w);
+            drop(w);
         }
     }
 

@@ -1,16 +1,18 @@
 //! The dentry and inode caches.
 //!
 //! # Concurrency
-//! Readers (the walk's fast path, `fstat`, `readlink`) take no lock: they
-//! read dentries and inodes through their [`SeqCount`]s, and every field a
-//! reader looks at is an atomic loaded `Relaxed`. Writers take the vfs
-//! writer lock ([`Writer`], one mutex) and bracket each change of a dentry or
-//! inode with its sequence count. Memory is type-stable ([`Arena`]), so a
+//! Readers (the walk's fast path, the slow path's first look, `fstat`,
+//! `readlink`) take no lock: they read dentries and inodes through their
+//! [`SeqCount`]s, and every field a reader looks at is an atomic loaded
+//! `Relaxed`. Writers hold the writer mutex (writer.rs) for the few stores
+//! of a cache update, never across a backend call, and bracket each change
+//! of a dentry or inode with its sequence count. Memory is type-stable ([`Arena`]), so a
 //! reader holding a stale index reads a valid, if reused, slot and its
 //! sequence check fails.
 //!
-//! Lock order: the writer lock is the only vfs lock held while calling a
-//! backend; backends take their own locks below it and never call back up.
+//! Lock order: see dirlock.rs. No vfs lock but directory locks is held
+//! while calling a backend; backends take their own locks below them and
+//! never call back up.
 //!
 //! # Layout
 //! A dentry is 44 bytes: names of up to 16 bytes live inline, longer ones in
@@ -24,10 +26,29 @@ use std::sync::atomic::AtomicI64;
 
 use walkfs_fsapi::Attr;
 
-/// Index of a dentry; 0 is none.
-pub(crate) type DIdx = u32;
-/// Index of an inode; 0 is none.
-pub(crate) type IIdx = u32;
+/// Index of a dentry slot; 0 is none. Stored raw in the atomics a
+/// lock-free reader loads (`parent`, a bucket head), typed everywhere else.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(transparent)]
+pub(crate) struct DIdx(pub u32);
+
+/// Index of an inode slot; 0 is none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(transparent)]
+pub(crate) struct IIdx(pub u32);
+
+impl DIdx {
+    pub fn is_none(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl IIdx {
+    pub const NONE: IIdx = IIdx(0);
+    pub fn is_none(self) -> bool {
+        self.0 == 0
+    }
+}
 
 // Dentry flag bits (low 24 bits; the name length lives in the top 8).
 /// The slot holds a live dentry that can be found through its hash chain.
@@ -160,7 +181,7 @@ pub(crate) fn pack_name(name: &[u8]) -> [u32; 4] {
 
 #[inline(always)]
 pub(crate) fn bucket_of(parent: DIdx, hash: u32, mask: u32) -> usize {
-    (hash ^ parent.wrapping_mul(0x9E37_79B1)) as usize & mask as usize
+    (hash ^ parent.0.wrapping_mul(0x9E37_79B1)) as usize & mask as usize
 }
 
 pub(crate) fn name_len(flags: u32) -> usize {
@@ -225,8 +246,20 @@ pub(crate) struct DSnap {
     pub idx: DIdx,
     pub seq: u32,
     pub flags: u32,
+    /// The inode, or a negative dentry's expiry (see [`Dentry::target`]).
     pub target: u32,
     pub parent: DIdx,
+}
+
+impl DSnap {
+    /// The inode of a positive dentry ([`IIdx::NONE`] for a negative one).
+    pub fn inode(&self) -> IIdx {
+        if self.flags & D_NEGATIVE != 0 {
+            IIdx::NONE
+        } else {
+            IIdx(self.target)
+        }
+    }
 }
 
 impl Dcache {
@@ -247,12 +280,21 @@ impl Dcache {
 
     #[inline(always)]
     pub fn dentry(&self, idx: DIdx) -> Option<&Dentry> {
-        self.dentries.get(idx)
+        self.dentries.get(idx.0)
     }
 
     #[inline(always)]
     pub fn inode(&self, idx: IIdx) -> Option<&Inode> {
-        self.inodes.get(idx)
+        self.inodes.get(idx.0)
+    }
+
+    /// Is dentry `idx` still what a reader saw under sequence count `seq`
+    /// (not changed, freed or reused since)? The reader's half of the
+    /// seqlock protocol, fence included: every "is this still what I
+    /// walked to" question goes through here.
+    #[inline(always)]
+    pub fn unchanged_at(&self, idx: DIdx, seq: u32) -> bool {
+        self.dentry(idx).is_some_and(|d| !d.seq.read_retry(seq))
     }
 
     /// A validated snapshot of dentry `idx`, waiting out a writer for a
@@ -283,7 +325,7 @@ impl Dcache {
         let seq = d.seq.read_begin()?;
         let flags = d.flags.load(Relaxed);
         let target = d.target.load(Relaxed);
-        let parent = d.parent.load(Relaxed);
+        let parent = DIdx(d.parent.load(Relaxed));
         if d.seq.read_retry(seq) {
             return None;
         }
@@ -310,21 +352,22 @@ impl Dcache {
         } else {
             None
         };
-        let mut idx =
-            self.buckets[bucket_of(parent, hash, self.mask)].load(crate::sync::Ordering::Acquire);
+        let mut idx = DIdx(
+            self.buckets[bucket_of(parent, hash, self.mask)].load(crate::sync::Ordering::Acquire),
+        );
         // Chains are short; a chain longer than this is being rewritten
         // under us (or is pathological): let the slow path decide.
         let mut budget = 32;
-        while idx != 0 && budget > 0 {
+        while !idx.is_none() && budget > 0 {
             budget -= 1;
             let d = self.dentry(idx)?;
-            let next = d.next.load(Relaxed);
-            if d.hash.load(Relaxed) == hash && d.parent.load(Relaxed) == parent {
+            let next = DIdx(d.next.load(Relaxed));
+            if d.hash.load(Relaxed) == hash && d.parent.load(Relaxed) == parent.0 {
                 let seq = d.seq.read_begin()?;
                 let flags = d.flags.load(Relaxed);
                 let target = d.target.load(Relaxed);
                 let ok = flags & D_HASHED != 0
-                    && d.parent.load(Relaxed) == parent
+                    && d.parent.load(Relaxed) == parent.0
                     && d.hash.load(Relaxed) == hash
                     && name_len(flags) == name.len()
                     && match &packed {
@@ -411,7 +454,7 @@ impl Dcache {
     #[inline(never)]
     fn inode_snap_spin(&self, idx: IIdx) -> Option<InodeSnap> {
         self.inode(idx)?;
-        let mut b = crate::backoff::Backoff::new();
+        let mut b = crate::step::Backoff::new();
         while b.snooze() {
             if let Some(s) = self.inode_snap_once(idx) {
                 return Some(s);

@@ -89,8 +89,8 @@ impl FdTable {
             *f.pos.lock() = 0;
             *f.dir.lock() = None;
             f.seq.write_begin();
-            f.dentry.store(dentry, Relaxed);
-            f.inode.store(inode, Relaxed);
+            f.dentry.store(dentry.0, Relaxed);
+            f.inode.store(inode.0, Relaxed);
             f.flags.store(flags as u32, Relaxed);
             f.fh.store(fh, Relaxed);
             f.seq.write_end();
@@ -119,9 +119,9 @@ impl FdTable {
         let _g = f.open_lock.lock();
         f.seq.write_begin();
         let out = (
-            f.dentry.load(Relaxed),
+            DIdx(f.dentry.load(Relaxed)),
             f.fh.load(Relaxed),
-            f.inode.load(Relaxed),
+            IIdx(f.inode.load(Relaxed)),
         );
         f.dentry.store(0, Relaxed);
         f.inode.store(0, Relaxed);

@@ -22,20 +22,24 @@
 //! their length), `negtimeout` (negative dentries).
 
 mod arena;
-mod backoff;
 mod coherent;
+mod counters;
 mod dcache;
+mod dirlock;
 mod file;
 mod namei;
 mod ops;
 mod options;
 mod pathcache;
 mod perm;
+mod policy;
 mod seqlock;
 mod stat;
+mod step;
 mod sync;
 mod writer;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -52,7 +56,9 @@ pub use walkfs_fsapi::{
     PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
 
+use counters::Counters;
 use dcache::{DIdx, Dcache, D_MOUNTROOT};
+use dirlock::DirLocks;
 use writer::Writer;
 
 /// The live switches (readable lock-free by the walk).
@@ -71,23 +77,33 @@ pub(crate) struct Switches {
     pub revalidate: AtomicBool,
 }
 
-/// Counters of what the cache did, for `walkfs stats` and the benchmarks.
+/// What is mounted where (changed by `mount` only; read by the slow path
+/// when it meets a mount point or climbs out of a mounted root).
 #[derive(Default)]
-pub(crate) struct Counters {
-    pub slow_lookups: AtomicU64,
-    pub backend_lookups: AtomicU64,
-    pub negative_created: AtomicU64,
-    pub retries: AtomicU64,
-    /// Changes reported one by one (cache=coherent).
-    pub changes: AtomicU64,
-    /// Times the backend lost changes and everything was dropped.
-    pub changes_lost: AtomicU64,
+pub(crate) struct Mounts {
+    /// Mount point dentry -> root dentry of what is mounted there.
+    pub on: HashMap<DIdx, DIdx>,
+    /// Root dentry of a mounted file system -> its mount point.
+    pub under: HashMap<DIdx, DIdx>,
 }
 
 pub(crate) struct Inner {
     pub sw: Switches,
     pub dc: Dcache,
+    /// The cache's allocator and hash-chain shape: held for short updates
+    /// only, through [`writer::WriterGuard`].
     pub w: Mutex<Writer>,
+    /// Per-directory locks held across backend calls (dirlock.rs).
+    pub dirs: DirLocks,
+    /// Serialises renames between directories (Linux's
+    /// `s_vfs_rename_mutex`): with it held, no other rename can change
+    /// which directory is an ancestor of which while one checks.
+    pub rename_lock: Mutex<()>,
+    pub mounts: RwLock<Mounts>,
+    /// Bumped by every change of attributes made through walkfs (chmod,
+    /// chown, truncate...). A slow lookup that asked the backend before
+    /// one does not overwrite the attributes cached since.
+    pub attr_gen: AtomicU64,
     pub sbs: RwLock<Vec<Arc<dyn FileSystem>>>,
     /// Bumped by every change to names, permissions or mounts made through
     /// walkfs. A slow lookup that asked the backend without the writer lock
@@ -201,7 +217,7 @@ impl Vfs {
         if !root_entry.attr.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        let ino = w.iget(&dc, 0, &root_entry).ok_or(Errno::ENOMEM)?;
+        let ino = w.iget(&dc, 0, &root_entry, true).ok_or(Errno::ENOMEM)?;
         // The root inode keeps the backend's implicit root reference.
         w.take_forgets();
         let root = w.d_make_root(&dc, ino, 0).ok_or(Errno::ENOMEM)?;
@@ -218,6 +234,10 @@ impl Vfs {
             },
             dc,
             w: Mutex::new(w),
+            dirs: DirLocks::new(4096),
+            rename_lock: Mutex::new(()),
+            mounts: RwLock::new(Mounts::default()),
+            attr_gen: AtomicU64::new(0),
             sbs: RwLock::new(vec![fs]),
             ns_gen: AtomicU64::new(0),
             ext_gen: AtomicU64::new(0),
@@ -410,25 +430,27 @@ impl Vfs {
             sbs.push(fs.clone());
             sbs.len() - 1
         };
-        let mut w = inner.w.lock();
-        if w.mounts.contains_key(&at) {
+        let mut mounts = inner.mounts.write();
+        if mounts.on.contains_key(&at) {
             return Err(Errno::EBUSY);
         }
+        let mut w = inner.writer();
         let entry = walkfs_fsapi::Entry {
             node: fs.root(),
             attr,
         };
-        let ino = w.iget(&inner.dc, sb, &entry).ok_or(Errno::ENOMEM)?;
+        let ino = w.iget(&inner.dc, sb, &entry, true).ok_or(Errno::ENOMEM)?;
         w.take_forgets();
         let root = w
             .d_make_root(&inner.dc, ino, D_MOUNTROOT)
             .ok_or(Errno::ENOMEM)?;
         w.get_dentry(&inner.dc, at);
-        w.mounts.insert(at, root);
-        w.mounted_on.insert(root, at);
+        mounts.on.insert(at, root);
+        mounts.under.insert(root, at);
         w.set_dentry_flag(&inner.dc, at, dcache::D_MOUNTPOINT, 0);
-        inner.ns_gen.fetch_add(1, Ordering::Release);
+        w.changed();
         drop(w);
+        drop(mounts);
         self.watch_sb(sb, true);
         Ok(())
     }
@@ -436,14 +458,11 @@ impl Vfs {
     /// Drop every unused cached dentry (what `echo 2 > drop_caches` does).
     pub fn drop_caches(&self) {
         let inner = &self.inner;
-        let mut w = inner.w.lock();
+        let mut w = inner.writer();
         while w.evict(&inner.dc, 4096) > 0 {}
         // What is looked up again may differ (the host changed meanwhile):
         // remembered walks must not outlive the dentries they came from.
-        inner.changed();
-        let f = w.take_forgets();
-        drop(w);
-        writer::send_forgets(&inner.sbs.read(), f);
+        w.changed();
     }
 
     pub fn cache_stats(&self) -> CacheStats {
@@ -461,12 +480,12 @@ impl Vfs {
                 + dc.buckets.len() * 4
                 + w.inode_bucket_bytes()
                 + inner.pc.bytes(),
-            slow_lookups: c.slow_lookups.load(Ordering::Relaxed),
-            backend_lookups: c.backend_lookups.load(Ordering::Relaxed),
-            negative_created: c.negative_created.load(Ordering::Relaxed),
-            retries: c.retries.load(Ordering::Relaxed),
-            changes: c.changes.load(Ordering::Relaxed),
-            changes_lost: c.changes_lost.load(Ordering::Relaxed),
+            slow_lookups: c.slow_lookups.get(),
+            backend_lookups: c.backend_lookups.get(),
+            negative_created: c.negative_created.get(),
+            retries: c.retries.get(),
+            changes: c.changes.get(),
+            changes_lost: c.changes_lost.get(),
         }
     }
 }
@@ -503,9 +522,10 @@ impl Inner {
         }
     }
 
-    /// Record a change of the namespace made through walkfs. Call it after
-    /// the dentry cache shows the change (and before dropping the writer
-    /// lock): a walk that read the new generation must see the new state.
+    /// Record a change of the namespace made through walkfs (the writer
+    /// guard calls it when dropped after an update that changed names or
+    /// permissions). Called after the dentry cache shows the change: a walk
+    /// that read the new generation must see the new state.
     pub fn changed(&self) {
         self.ns_gen.fetch_add(1, Ordering::Release);
     }
@@ -518,18 +538,6 @@ impl Inner {
         self.ns_gen
             .load(Ordering::Acquire)
             .wrapping_add(self.ext_gen.load(Ordering::Acquire))
-    }
-
-    /// Drop the writer lock and deliver what it queued for the backends.
-    pub fn unlock(&self, mut w: parking_lot::MutexGuard<'_, Writer>) {
-        if std::mem::take(&mut w.ns_dirty) {
-            self.changed();
-        }
-        let f = w.take_forgets();
-        drop(w);
-        if !f.is_empty() {
-            writer::send_forgets(&self.sbs.read(), f);
-        }
     }
 }
 

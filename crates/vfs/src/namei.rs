@@ -9,19 +9,24 @@
 //! out-of-line function whose name says why it is slow: `lookup_slow` (a
 //! miss: asks the backend), `follow_link`, `cross_mount`, `dotdot_slow`.
 //!
-//! Internal retry: when a validation fails in a way a step cannot repair
-//! (the directory we stand in was renamed, removed or evicted under us),
-//! the step returns `ECHILD` (as Linux does) and the whole walk restarts.
-//! `ECHILD` never leaves this crate.
+//! Restart: when a validation fails in a way a step cannot repair (the
+//! directory we stand in was renamed, removed or evicted under us), the
+//! step returns [`Step::Restart`] and the whole call starts over under the
+//! driver at its edge (step.rs). Nothing here loops.
+//!
+//! A miss (`lookup_slow`) first looks in the cache again, lock-free and
+//! without the fast path's shortcuts; only a real miss takes the
+//! directory's lock, shared (dirlock.rs), asks the backend, and takes the
+//! writer mutex for the few stores that cache the answer.
 
 use std::borrow::Cow;
 use std::sync::atomic::Ordering as AtomicOrdering;
 
-use walkfs_fsapi::{Errno, NodeId, Result, NAME_MAX, PATH_MAX};
+use walkfs_fsapi::{Errno, NodeId, NAME_MAX, PATH_MAX};
 
-use crate::backoff::Backoff;
 use crate::dcache::*;
 use crate::perm::{self, Creds, MAY_EXEC};
+use crate::step::{Res, Step};
 use crate::sync::Ordering::Relaxed;
 use crate::Inner;
 
@@ -38,8 +43,6 @@ pub(crate) const LOOKUP_NO_CROSS: u32 = 4;
 
 /// Linux's MAXSYMLINKS.
 const MAX_SYMLINKS: u32 = 40;
-/// Internal "start again" signal.
-pub(crate) const RETRY: Errno = Errno::ECHILD;
 
 thread_local! {
     /// Times this thread ran the general permission routine for a search
@@ -71,8 +74,13 @@ impl Cur {
             d: s.idx,
             seq: s.seq,
             flags: s.flags,
-            ino: s.target,
+            ino: s.inode(),
         }
+    }
+
+    /// Where dentry `d` stands now (validated).
+    pub(crate) fn of(dc: &Dcache, d: DIdx) -> Res<Cur> {
+        Ok(Cur::from_snap(dc.snap(d).ok_or(Step::Restart)?))
     }
     pub fn is_dir(&self) -> bool {
         self.flags & D_DIR != 0
@@ -121,7 +129,7 @@ impl<'a> Nameidata<'a> {
             d: start,
             seq: 0,
             flags: 0,
-            ino: 0,
+            ino: IIdx::NONE,
         };
         Nameidata {
             vfs,
@@ -135,53 +143,39 @@ impl<'a> Nameidata<'a> {
     }
 
     /// Resolve `path` completely (`want_parent` false) or up to its last
-    /// component. Restarts on internal retries; never returns `ECHILD`.
-    pub fn walk(&mut self, path: &[u8], want_parent: bool) -> Result<Walked> {
-        let mut b = Backoff::new();
-        loop {
-            self.depth = 0;
-            match self.walk_once(path, want_parent) {
-                Err(RETRY) => {
-                    self.vfs
-                        .counters
-                        .retries
-                        .fetch_add(1, AtomicOrdering::Relaxed);
-                    if !b.snooze() {
-                        return Err(Errno::EAGAIN);
-                    }
-                }
-                r => return r,
-            }
-        }
+    /// component.
+    pub fn walk(&mut self, path: &[u8], want_parent: bool) -> Res<Walked> {
+        self.depth = 0;
+        self.walk_path(path, want_parent)
     }
 
     /// Resolve `path` and return the dentry it names.
-    pub fn walk_full(&mut self, path: &[u8]) -> Result<Cur> {
+    pub fn walk_full(&mut self, path: &[u8]) -> Res<Cur> {
         match self.walk(path, false)? {
             Walked::Found(c) => Ok(c),
-            Walked::Parent { .. } => Err(Errno::EIO),
+            Walked::Parent { .. } => Err(Errno::EIO.into()),
         }
     }
 
     /// Stand on dentry `d` (validated now).
-    fn set_cur(&mut self, d: DIdx) -> Result<()> {
-        self.cur = Cur::from_snap(self.vfs.dc.snap(d).ok_or(RETRY)?);
+    fn set_cur(&mut self, d: DIdx) -> Res<()> {
+        self.cur = Cur::of(&self.vfs.dc, d)?;
         Ok(())
     }
 
-    fn jump_root(&mut self) -> Result<()> {
+    fn jump_root(&mut self) -> Res<()> {
         if self.flags & LOOKUP_BENEATH != 0 {
-            return Err(Errno::EXDEV);
+            return Err(Errno::EXDEV.into());
         }
         self.set_cur(self.root)
     }
 
-    fn walk_once(&mut self, path: &[u8], want_parent: bool) -> Result<Walked> {
+    fn walk_path(&mut self, path: &[u8], want_parent: bool) -> Res<Walked> {
         if path.is_empty() {
-            return Err(Errno::ENOENT);
+            return Err(Errno::ENOENT.into());
         }
         if path.len() >= PATH_MAX {
-            return Err(Errno::ENAMETOOLONG);
+            return Err(Errno::ENAMETOOLONG.into());
         }
         self.set_cur(self.start)?;
         if path[0] == b'/' {
@@ -212,7 +206,7 @@ impl<'a> Nameidata<'a> {
             }
             let name = &p[start..pos];
             if name.len() > NAME_MAX {
-                return Err(Errno::ENAMETOOLONG);
+                return Err(Errno::ENAMETOOLONG.into());
             }
             let mut q = pos;
             while q < p.len() && p[q] == b'/' {
@@ -247,7 +241,7 @@ impl<'a> Nameidata<'a> {
                 continue;
             }
             if (!is_last || trailing) && !child.is_dir() {
-                return Err(Errno::ENOTDIR);
+                return Err(Errno::ENOTDIR.into());
             }
             self.cur = child;
             if is_last {
@@ -262,19 +256,8 @@ impl<'a> Nameidata<'a> {
     /// does). Each dentry reached is pushed to `out`; a failure after the
     /// first name just ends the walk there (the caller reports a partial
     /// walk); a failure of the first name is the error.
-    pub fn walk_names(&mut self, names: &[&[u8]], out: &mut Vec<Cur>) -> Result<()> {
-        let mut b = Backoff::new();
-        loop {
-            out.clear();
-            match self.walk_names_once(names, out) {
-                Err(RETRY) if b.snooze() => continue,
-                Err(RETRY) => return Err(Errno::EAGAIN),
-                r => return r,
-            }
-        }
-    }
-
-    fn walk_names_once(&mut self, names: &[&[u8]], out: &mut Vec<Cur>) -> Result<()> {
+    pub fn walk_names(&mut self, names: &[&[u8]], out: &mut Vec<Cur>) -> Res<()> {
+        out.clear();
         self.set_cur(self.start)?;
         for (i, name) in names.iter().enumerate() {
             match self.walk_one_name(name) {
@@ -282,7 +265,7 @@ impl<'a> Nameidata<'a> {
                     self.cur = c;
                     out.push(c);
                 }
-                Err(RETRY) => return Err(RETRY),
+                Err(Step::Restart) => return Err(Step::Restart),
                 Err(e) if i == 0 => return Err(e),
                 Err(_) => return Ok(()),
             }
@@ -290,15 +273,15 @@ impl<'a> Nameidata<'a> {
         Ok(())
     }
 
-    fn walk_one_name(&mut self, name: &[u8]) -> Result<Cur> {
+    fn walk_one_name(&mut self, name: &[u8]) -> Res<Cur> {
         if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
-            return Err(Errno::EINVAL);
+            return Err(Errno::EINVAL.into());
         }
         if name.len() > NAME_MAX {
-            return Err(Errno::ENAMETOOLONG);
+            return Err(Errno::ENAMETOOLONG.into());
         }
         if !self.cur.is_dir() {
-            return Err(Errno::ENOTDIR);
+            return Err(Errno::ENOTDIR.into());
         }
         self.may_lookup()?;
         match name {
@@ -310,14 +293,14 @@ impl<'a> Nameidata<'a> {
 
     /// One name in the directory we stand on, without the search
     /// permission check (the caller's walk made it) and without following.
-    pub(crate) fn walk_nofollow_one(&mut self, name: &[u8]) -> Result<Cur> {
+    pub(crate) fn walk_nofollow_one(&mut self, name: &[u8]) -> Res<Cur> {
         self.step(name)
     }
 
     /// Search permission on the directory we stand in (Linux's
     /// `may_lookup`), asked before every component.
     #[inline(always)]
-    fn may_lookup(&self) -> Result<()> {
+    fn may_lookup(&self) -> Res<()> {
         let vfs = self.vfs;
         if vfs.sw.fastperm.load(AtomicOrdering::Relaxed) {
             if let Some(i) = vfs.dc.inode(self.cur.ino) {
@@ -332,16 +315,16 @@ impl<'a> Nameidata<'a> {
     }
 
     #[inline(never)]
-    fn may_lookup_slow(&self) -> Result<()> {
+    fn may_lookup_slow(&self) -> Res<()> {
         PERM_SLOW.with(|c| c.set(c.get() + 1));
-        let snap = self.vfs.dc.inode_snap(self.cur.ino).ok_or(RETRY)?;
-        perm::check(self.creds, &snap, MAY_EXEC)
+        let snap = self.vfs.dc.inode_snap(self.cur.ino).ok_or(Step::Restart)?;
+        Ok(perm::check(self.creds, &snap, MAY_EXEC)?)
     }
 
     /// One normal component: the fast path when the child is cached and
     /// plain, the slow path otherwise.
     #[inline(always)]
-    fn step(&mut self, name: &[u8]) -> Result<Cur> {
+    fn step(&mut self, name: &[u8]) -> Res<Cur> {
         let hash = hash_name(name);
         if self.vfs.sw.fastpath.load(AtomicOrdering::Relaxed) {
             if let Some(r) = self.step_fast(name, hash) {
@@ -357,18 +340,18 @@ impl<'a> Nameidata<'a> {
     /// sequence count had been sampled from (re-checked after the lookup),
     /// so the child really was `name` in `cur` at one instant.
     #[inline(always)]
-    fn step_fast(&self, name: &[u8], hash: u32) -> Option<Result<Cur>> {
+    fn step_fast(&self, name: &[u8], hash: u32) -> Option<Res<Cur>> {
         let dc = &self.vfs.dc;
         if self.cur.flags & D_DEAD != 0 {
             return None;
         }
         let c = dc.d_lookup(self.cur.d, name, hash)?;
-        if dc.dentry(self.cur.d)?.seq.raw() != self.cur.seq {
+        if !dc.unchanged(&self.cur) {
             return None;
         }
         if c.flags & D_NEGATIVE != 0 {
             return if self.vfs.neg_valid(c.target) {
-                Some(Err(Errno::ENOENT))
+                Some(Err(Errno::ENOENT.into()))
             } else {
                 None
             };
@@ -380,81 +363,66 @@ impl<'a> Nameidata<'a> {
     }
 
     /// A miss (or a mount point, an expired negative entry, a busy writer,
-    /// or the fast path switched off): look in the cache under the writer
-    /// lock, ask the backend if needed, and cache the answer.
+    /// a stale entry, or the fast path switched off): look in the cache
+    /// again, then ask the backend and cache its answer.
     #[inline(never)]
-    fn lookup_slow(&mut self, name: &[u8], hash: u32) -> Result<Cur> {
+    fn lookup_slow(&mut self, name: &[u8], hash: u32) -> Res<Cur> {
         let vfs = self.vfs;
         let dc = &vfs.dc;
-        vfs.counters
-            .slow_lookups
-            .fetch_add(1, AtomicOrdering::Relaxed);
+        vfs.counters.slow_lookups.inc();
         let parent = self.cur;
-        // First, what the cache knows, with the lock held.
-        let gen = vfs.ns_gen.load(AtomicOrdering::Acquire);
-        let seen = vfs.ext_seen.load(AtomicOrdering::Acquire);
-        {
-            let mut w = vfs.w.lock();
-            let d = dc.dentry(parent.d).ok_or(RETRY)?;
-            if d.seq.raw() != parent.seq {
-                return Err(RETRY);
-            }
-            if parent.flags & D_DEAD != 0 {
-                return Err(Errno::ENOENT);
-            }
-            if let Some(idx) = w.d_find(dc, parent.d, name, hash) {
-                let s = dc.snap(idx).ok_or(RETRY)?;
-                let fresh = if s.flags & D_NEGATIVE == 0 {
-                    !vfs.sw.revalidate.load(AtomicOrdering::Relaxed) && s.flags & D_STALE == 0
-                } else {
-                    vfs.neg_valid(s.target)
-                };
-                if fresh {
-                    w.set_dentry_flag_hint(dc, idx);
-                    if s.flags & D_NEGATIVE != 0 {
-                        return Err(Errno::ENOENT);
-                    }
-                    if s.flags & D_MOUNTPOINT != 0 && self.flags & LOOKUP_NO_CROSS == 0 {
-                        return self.cross_mount(&w, idx);
-                    }
-                    return Ok(Cur::from_snap(dc.snap(idx).ok_or(RETRY)?));
-                }
-            }
+        if !dc.unchanged(&parent) {
+            return Err(Step::Restart);
         }
-        // Ask the backend without the lock; discard the answer if the
-        // namespace changed meanwhile (it may predate a change of ours).
-        let snap = dc.inode_snap(parent.ino).ok_or(RETRY)?;
+        if parent.flags & D_DEAD != 0 {
+            return Err(Errno::ENOENT.into());
+        }
+        if let Some(r) = self.lookup_cached(parent, name, hash) {
+            return r;
+        }
+        // A real miss. Hold the directory shared: a change of ours to its
+        // names waits until the answer is cached, so the answer cannot
+        // predate one (dirlock.rs). Another miss may have filled the name
+        // while we waited for the lock: look once more.
+        let _dir = vfs.dirs.shared(parent.ino);
+        if let Some(r) = self.lookup_cached(parent, name, hash) {
+            return r;
+        }
+        let gen = vfs.attr_gen.load(AtomicOrdering::Acquire);
+        let seen = vfs.ext_seen.load(AtomicOrdering::Acquire);
+        let snap = dc.inode_snap(parent.ino).ok_or(Step::Restart)?;
         let fs = vfs.sb(snap.sb())?;
-        vfs.counters
-            .backend_lookups
-            .fetch_add(1, AtomicOrdering::Relaxed);
+        vfs.counters.backend_lookups.inc();
         let res = fs.lookup(NodeId(snap.node), name);
-        let mut w = vfs.w.lock();
-        let stale = vfs.ns_gen.load(AtomicOrdering::Acquire) != gen
-            || dc.dentry(parent.d).map(|d| d.seq.raw()) != Some(parent.seq);
-        if stale {
+        let mut w = vfs.writer();
+        if !dc.unchanged(&parent) {
+            // The directory was removed or moved meanwhile.
             if let Ok(e) = &res {
                 w.forgets.push((snap.sb(), e.node.0));
             }
-            vfs.unlock(w);
-            return Err(RETRY);
+            return Err(Step::Restart);
         }
         let existing = w.d_find(dc, parent.d, name, hash);
         // A change reported meanwhile (cache=coherent) may be newer than
         // the answer: use it for this call, but cache it only as stale
         // (a negative not at all), so the next lookup asks again. Never a
-        // retry: on a busy tree that could go on for ever.
+        // restart: on a busy tree that could go on for ever.
         let raced = vfs.ext_seen.load(AtomicOrdering::Acquire) != seen;
-        let out = match res {
+        // Attributes changed through walkfs meanwhile are newer than the
+        // ones this answer carries: an inode already cached keeps its own.
+        let keep_attrs = vfs.attr_gen.load(AtomicOrdering::Acquire) != gen;
+        match res {
             Ok(entry) => {
-                let ino = w.iget(dc, snap.sb(), &entry).ok_or(Errno::ENOMEM)?;
+                let ino = w
+                    .iget(dc, snap.sb(), &entry, !keep_attrs)
+                    .ok_or(Errno::ENOMEM)?;
                 let idx = match existing {
                     Some(idx) => {
                         // Revalidated and unchanged: keep the dentry (and
                         // the subtree cached under it).
                         let same = dc
                             .snap(idx)
-                            .is_some_and(|s| s.flags & D_NEGATIVE == 0 && s.target == ino);
+                            .is_some_and(|s| s.flags & D_NEGATIVE == 0 && s.inode() == ino);
                         let now = if same {
                             w.d_mark_stale(dc, idx, false);
                             Some(idx)
@@ -472,55 +440,75 @@ impl<'a> Nameidata<'a> {
                         idx
                     }
                 };
-                match idx {
-                    Some(idx) => {
-                        let c = Cur::from_snap(dc.snap(idx).ok_or(RETRY)?);
-                        if raced {
-                            w.d_mark_stale(dc, idx, true);
-                        }
-                        Ok(c)
-                    }
-                    None => Err(Errno::ENOMEM),
+                let idx = idx.ok_or(Errno::ENOMEM)?;
+                let c = Cur::of(dc, idx)?;
+                if raced {
+                    w.d_mark_stale(dc, idx, true);
                 }
+                Ok(c)
             }
             Err(Errno::ENOENT) => {
                 let expiry = if raced { None } else { vfs.neg_expiry() };
                 match (expiry, existing) {
                     (Some(exp), Some(idx)) => w.d_set_negative(dc, idx, exp),
                     (Some(exp), None) => {
-                        vfs.counters
-                            .negative_created
-                            .fetch_add(1, AtomicOrdering::Relaxed);
-                        let _ = w.d_add(dc, parent.d, name, hash, 0, exp);
+                        vfs.counters.negative_created.inc();
+                        let _ = w.d_add(dc, parent.d, name, hash, IIdx::NONE, exp);
                     }
                     (None, Some(idx)) => w.d_kill(dc, idx),
                     (None, None) => {}
                 }
-                Err(Errno::ENOENT)
+                Err(Errno::ENOENT.into())
             }
-            Err(e) => Err(e),
-        };
-        vfs.unlock(w);
-        out
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The slow path's look at the cache: lock-free like the fast step,
+    /// but it also crosses mount points and honours `cache=none` and
+    /// stale marks. `None` when the backend must be asked.
+    fn lookup_cached(&self, parent: Cur, name: &[u8], hash: u32) -> Option<Res<Cur>> {
+        let vfs = self.vfs;
+        let dc = &vfs.dc;
+        let s = dc.d_lookup(parent.d, name, hash)?;
+        if !dc.unchanged(&parent) {
+            return Some(Err(Step::Restart));
+        }
+        if s.flags & D_NEGATIVE != 0 {
+            if !vfs.neg_valid(s.target) {
+                return None;
+            }
+            dc.touch(s.idx);
+            return Some(Err(Errno::ENOENT.into()));
+        }
+        if vfs.sw.revalidate.load(AtomicOrdering::Relaxed) || s.flags & D_STALE != 0 {
+            return None;
+        }
+        dc.touch(s.idx);
+        if s.flags & D_MOUNTPOINT != 0 && self.flags & LOOKUP_NO_CROSS == 0 {
+            return Some(self.cross_mount(s.idx));
+        }
+        Some(Ok(Cur::from_snap(s)))
     }
 
     /// Step from a mount point onto the root of what is mounted there
     /// (repeatedly, for stacked mounts).
     #[inline(never)]
-    fn cross_mount(&self, w: &crate::writer::Writer, mut d: DIdx) -> Result<Cur> {
-        while let Some(&root) = w.mounts.get(&d) {
+    fn cross_mount(&self, mut d: DIdx) -> Res<Cur> {
+        let mounts = self.vfs.mounts.read();
+        while let Some(&root) = mounts.on.get(&d) {
             d = root;
         }
-        Ok(Cur::from_snap(self.vfs.dc.snap(d).ok_or(RETRY)?))
+        Cur::of(&self.vfs.dc, d)
     }
 
     /// `..`: the parent, clamped at the walk's root, crossing mount roots.
     #[inline(always)]
-    fn dotdot(&mut self) -> Result<Cur> {
+    fn dotdot(&mut self) -> Res<Cur> {
         let cur = self.cur;
         if cur.d == self.root {
             if self.flags & LOOKUP_BENEATH != 0 {
-                return Err(Errno::EXDEV);
+                return Err(Errno::EXDEV.into());
             }
             return Ok(cur);
         }
@@ -535,7 +523,7 @@ impl<'a> Nameidata<'a> {
                     // is still what it was after the read (as Linux's
                     // follow_dotdot_rcu re-checks the old d_seq).
                     if let Some(p) = dc.snap(s.parent) {
-                        if dc.dentry(cur.d).is_some_and(|d| !d.seq.read_retry(cur.seq)) {
+                        if dc.unchanged(&cur) {
                             return Ok(Cur::from_snap(p));
                         }
                     }
@@ -546,41 +534,45 @@ impl<'a> Nameidata<'a> {
     }
 
     #[inline(never)]
-    fn dotdot_slow(&mut self) -> Result<Cur> {
-        let vfs = self.vfs;
-        let dc = &vfs.dc;
-        let w = vfs.w.lock();
+    fn dotdot_slow(&mut self) -> Res<Cur> {
+        let dc = &self.vfs.dc;
         let mut d = self.cur.d;
-        if dc.dentry(d).map(|x| x.seq.raw()) != Some(self.cur.seq) {
-            return Err(RETRY);
-        }
-        loop {
-            if d == self.root {
-                if self.flags & LOOKUP_BENEATH != 0 {
-                    return Err(Errno::EXDEV);
+        {
+            let mounts = self.vfs.mounts.read();
+            loop {
+                if d == self.root {
+                    if self.flags & LOOKUP_BENEATH != 0 {
+                        return Err(Errno::EXDEV.into());
+                    }
+                    return Cur::of(dc, d);
                 }
-                return Ok(Cur::from_snap(dc.snap(d).ok_or(RETRY)?));
-            }
-            match w.mounted_on.get(&d) {
-                Some(&mp) => d = mp,
-                None => break,
+                match mounts.under.get(&d) {
+                    Some(&mp) => d = mp,
+                    None => break,
+                }
             }
         }
-        let parent = dc.dentry(d).ok_or(RETRY)?.parent.load(Relaxed);
-        Ok(Cur::from_snap(dc.snap(parent).ok_or(RETRY)?))
+        let s = dc.snap(d).ok_or(Step::Restart)?;
+        let p = Cur::of(dc, s.parent)?;
+        // As in the fast case: the parent counts only if the child (and
+        // so its parent link) did not change while we read it.
+        if !dc.unchanged(&self.cur) || !dc.unchanged_at(d, s.seq) {
+            return Err(Step::Restart);
+        }
+        Ok(p)
     }
 
     /// Follow symlink `link` met with `rest` of the path still to walk:
     /// returns the new path (body + rest) and moves to where it starts.
     #[inline(never)]
-    fn follow_link(&mut self, link: Cur, rest: &[u8]) -> Result<Vec<u8>> {
+    fn follow_link(&mut self, link: Cur, rest: &[u8]) -> Res<Vec<u8>> {
         self.depth += 1;
         if self.depth > MAX_SYMLINKS {
-            return Err(Errno::ELOOP);
+            return Err(Errno::ELOOP.into());
         }
         let body = get_link(self.vfs, link)?;
         if body.is_empty() {
-            return Err(Errno::ENOENT);
+            return Err(Errno::ENOENT.into());
         }
         if body[0] == b'/' {
             self.jump_root()?;
@@ -592,12 +584,26 @@ impl<'a> Nameidata<'a> {
     }
 }
 
-impl crate::writer::Writer {
-    /// Note that a dentry was used (the eviction clock's second chance).
-    /// Not covered by the seqcount: readers never look at this bit.
-    pub(crate) fn set_dentry_flag_hint(&mut self, dc: &Dcache, idx: DIdx) {
-        if let Some(d) = dc.dentry(idx) {
-            d.flags.store(d.flags.load(Relaxed) | D_REFERENCED, Relaxed);
+impl Dcache {
+    /// Is the dentry a walk stands on still what it read? (The one check
+    /// of it, with the reader's fence: see [`Dcache::unchanged_at`].)
+    #[inline(always)]
+    pub(crate) fn unchanged(&self, c: &Cur) -> bool {
+        self.unchanged_at(c.d, c.seq)
+    }
+
+    /// Note that a dentry was used (the eviction clock's second chance),
+    /// without a lock. Not covered by the seqcount: readers never look at
+    /// this bit. An atomic OR, so it never undoes a writer's store of the
+    /// other bits (a writer's plain store may drop it, which only costs
+    /// the second chance); skipped when already set, so a hot dentry's
+    /// line is not written by every thread that uses it.
+    #[inline]
+    pub(crate) fn touch(&self, idx: DIdx) {
+        if let Some(d) = self.dentry(idx) {
+            if d.flags.load(Relaxed) & D_REFERENCED == 0 {
+                d.flags.fetch_or(D_REFERENCED, Relaxed);
+            }
         }
     }
 }
@@ -622,7 +628,7 @@ pub(crate) fn read_cached_link(vfs: &Inner, ino: IIdx, out: &mut [u8]) -> Option
 
 /// The body of symlink `link`: from the inode cache when cached (and
 /// caching is on), else from the backend (and then cached).
-pub(crate) fn get_link(vfs: &Inner, link: Cur) -> Result<Vec<u8>> {
+pub(crate) fn get_link(vfs: &Inner, link: Cur) -> Res<Vec<u8>> {
     let cache = vfs.sw.cache_symlinks.load(AtomicOrdering::Relaxed);
     if cache {
         let mut buf = [0u8; PATH_MAX];
@@ -632,14 +638,32 @@ pub(crate) fn get_link(vfs: &Inner, link: Cur) -> Result<Vec<u8>> {
             }
         }
     }
-    let snap = vfs.dc.inode_snap(link.ino).ok_or(RETRY)?;
+    let snap = vfs.dc.inode_snap(link.ino).ok_or(Step::Restart)?;
     let body = vfs.sb(snap.sb())?.readlink(NodeId(snap.node))?;
     if cache {
-        let mut w = vfs.w.lock();
+        let mut w = vfs.writer();
         // Only cache what belongs to the inode we read it for.
         if vfs.dc.inode(link.ino).map(|i| i.node.load(Relaxed)) == Some(snap.node) {
             w.cache_link(&vfs.dc, link.ino, &body);
         }
     }
     Ok(body)
+}
+
+impl Nameidata<'_> {
+    /// Look up one child of the directory `self.cur` stands on (no
+    /// permission check: the caller's walk did it).
+    pub(crate) fn walk_child(&mut self, name: &[u8]) -> Res<Cur> {
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG.into());
+        }
+        let dir = self.cur;
+        let start = self.start;
+        self.start = dir.d;
+        // A relative one-name walk without following: reuse the walk so
+        // cache, fast path and mounts behave identically.
+        let r = self.walk_nofollow_one(name);
+        self.start = start;
+        r
+    }
 }

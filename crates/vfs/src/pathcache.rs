@@ -15,6 +15,7 @@
 //! count; a writer that loses the race simply does not fill. Fills happen on
 //! misses only, never on the hit path.
 
+use crate::dcache::{DIdx, IIdx};
 use crate::seqlock::SeqCount;
 use crate::sync::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
@@ -46,10 +47,10 @@ struct Slot {
 pub(crate) enum Cached {
     /// dentry, its seqcount, its flags, its inode.
     Found {
-        d: u32,
+        d: DIdx,
         seq: u32,
         flags: u32,
-        ino: u32,
+        ino: IIdx,
     },
     Errno(i32),
 }
@@ -94,8 +95,8 @@ pub(crate) fn hash(key: u64, path: &[u8]) -> u64 {
 
 /// The key of a walk: where it starts, who walks, how.
 #[inline(always)]
-pub(crate) fn key(start: u32, cred: u32, flags: u32) -> u64 {
-    ((start as u64) << 32) | ((cred as u64 & 0xff_ffff) << 8) | (flags as u64 & 0xff)
+pub(crate) fn key(start: DIdx, cred: u32, flags: u32) -> u64 {
+    ((start.0 as u64) << 32) | ((cred as u64 & 0xff_ffff) << 8) | (flags as u64 & 0xff)
 }
 
 impl PathCache {
@@ -146,9 +147,9 @@ impl PathCache {
             Cached::Errno(r2 as i32)
         } else {
             Cached::Found {
-                d: (r1 >> 32) as u32,
+                d: DIdx((r1 >> 32) as u32),
                 seq: r1 as u32,
-                ino: (r2 >> 32) as u32,
+                ino: IIdx((r2 >> 32) as u32),
                 flags: r2 as u32,
             }
         })
@@ -179,8 +180,8 @@ impl PathCache {
         }
         let (r1, r2) = match what {
             Cached::Found { d, seq, flags, ino } => (
-                ((d as u64) << 32) | seq as u64,
-                ((ino as u64) << 32) | flags as u64,
+                ((d.0 as u64) << 32) | seq as u64,
+                ((ino.0 as u64) << 32) | flags as u64,
             ),
             Cached::Errno(e) => (ERR_MARK, e as u32 as u64),
         };
@@ -217,7 +218,7 @@ mod tests {
     fn put_get_and_generation() {
         let pc = PathCache::new(1_000_000);
         let p = b"/usr/lib/gcc/x86_64-linux-gnu/12/crtendS.o";
-        let k = key(1, 0, 1);
+        let k = key(DIdx(1), 0, 1);
         let h = hash(k, p);
         assert_eq!(pc.get(h, k, p, 5), None);
         pc.put(
@@ -226,23 +227,23 @@ mod tests {
             p,
             5,
             Cached::Found {
-                d: 9,
+                d: DIdx(9),
                 seq: 4,
                 flags: 0,
-                ino: 3,
+                ino: IIdx(3),
             },
         );
         assert_eq!(
             pc.get(h, k, p, 5),
             Some(Cached::Found {
-                d: 9,
+                d: DIdx(9),
                 seq: 4,
                 flags: 0,
-                ino: 3
+                ino: IIdx(3)
             })
         );
         assert_eq!(pc.get(h, k, p, 6), None, "a newer generation never sees it");
-        let k2 = key(1, 1, 1);
+        let k2 = key(DIdx(1), 1, 1);
         assert_eq!(
             pc.get(hash(k2, p), k2, p, 5),
             None,

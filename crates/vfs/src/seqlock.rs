@@ -42,13 +42,6 @@ impl SeqCount {
         self.0.load(Ordering::Relaxed) != start
     }
 
-    /// The current count, for a reader that only wants to compare it later
-    /// (for example a parent's count re-checked after a step).
-    #[inline(always)]
-    pub fn raw(&self) -> u32 {
-        self.0.load(Ordering::Acquire)
-    }
-
     /// Start a change. Caller holds the writer lock.
     pub fn write_begin(&self) {
         let s = self.0.load(Ordering::Relaxed);

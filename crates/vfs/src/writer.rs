@@ -1,6 +1,15 @@
-//! Everything that changes the caches, done under the vfs writer lock
-//! (`Mutex<Writer>`). Each change to a dentry or inode a reader may see is
-//! bracketed by that object's seqcount (see `seqlock.rs`).
+//! Everything that changes the caches, done under the writer mutex
+//! (`Mutex<Writer>`, held through a [`WriterGuard`]). Each change to a
+//! dentry or inode a reader may see is bracketed by that object's seqcount
+//! (see `seqlock.rs`).
+//!
+//! The mutex guards the allocator state (free lists, the inode hash, the
+//! eviction clock) and the hash chains' shape. It is held only for the
+//! stores of one cache update: never across a backend call (a change holds
+//! its directory's lock for that, see dirlock.rs), never while probing the
+//! cache (lock-free). Dropping the guard publishes: it moves the namespace
+//! generation if the update changed names or permissions, and delivers the
+//! backend `forget`s the update queued, after the mutex is released.
 //!
 //! Reference rules (what keeps a slot from being freed):
 //! - a cached child holds one reference on its parent dentry;
@@ -22,33 +31,33 @@
 //! keeps its inode: open files pin only their dentry.
 
 use std::collections::HashMap;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
+
+use parking_lot::MutexGuard;
 
 use walkfs_fsapi::{Attr, Entry, FileSystem};
 
 use crate::dcache::*;
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use crate::Inner;
 
 /// A dentry count that is being freed: no pin may take it.
 pub(crate) const DYING: u32 = u32::MAX;
 
 pub(crate) struct Writer {
-    free_dentry: DIdx,
-    next_dentry: DIdx,
+    free_dentry: u32,
+    next_dentry: u32,
     pub n_dentries: u32,
     pub max_dentries: u32,
-    free_inode: IIdx,
-    next_inode: IIdx,
+    free_inode: u32,
+    next_inode: u32,
     pub n_inodes: u32,
     free_chunk: u32,
     next_chunk: u32,
     pub n_chunks: u32,
-    inode_buckets: Vec<IIdx>,
-    /// Mount point dentry -> root dentry of what is mounted there.
-    pub mounts: HashMap<DIdx, DIdx>,
-    /// Root dentry of a mounted file system -> its mount point.
-    pub mounted_on: HashMap<DIdx, DIdx>,
-    clock: DIdx,
+    inode_buckets: Vec<u32>,
+    clock: u32,
     /// Backend nodes to `forget` once the lock is dropped.
     pub forgets: Vec<(usize, u64)>,
     /// A refresh changed what permission checks or walks see (mode,
@@ -75,8 +84,6 @@ impl Writer {
             // Load factor 2: the chains are walked only under the lock, on a
             // miss, and the table costs every cached inode.
             inode_buckets: vec![0; ((max_dentries as usize).next_power_of_two() / 2).max(1024)],
-            mounts: HashMap::new(),
-            mounted_on: HashMap::new(),
             clock: 1,
             forgets: Vec::new(),
             ns_dirty: false,
@@ -148,7 +155,7 @@ impl Writer {
         }
         let idx = if self.free_dentry != 0 {
             let i = self.free_dentry;
-            self.free_dentry = dc.dentry(i)?.next.load(Relaxed);
+            self.free_dentry = dc.dentry(DIdx(i))?.next.load(Relaxed);
             i
         } else {
             let i = self.next_dentry;
@@ -157,11 +164,11 @@ impl Writer {
             i
         };
         self.n_dentries += 1;
-        Some(idx)
+        Some(DIdx(idx))
     }
 
     /// Create and hash a dentry `name` under `parent`: positive on `inode`,
-    /// or negative with `expiry` when `inode` is 0. Publishes it with a
+    /// or negative with `expiry` when `inode` is none. Publishes it with a
     /// release store of the bucket head, after every field is written.
     pub fn d_add(
         &mut self,
@@ -201,16 +208,15 @@ impl Writer {
         for (slot, w) in d.name.iter().zip(words) {
             slot.store(w, Relaxed);
         }
-        d.parent.store(parent, Relaxed);
+        d.parent.store(parent.0, Relaxed);
         d.hash.store(hash, Relaxed);
         d.refs.store(0, Release);
-        let kind = if inode != 0 {
-            self.type_flags(dc, inode)
+        let (kind, target) = if inode.is_none() {
+            (D_NEGATIVE, expiry)
         } else {
-            D_NEGATIVE
+            (self.type_flags(dc, inode), inode.0)
         };
-        d.target
-            .store(if inode != 0 { inode } else { expiry }, Relaxed);
+        d.target.store(target, Relaxed);
         d.flags.store(
             D_ALLOCATED | D_HASHED | kind | ((name.len() as u32) << 24),
             Relaxed,
@@ -238,9 +244,9 @@ impl Writer {
         let idx = self.alloc_dentry(dc)?;
         let d = dc.dentry(idx)?;
         d.seq.write_begin();
-        d.parent.store(idx, Relaxed);
+        d.parent.store(idx.0, Relaxed);
         d.hash.store(0, Relaxed);
-        d.target.store(inode, Relaxed);
+        d.target.store(inode.0, Relaxed);
         d.refs.store(1, Relaxed); // never evicted
         for w in &d.name {
             w.store(0, Relaxed);
@@ -256,21 +262,22 @@ impl Writer {
         if let Some(d) = dc.dentry(idx) {
             d.next.store(b.load(Relaxed), Relaxed);
         }
-        b.store(idx, Release);
+        b.store(idx.0, Release);
     }
 
     fn hash_remove(&mut self, dc: &Dcache, idx: DIdx) {
         let Some(d) = dc.dentry(idx) else { return };
-        let b = &dc.buckets[bucket_of(d.parent.load(Relaxed), d.hash.load(Relaxed), dc.mask)];
+        let parent = DIdx(d.parent.load(Relaxed));
+        let b = &dc.buckets[bucket_of(parent, d.hash.load(Relaxed), dc.mask)];
         let next = d.next.load(Relaxed);
-        let mut cur = b.load(Relaxed);
+        let mut cur = DIdx(b.load(Relaxed));
         if cur == idx {
             b.store(next, Release);
             return;
         }
-        while cur != 0 {
+        while !cur.is_none() {
             let Some(c) = dc.dentry(cur) else { return };
-            let n = c.next.load(Relaxed);
+            let n = DIdx(c.next.load(Relaxed));
             if n == idx {
                 c.next.store(next, Release);
                 return;
@@ -282,19 +289,19 @@ impl Writer {
     /// Find `name` under `parent` with the lock held (authoritative, no
     /// chain budget).
     pub fn d_find(&self, dc: &Dcache, parent: DIdx, name: &[u8], hash: u32) -> Option<DIdx> {
-        let mut idx = dc.buckets[bucket_of(parent, hash, dc.mask)].load(Relaxed);
-        while idx != 0 {
+        let mut idx = DIdx(dc.buckets[bucket_of(parent, hash, dc.mask)].load(Relaxed));
+        while !idx.is_none() {
             let d = dc.dentry(idx)?;
             let flags = d.flags.load(Relaxed);
             if flags & D_HASHED != 0
-                && d.parent.load(Relaxed) == parent
+                && d.parent.load(Relaxed) == parent.0
                 && d.hash.load(Relaxed) == hash
                 && name_len(flags) == name.len()
                 && dc.name_of(idx) == name
             {
                 return Some(idx);
             }
-            idx = d.next.load(Relaxed);
+            idx = DIdx(d.next.load(Relaxed));
         }
         None
     }
@@ -336,8 +343,8 @@ impl Writer {
             self.hash_remove(dc, idx);
         }
         d.seq.write_begin();
-        let parent = d.parent.load(Relaxed);
-        let target = d.target.load(Relaxed);
+        let parent = DIdx(d.parent.load(Relaxed));
+        let target = IIdx(d.target.load(Relaxed));
         let long = (name_len(flags) > INLINE_NAME).then(|| d.name[0].load(Relaxed));
         d.flags.store(0, Relaxed);
         d.parent.store(0, Relaxed);
@@ -346,14 +353,14 @@ impl Writer {
         if let Some(c) = long {
             self.free_chunks(dc, c);
         }
-        if flags & D_NEGATIVE == 0 && target != 0 {
+        if flags & D_NEGATIVE == 0 && !target.is_none() {
             self.drop_alias(target, idx);
             self.put_inode(dc, target);
         }
         d.next.store(self.free_dentry, Relaxed);
-        self.free_dentry = idx;
+        self.free_dentry = idx.0;
         self.n_dentries -= 1;
-        if parent != idx && parent != 0 {
+        if parent != idx && !parent.is_none() {
             self.put_dentry(dc, parent);
             // A parent left unused by its last child stays cached; the
             // clock will find it when memory is needed.
@@ -372,7 +379,7 @@ impl Writer {
         d.flags.store((flags & !D_HASHED) | D_DEAD, Relaxed);
         d.seq.write_end();
         if flags & D_NEGATIVE == 0 {
-            self.drop_alias(d.target.load(Relaxed), idx);
+            self.drop_alias(IIdx(d.target.load(Relaxed)), idx);
         }
         self.free_if_dead(dc, idx);
     }
@@ -390,10 +397,10 @@ impl Writer {
         let Some(d) = dc.dentry(idx) else { return };
         let flags = d.flags.load(Relaxed);
         if flags & D_NEGATIVE == 0 {
-            let (parent, hash) = (d.parent.load(Relaxed), d.hash.load(Relaxed));
+            let (parent, hash) = (DIdx(d.parent.load(Relaxed)), d.hash.load(Relaxed));
             let name = dc.name_of(idx);
             self.d_kill(dc, idx);
-            let _ = self.d_add(dc, parent, &name, hash, 0, expiry);
+            let _ = self.d_add(dc, parent, &name, hash, IIdx::NONE, expiry);
             return;
         }
         let old = d.target.load(Relaxed);
@@ -403,7 +410,7 @@ impl Writer {
         d.target.store(expiry, Relaxed);
         d.seq.write_end();
         if flags & D_NEGATIVE == 0 && old != 0 {
-            self.put_inode(dc, old);
+            self.put_inode(dc, IIdx(old));
         }
     }
 
@@ -414,7 +421,7 @@ impl Writer {
         let d = dc.dentry(idx)?;
         let flags = d.flags.load(Relaxed);
         if flags & D_NEGATIVE == 0 {
-            let (parent, hash) = (d.parent.load(Relaxed), d.hash.load(Relaxed));
+            let (parent, hash) = (DIdx(d.parent.load(Relaxed)), d.hash.load(Relaxed));
             let name = dc.name_of(idx);
             self.d_kill(dc, idx);
             self.get_inode(dc, inode);
@@ -429,7 +436,7 @@ impl Writer {
         d.seq.write_begin();
         d.flags
             .store((flags & !(D_NEGATIVE | D_DIR | D_SYMLINK)) | kind, Relaxed);
-        d.target.store(inode, Relaxed);
+        d.target.store(inode.0, Relaxed);
         d.seq.write_end();
         if kind & D_DIR != 0 {
             self.dir_alias.insert(inode, idx);
@@ -441,7 +448,7 @@ impl Writer {
     pub fn d_move(&mut self, dc: &Dcache, idx: DIdx, parent: DIdx, name: &[u8], hash: u32) {
         let Some(d) = dc.dentry(idx) else { return };
         let flags = d.flags.load(Relaxed);
-        let old_parent = d.parent.load(Relaxed);
+        let old_parent = DIdx(d.parent.load(Relaxed));
         let old_long = (name_len(flags) > INLINE_NAME).then(|| d.name[0].load(Relaxed));
         let long = if name.len() > INLINE_NAME {
             self.store_chunks(dc, name)
@@ -465,7 +472,7 @@ impl Writer {
         for (slot, w) in d.name.iter().zip(words) {
             slot.store(w, Relaxed);
         }
-        d.parent.store(parent, Relaxed);
+        d.parent.store(parent.0, Relaxed);
         d.hash.store(hash, Relaxed);
         d.flags.store(
             (flags & 0x00ff_ffff) | D_HASHED | ((name.len() as u32) << 24),
@@ -518,7 +525,7 @@ impl Writer {
             if self.clock >= self.next_dentry {
                 self.clock = 1;
             }
-            let idx = self.clock;
+            let idx = DIdx(self.clock);
             self.clock += 1;
             let Some(d) = dc.dentry(idx) else { continue };
             let flags = d.flags.load(Relaxed);
@@ -554,30 +561,36 @@ impl Writer {
     /// refreshed. Returns it with one new reference for the caller. The
     /// backend's lookup reference is kept once per inode: a duplicate is
     /// queued for `forget`.
-    pub fn iget(&mut self, dc: &Dcache, sb: usize, e: &Entry) -> Option<IIdx> {
+    ///
+    /// `fresh` false: `e`'s attributes may be older than those cached (a
+    /// change of ours came between the backend's answer and now), so an
+    /// inode already cached keeps its own.
+    pub fn iget(&mut self, dc: &Dcache, sb: usize, e: &Entry, fresh: bool) -> Option<IIdx> {
         let b = self.inode_bucket(sb, e.node.0);
-        let mut idx = self.inode_buckets[b];
-        while idx != 0 {
+        let mut idx = IIdx(self.inode_buckets[b]);
+        while !idx.is_none() {
             let i = dc.inode(idx)?;
             if i.node.load(Relaxed) == e.node.0
                 && (i.flags.load(Relaxed) >> SB_SHIFT) as usize == sb
             {
                 self.forgets.push((sb, e.node.0));
-                self.refresh(dc, idx, &e.attr);
+                if fresh {
+                    self.refresh(dc, idx, &e.attr);
+                }
                 self.get_inode(dc, idx);
                 return Some(idx);
             }
-            idx = i.next.load(Relaxed);
+            idx = IIdx(i.next.load(Relaxed));
         }
         let idx = if self.free_inode != 0 {
             let i = self.free_inode;
-            self.free_inode = dc.inode(i)?.next.load(Relaxed);
-            i
+            self.free_inode = dc.inode(IIdx(i))?.next.load(Relaxed);
+            IIdx(i)
         } else {
             let i = self.next_inode;
             dc.inodes.get_or_alloc(i)?;
             self.next_inode += 1;
-            i
+            IIdx(i)
         };
         self.n_inodes += 1;
         let i = dc.inode(idx)?;
@@ -590,7 +603,7 @@ impl Writer {
         store_attr(i, &e.attr);
         i.seq.write_end();
         i.next.store(self.inode_buckets[b], Relaxed);
-        self.inode_buckets[b] = idx;
+        self.inode_buckets[b] = idx.0;
         Some(idx)
     }
 
@@ -619,13 +632,13 @@ impl Writer {
 
     /// The cached inode of backend node `node` of superblock `sb`.
     pub fn find_inode(&self, dc: &Dcache, sb: usize, node: u64) -> Option<IIdx> {
-        let mut idx = self.inode_buckets[self.inode_bucket(sb, node)];
-        while idx != 0 {
+        let mut idx = IIdx(self.inode_buckets[self.inode_bucket(sb, node)]);
+        while !idx.is_none() {
             let i = dc.inode(idx)?;
             if i.node.load(Relaxed) == node && (i.flags.load(Relaxed) >> SB_SHIFT) as usize == sb {
                 return Some(idx);
             }
-            idx = i.next.load(Relaxed);
+            idx = IIdx(i.next.load(Relaxed));
         }
         None
     }
@@ -644,7 +657,7 @@ impl Writer {
     /// Changes were lost: every negative dentry goes, every positive one
     /// (but the roots) must be revalidated, every inode refreshed.
     pub fn invalidate_all(&mut self, dc: &Dcache) {
-        for idx in 1..self.next_dentry {
+        for idx in (1..self.next_dentry).map(DIdx) {
             let Some(d) = dc.dentry(idx) else { continue };
             let flags = d.flags.load(Relaxed);
             if flags & D_ALLOCATED == 0 || flags & D_HASHED == 0 {
@@ -656,7 +669,7 @@ impl Writer {
                 self.d_mark_stale(dc, idx, true);
             }
         }
-        for idx in 1..self.next_inode {
+        for idx in (1..self.next_inode).map(IIdx) {
             let Some(i) = dc.inode(idx) else { continue };
             if i.flags.load(Relaxed) & I_ALLOCATED != 0 {
                 self.invalidate_inode(dc, idx);
@@ -721,17 +734,17 @@ impl Writer {
         // Unlink from the node hash chain.
         let b = self.inode_bucket(sb, node);
         let next = i.next.load(Relaxed);
-        if self.inode_buckets[b] == idx {
+        if self.inode_buckets[b] == idx.0 {
             self.inode_buckets[b] = next;
         } else {
-            let mut cur = self.inode_buckets[b];
-            while cur != 0 {
+            let mut cur = IIdx(self.inode_buckets[b]);
+            while !cur.is_none() {
                 let Some(c) = dc.inode(cur) else { break };
-                if c.next.load(Relaxed) == idx {
+                if c.next.load(Relaxed) == idx.0 {
                     c.next.store(next, Relaxed);
                     break;
                 }
-                cur = c.next.load(Relaxed);
+                cur = IIdx(c.next.load(Relaxed));
             }
         }
         i.seq.write_begin();
@@ -740,7 +753,7 @@ impl Writer {
         i.node.store(0, Relaxed);
         i.seq.write_end();
         i.next.store(self.free_inode, Relaxed);
-        self.free_inode = idx;
+        self.free_inode = idx.0;
         self.n_inodes -= 1;
         self.forgets.push((sb, node));
     }
@@ -748,6 +761,129 @@ impl Writer {
     /// Send the queued `forget`s (call after dropping the lock).
     pub fn take_forgets(&mut self) -> Vec<(usize, u64)> {
         std::mem::take(&mut self.forgets)
+    }
+}
+
+/// The writer mutex, held. Dropping it is the only way to release the
+/// mutex, and it publishes what the update did: the namespace generation
+/// moves if names or permissions changed (after the dentry cache shows the
+/// change, so a walk that reads the new generation sees the new state),
+/// then the mutex is released, then the queued `forget`s go to the
+/// backends (a backend call, so never under the mutex).
+pub(crate) struct WriterGuard<'a> {
+    inner: &'a Inner,
+    w: ManuallyDrop<MutexGuard<'a, Writer>>,
+}
+
+impl Inner {
+    /// Take the writer mutex for one short cache update.
+    pub fn writer(&self) -> WriterGuard<'_> {
+        WriterGuard {
+            inner: self,
+            w: ManuallyDrop::new(self.w.lock()),
+        }
+    }
+}
+
+impl WriterGuard<'_> {
+    /// Record that this update changed names, modes or owners: remembered
+    /// whole paths filed under the old generation stop being used.
+    pub fn changed(&mut self) {
+        self.w.ns_dirty = true;
+    }
+}
+
+impl std::ops::Deref for WriterGuard<'_> {
+    type Target = Writer;
+    fn deref(&self) -> &Writer {
+        &self.w
+    }
+}
+
+impl std::ops::DerefMut for WriterGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Writer {
+        &mut self.w
+    }
+}
+
+impl Drop for WriterGuard<'_> {
+    fn drop(&mut self) {
+        if std::mem::take(&mut self.w.ns_dirty) {
+            self.inner.changed();
+        }
+        let forgets = self.w.take_forgets();
+        // SAFETY: `self.w` is dropped exactly once, here, and not touched
+        // again: `self` is being dropped.
+        unsafe { ManuallyDrop::drop(&mut self.w) };
+        if !forgets.is_empty() {
+            send_forgets(&self.inner.sbs.read(), forgets);
+        }
+    }
+}
+
+impl Inner {
+    /// Cache the attributes a change made through walkfs (chmod, chown,
+    /// truncate, utimes) got back from the backend, if `ino` still holds
+    /// backend node `node`. Moves the attribute generation in the same
+    /// writer section: a miss that asked the backend before this change
+    /// and caches its answer after it sees the move and keeps these.
+    pub fn changed_attrs(&self, ino: IIdx, node: u64, attr: &Attr) {
+        let mut w = self.writer();
+        if self
+            .dc
+            .inode(ino)
+            .is_some_and(|i| i.node.load(Relaxed) == node)
+        {
+            w.refresh(&self.dc, ino, attr);
+        }
+        w.changed();
+        self.attr_gen.fetch_add(1, Release);
+    }
+}
+
+// ---- references taken without the mutex --------------------------------
+
+impl Inner {
+    /// Take a reference on dentry `d`, which a walk found under sequence
+    /// count `seq`, without the writer mutex (open, chdir). False if it is
+    /// being freed or is no longer what the walk found.
+    ///
+    /// Invariant: a count raised on a slot belongs to the dentry the walk
+    /// found only if the slot's sequence count did not move (it was not
+    /// freed and reused meanwhile); a freeing writer swaps the count from 0
+    /// to [`DYING`] before touching the slot, so a pin that sees `DYING`
+    /// backs off and one that got in first keeps the dentry alive.
+    pub fn pin(&self, d: DIdx, seq: u32) -> bool {
+        let Some(den) = self.dc.dentry(d) else {
+            return false;
+        };
+        let mut r = den.refs.load(Relaxed);
+        loop {
+            if r == DYING {
+                return false;
+            }
+            match den.refs.compare_exchange_weak(r, r + 1, AcqRel, Relaxed) {
+                Ok(_) => break,
+                Err(now) => r = now,
+            }
+        }
+        if !self.dc.unchanged_at(d, seq) {
+            self.unpin(d);
+            return false;
+        }
+        true
+    }
+
+    /// Drop a reference taken by [`Inner::pin`]. The writer mutex is taken
+    /// only to free a removed dentry that just became unused.
+    pub fn unpin(&self, d: DIdx) {
+        let Some(den) = self.dc.dentry(d) else {
+            return;
+        };
+        if den.refs.fetch_sub(1, AcqRel) == 1 && den.flags.load(Relaxed) & D_DEAD != 0 {
+            let mut w = self.writer();
+            w.free_if_dead(&self.dc, d);
+        }
     }
 }
 

@@ -1,0 +1,281 @@
+//! Attributes: `statx`/`fstat` (built once from one inode snapshot,
+//! seed 004), `statfs`, and the changes `fchmodat`, `fchownat`,
+//! `utimensat` with Linux's ownership rules.
+
+use super::prelude::*;
+
+impl Ctx {
+    /// Attributes of the inode of `c`, refreshed from the backend when a
+    /// change made them stale.
+    pub(super) fn attrs(&self, c: Cur) -> Res<InodeSnap> {
+        let inner = self.inner();
+        let s = inner.dc.inode_snap(c.ino).ok_or(Step::Restart)?;
+        if s.flags & I_STALE == 0 && !inner.sw.revalidate.load(AtomicOrdering::Relaxed) {
+            return Ok(s);
+        }
+        self.refresh_attrs(c.ino, s)
+    }
+
+    #[inline(never)]
+    pub(super) fn refresh_attrs(&self, ino: IIdx, s: InodeSnap) -> Res<InodeSnap> {
+        let inner = self.inner();
+        let gen = inner.attr_gen.load(AtomicOrdering::Acquire);
+        let attr = match inner.sb(s.sb())?.getattr(NodeId(s.node)) {
+            Ok(a) => a,
+            // The inode was retired under us (a concurrent unlink released
+            // it): walk again rather than report the backend's ESTALE.
+            Err(e)
+                if inner.dc.inode(ino).map(|i| i.node.load(Relaxed)) != Some(s.node)
+                    || inner
+                        .dc
+                        .inode(ino)
+                        .map(|i| i.flags.load(Relaxed) & I_ALLOCATED)
+                        == Some(0) =>
+            {
+                let _ = e;
+                return Err(Step::Restart);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut w = inner.writer();
+        // Not over attributes a change of ours cached meanwhile: those
+        // are newer.
+        if inner.dc.inode(ino).map(|i| i.node.load(Relaxed)) == Some(s.node)
+            && inner.attr_gen.load(AtomicOrdering::Acquire) == gen
+        {
+            w.refresh(&inner.dc, ino, &attr);
+        }
+        drop(w);
+        inner.dc.inode_snap(ino).ok_or(Step::Restart)
+    }
+
+    /// `statx(dirfd, path, flags, mask)`.
+    pub fn statx(&self, dirfd: i32, path: &[u8], flags: i32, mask: u32) -> Result<Statx> {
+        let mut st = Statx::default();
+        self.statx_into(dirfd, path, flags, mask, &mut st)?;
+        Ok(st)
+    }
+
+    /// `statx` into the caller's buffer: the result is built once, in
+    /// place, from one inode snapshot (seed 004: no second copy). The
+    /// descriptor form (`""` with `AT_EMPTY_PATH`) is a short inline path;
+    /// anything with a path walks out of line.
+    #[inline(always)]
+    pub fn statx_into(
+        &self,
+        dirfd: i32,
+        path: &[u8],
+        flags: i32,
+        mask: u32,
+        out: &mut Statx,
+    ) -> Result<()> {
+        const FD_FLAGS: i32 =
+            libc::AT_EMPTY_PATH | libc::AT_NO_AUTOMOUNT | libc::AT_SYMLINK_NOFOLLOW;
+        if path.is_empty()
+            && dirfd >= 0
+            && flags & libc::AT_EMPTY_PATH != 0
+            && flags & !FD_FLAGS == 0
+            && mask & (libc::STATX__RESERVED as u32) == 0
+        {
+            return self.fstatx_into(dirfd, mask, out);
+        }
+        self.statx_path(dirfd, path, flags, mask, out)
+    }
+
+    #[inline(never)]
+    fn statx_path(
+        &self,
+        dirfd: i32,
+        path: &[u8],
+        flags: i32,
+        mask: u32,
+        out: &mut Statx,
+    ) -> Result<()> {
+        const ALLOWED: i32 = libc::AT_SYMLINK_NOFOLLOW
+            | libc::AT_EMPTY_PATH
+            | libc::AT_NO_AUTOMOUNT
+            | libc::AT_STATX_SYNC_TYPE;
+        let bad = flags & !ALLOWED != 0
+            || flags & libc::AT_STATX_SYNC_TYPE == libc::AT_STATX_SYNC_TYPE
+            || mask & (libc::STATX__RESERVED as u32) != 0;
+        if bad {
+            return Err(Errno::EINVAL);
+        }
+        if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 && dirfd != AT_FDCWD {
+            return self.fstatx_into(dirfd, mask, out);
+        }
+        self.run(|| {
+            let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+            let c = self.lookup_at(dirfd, path, follow, flags & libc::AT_EMPTY_PATH != 0)?;
+            Statx::build_into(&self.attrs(c)?, mask, out);
+            Ok(())
+        })
+    }
+
+    /// `fstatat(dirfd, path, flags)` (`AT_SYMLINK_NOFOLLOW`, `AT_EMPTY_PATH`).
+    pub fn fstatat(&self, dirfd: i32, path: &[u8], flags: i32) -> Result<libc::stat> {
+        check_at_flags(
+            flags,
+            libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH | libc::AT_NO_AUTOMOUNT,
+        )?;
+        Ok(self
+            .statx(dirfd, path, flags, libc::STATX_BASIC_STATS)?
+            .to_stat())
+    }
+
+    /// `statx` of an open descriptor.
+    pub fn fstatx(&self, fd: i32, mask: u32) -> Result<Statx> {
+        let mut st = Statx::default();
+        self.fstatx_into(fd, mask, &mut st)?;
+        Ok(st)
+    }
+
+    /// The inode snapshot behind `fd`: fd -> file -> inode with loads
+    /// only (a writer busy with the file or its inode is waited out by
+    /// the driver, out of line).
+    #[inline(always)]
+    fn fd_snap(&self, fd: i32) -> Result<InodeSnap> {
+        self.run(|| self.fd_snap_once(fd))
+    }
+
+    #[inline(always)]
+    fn fd_snap_once(&self, fd: i32) -> Res<InodeSnap> {
+        let inner = self.inner();
+        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        let seq = file.seq.read_begin().ok_or(Step::Restart)?;
+        let ino = IIdx(file.inode.load(Relaxed));
+        let s = inner.dc.inode_snap(ino).ok_or(Step::Restart)?;
+        if file.seq.read_retry(seq) {
+            return Err(Step::Restart);
+        }
+        if s.flags & I_STALE != 0 || inner.sw.revalidate.load(AtomicOrdering::Relaxed) {
+            return self.refresh_attrs(ino, s);
+        }
+        Ok(s)
+    }
+
+    /// `statx(fd, "", AT_EMPTY_PATH, mask)` into the caller's buffer.
+    #[inline(always)]
+    pub fn fstatx_into(&self, fd: i32, mask: u32, out: &mut Statx) -> Result<()> {
+        Statx::build_into(&self.fd_snap(fd)?, mask, out);
+        Ok(())
+    }
+
+    /// `fstat(fd)` into the caller's buffer.
+    #[inline(always)]
+    pub fn fstat_into(&self, fd: i32, out: &mut libc::stat) -> Result<()> {
+        crate::stat::stat_into(&self.fd_snap(fd)?, out);
+        Ok(())
+    }
+
+    /// `fstat(fd)`.
+    pub fn fstat(&self, fd: i32) -> Result<libc::stat> {
+        // SAFETY: `struct stat` is plain old data; all-zero is valid.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        self.fstat_into(fd, &mut st)?;
+        Ok(st)
+    }
+
+    /// `statfs` of the file system holding `path`.
+    pub fn statfs(&self, dirfd: i32, path: &[u8]) -> Result<StatFs> {
+        self.run(|| {
+            let c = self.lookup_at(dirfd, path, true, true)?;
+            let s = self.inner().dc.inode_snap(c.ino).ok_or(Step::Restart)?;
+            Ok(self.inner().sb(s.sb())?.statfs(NodeId(s.node))?)
+        })
+    }
+
+    /// Apply `set` to the node at `c` and refresh the cache from the result.
+    pub(super) fn setattr(&self, c: Cur, set: &SetAttr) -> Res<()> {
+        let inner = self.inner();
+        let s = inner.dc.inode_snap(c.ino).ok_or(Step::Restart)?;
+        let attr = inner.sb(s.sb())?.setattr(NodeId(s.node), set)?;
+        inner.changed_attrs(c.ino, s.node, &attr);
+        Ok(())
+    }
+
+    /// `fchmodat(dirfd, path, mode, flags)`; `AT_SYMLINK_NOFOLLOW` on a
+    /// symlink is `EOPNOTSUPP`, as glibc and fchmodat2 give it.
+    pub fn fchmodat(&self, dirfd: i32, path: &[u8], mode: u32, flags: i32) -> Result<()> {
+        check_at_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+        self.run(|| {
+            let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+            let c = self.lookup_at(dirfd, path, follow, flags & libc::AT_EMPTY_PATH != 0)?;
+            let s = self.attrs(c)?;
+            if s.is_symlink() {
+                return Err(Errno::EOPNOTSUPP.into());
+            }
+            self.check_writable()?;
+            let mode = policy::chmod_mode(&self.creds, &s, mode)?;
+            self.setattr(
+                c,
+                &SetAttr {
+                    mode: Some(mode),
+                    ..SetAttr::default()
+                },
+            )
+        })
+    }
+
+    /// `fchownat(dirfd, path, uid, gid, flags)`; `u32::MAX` leaves an id.
+    pub fn fchownat(&self, dirfd: i32, path: &[u8], uid: u32, gid: u32, flags: i32) -> Result<()> {
+        check_at_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+        self.run(|| {
+            let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+            let c = self.lookup_at(dirfd, path, follow, flags & libc::AT_EMPTY_PATH != 0)?;
+            let s = self.attrs(c)?;
+            self.check_writable()?;
+            policy::may_chown(&self.creds, &s, uid, gid)?;
+            let set = SetAttr {
+                uid: (uid != u32::MAX).then_some(uid),
+                gid: (gid != u32::MAX).then_some(gid),
+                ..SetAttr::default()
+            };
+            self.setattr(c, &set)?;
+            // Changing owners drops set-id bits of non-directories.
+            let s = self.attrs(c)?;
+            let kill = policy::chown_kills(&s);
+            if kill != 0 && (set.uid.is_some() || set.gid.is_some()) {
+                self.setattr(
+                    c,
+                    &SetAttr {
+                        mode: Some(s.mode & 0o7777 & !kill),
+                        ..SetAttr::default()
+                    },
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// `utimensat(dirfd, path, [atime, mtime], flags)`; `None` is
+    /// `UTIME_OMIT`.
+    pub fn utimensat(
+        &self,
+        dirfd: i32,
+        path: &[u8],
+        times: [Option<TimeSet>; 2],
+        flags: i32,
+    ) -> Result<()> {
+        check_at_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
+        self.run(|| {
+            let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+            let c = self.lookup_at(dirfd, path, follow, flags & libc::AT_EMPTY_PATH != 0)?;
+            let s = self.attrs(c)?;
+            if times == [None, None] {
+                return Ok(());
+            }
+            self.check_writable()?;
+            let explicit = times.iter().any(|t| matches!(t, Some(TimeSet::At(_))));
+            policy::may_set_times(&self.creds, &s, explicit)?;
+            self.setattr(
+                c,
+                &SetAttr {
+                    atime: times[0],
+                    mtime: times[1],
+                    ..SetAttr::default()
+                },
+            )
+        })
+    }
+}

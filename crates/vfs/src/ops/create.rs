@@ -1,0 +1,243 @@
+//! Making names: `mkdirat`, `symlinkat`, `mknodat`, `linkat`, the create
+//! of `openat`, all through [`Ctx::modify`], which holds the directory's
+//! lock across the backend call (dirlock.rs) and the writer mutex only for
+//! the cache update that follows.
+
+use super::prelude::*;
+
+impl Ctx {
+    /// Run a backend change that makes name `name` in `dir`, and bring the
+    /// cache in line with its result: the name's dentry becomes positive on
+    /// the entry returned (or is forgotten when the backend says the cache
+    /// was wrong), the directory's attributes become stale. With `pin` the
+    /// new dentry comes back pinned (the create of `openat`, which must not
+    /// start over once the file exists).
+    ///
+    /// Locking: the directory's lock, exclusively, from before the check
+    /// that `dir` is still what the walk found until the cache shows the
+    /// result, so no miss in `dir` can cache an answer older than this
+    /// change; the writer mutex only for the cache update, after the
+    /// backend answered. Changes in other directories run meanwhile.
+    fn modify<T>(
+        &self,
+        dir: Cur,
+        name: &[u8],
+        pin: bool,
+        op: impl FnOnce(&dyn walkfs_fsapi::FileSystem) -> Result<(walkfs_fsapi::Entry, T)>,
+    ) -> Res<(Cur, T)> {
+        let inner = self.inner();
+        let dc = &inner.dc;
+        let ds = dc.inode_snap(dir.ino).ok_or(Step::Restart)?;
+        let fs = inner.sb(ds.sb())?;
+        let _locked = inner.dirs.exclusive(&[dir.ino]);
+        if !dc.unchanged(&dir) {
+            return Err(Step::Restart);
+        }
+        let hash = hash_name(name);
+        let res = op(&*fs);
+        let mut w = inner.writer();
+        w.changed();
+        let existing = w.d_find(dc, dir.d, name, hash);
+        let (entry, t) = match res {
+            Ok(r) => r,
+            Err(e) => {
+                // The backend knows better than our cache: forget the name.
+                if let (Some(idx), Errno::EEXIST | Errno::ENOENT) = (existing, e) {
+                    w.d_kill(dc, idx);
+                }
+                return Err(e.into());
+            }
+        };
+        let ino = w.iget(dc, ds.sb(), &entry, true).ok_or(Errno::ENOMEM)?;
+        let idx = match existing {
+            Some(idx) => {
+                let now = w.d_set_inode(dc, idx, ino);
+                w.put_inode(dc, ino);
+                now
+            }
+            None => {
+                let idx = w.d_add(dc, dir.d, name, hash, ino, 0);
+                if idx.is_none() {
+                    w.put_inode(dc, ino);
+                }
+                idx
+            }
+        }
+        .ok_or(Errno::ENOMEM)?;
+        w.mark_stale(dc, dir.ino);
+        if pin {
+            w.get_dentry(dc, idx);
+        }
+        // Under the mutex nothing else changes the new dentry.
+        let c = Cur::of(dc, idx).map_err(|_| Errno::EIO)?;
+        Ok((c, t))
+    }
+
+    /// `may_create` on a live directory.
+    pub(super) fn may_create(&self, dir: Cur) -> Res<InodeSnap> {
+        let ds = self.inner().dc.inode_snap(dir.ino).ok_or(Step::Restart)?;
+        if dir.flags & D_DEAD != 0 {
+            return Err(Errno::ENOENT.into());
+        }
+        policy::may_create(&self.creds, &ds)?;
+        Ok(ds)
+    }
+
+    /// The owner and mode of a node made in `ds` (policy.rs).
+    pub(super) fn new_owner(
+        &self,
+        ds: &InodeSnap,
+        mode: u32,
+        is_dir: bool,
+    ) -> (walkfs_fsapi::Owner, u32) {
+        let umask = self.inner().sw.umask.load(AtomicOrdering::Relaxed);
+        policy::new_owner(&self.creds, umask, ds, mode, is_dir)
+    }
+
+    /// The create of `openat(O_CREAT)`: the new file's dentry, pinned for
+    /// the descriptor, and the handle the backend opened it with.
+    pub(super) fn create_file(
+        &self,
+        dir: Cur,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+    ) -> Res<(Cur, FileHandle)> {
+        self.check_writable()?;
+        let ds = self.may_create(dir)?;
+        let (owner, mode) = self.new_owner(&ds, mode, false);
+        let acc = OpenFlags(flags & O_ACCMODE);
+        self.modify(dir, name, true, |fs| {
+            fs.create(NodeId(ds.node), name, mode, owner, acc)
+        })
+    }
+
+    /// `mkdirat(dirfd, path, mode)`.
+    pub fn mkdirat(&self, dirfd: i32, path: &[u8], mode: u32) -> Result<()> {
+        self.run(|| {
+            let (dir, last, _trailing) = self.lookup_parent(dirfd, path)?;
+            let Last::Normal(name) = last else {
+                return Err(Errno::EEXIST.into());
+            };
+            if self.lookup_child(dir, &name)?.is_some() {
+                return Err(Errno::EEXIST.into());
+            }
+            self.check_writable()?;
+            let ds = self.may_create(dir)?;
+            let (owner, mode) = self.new_owner(&ds, mode, true);
+            self.modify(dir, &name, false, |fs| {
+                Ok((fs.mkdir(NodeId(ds.node), &name, mode, owner)?, ()))
+            })
+            .map(drop)
+        })
+    }
+
+    /// The checks common to creating a non-directory name (symlink, link):
+    /// the parent, the new name, and `EEXIST`/`ENOENT` as Linux's
+    /// `filename_create` gives them.
+    fn create_target(&self, dirfd: i32, path: &[u8]) -> Res<(Cur, Vec<u8>)> {
+        let (dir, last, trailing) = self.lookup_parent(dirfd, path)?;
+        let Last::Normal(name) = last else {
+            return Err(Errno::EEXIST.into());
+        };
+        if self.lookup_child(dir, &name)?.is_some() {
+            return Err(Errno::EEXIST.into());
+        }
+        if trailing {
+            return Err(Errno::ENOENT.into());
+        }
+        self.check_writable()?;
+        Ok((dir, name))
+    }
+
+    /// `symlinkat(target, newdirfd, linkpath)`.
+    pub fn symlinkat(&self, target: &[u8], newdirfd: i32, linkpath: &[u8]) -> Result<()> {
+        if target.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if target.len() >= walkfs_fsapi::PATH_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        self.run(|| {
+            let (dir, name) = self.create_target(newdirfd, linkpath)?;
+            let ds = self.may_create(dir)?;
+            let (owner, _) = self.new_owner(&ds, 0o777, false);
+            self.modify(dir, &name, false, |fs| {
+                Ok((fs.symlink(NodeId(ds.node), &name, target, owner)?, ()))
+            })
+            .map(drop)
+        })
+    }
+
+    /// `mknodat(dirfd, path, mode, dev)`: a fifo, a socket, a device node
+    /// or (type 0 or `S_IFREG`) an empty regular file. Checks in Linux's
+    /// order: the type (`EPERM` for a directory, `EINVAL` for no known
+    /// type) before the path, then `filename_create`'s, then permission
+    /// on the parent, then `CAP_MKNOD` for devices. Special files are made,
+    /// never opened: opening one through walkfs stays refused.
+    pub fn mknodat(&self, dirfd: i32, path: &[u8], mode: u32, dev: u64) -> Result<()> {
+        let kind = match mode & libc::S_IFMT {
+            0 | libc::S_IFREG => libc::S_IFREG,
+            t @ (libc::S_IFCHR | libc::S_IFBLK | libc::S_IFIFO | libc::S_IFSOCK) => t,
+            libc::S_IFDIR => return Err(Errno::EPERM),
+            _ => return Err(Errno::EINVAL),
+        };
+        self.run(|| {
+            let (dir, name) = self.create_target(dirfd, path)?;
+            let ds = self.may_create(dir)?;
+            let is_dev = kind == libc::S_IFCHR || kind == libc::S_IFBLK;
+            if is_dev && !self.creds.is_root() {
+                return Err(Errno::EPERM.into());
+            }
+            let (owner, perm) = self.new_owner(&ds, mode, false);
+            let rdev = if is_dev { dev } else { 0 };
+            self.modify(dir, &name, false, |fs| {
+                let parent = NodeId(ds.node);
+                if kind == libc::S_IFREG {
+                    let (entry, fh) =
+                        fs.create(parent, &name, perm, owner, OpenFlags(libc::O_RDONLY))?;
+                    fs.release(entry.node, fh);
+                    return Ok((entry, ()));
+                }
+                Ok((fs.mknod(parent, &name, kind | perm, rdev, owner)?, ()))
+            })
+            .map(drop)
+        })
+    }
+
+    /// `linkat(olddirfd, oldpath, newdirfd, newpath, flags)`; flags
+    /// `AT_SYMLINK_FOLLOW`, `AT_EMPTY_PATH`.
+    pub fn linkat(
+        &self,
+        olddirfd: i32,
+        oldpath: &[u8],
+        newdirfd: i32,
+        newpath: &[u8],
+        flags: i32,
+    ) -> Result<()> {
+        check_at_flags(flags, libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH)?;
+        self.run(|| {
+            let follow = flags & libc::AT_SYMLINK_FOLLOW != 0;
+            let old =
+                self.lookup_at(olddirfd, oldpath, follow, flags & libc::AT_EMPTY_PATH != 0)?;
+            let (dir, name) = self.create_target(newdirfd, newpath)?;
+            let inner = self.inner();
+            let os = inner.dc.inode_snap(old.ino).ok_or(Step::Restart)?;
+            let ds = inner.dc.inode_snap(dir.ino).ok_or(Step::Restart)?;
+            if os.sb() != ds.sb() {
+                return Err(Errno::EXDEV.into());
+            }
+            policy::may_link(&self.creds, &os)?;
+            self.may_create(dir)?;
+            if os.is_dir() {
+                return Err(Errno::EPERM.into());
+            }
+            let (_, ()) = self.modify(dir, &name, false, |fs| {
+                Ok((fs.link(NodeId(os.node), NodeId(ds.node), &name)?, ()))
+            })?;
+            // Its link count moved.
+            inner.writer().mark_stale(&inner.dc, old.ino);
+            Ok(())
+        })
+    }
+}

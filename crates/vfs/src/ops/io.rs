@@ -1,0 +1,209 @@
+//! I/O on open descriptors: reads and writes (the backend open deferred to
+//! the first one for read-only files), `lseek`, `getdents`, `ftruncate`,
+//! and dropping set-id bits on a write (Linux's `file_remove_privs`).
+
+use super::prelude::*;
+
+impl Ctx {
+    /// The open file behind `fd` with what I/O needs, opening it in the
+    /// backend if that was deferred.
+    pub(super) fn io_file(&self, fd: i32) -> Result<(&crate::file::File, InodeSnap, u32)> {
+        let inner = self.inner();
+        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        let s = inner
+            .dc
+            .inode_snap(IIdx(file.inode.load(Relaxed)))
+            .ok_or(Errno::EAGAIN)?;
+        let flags = file.flags.load(Relaxed);
+        match file.fh.load(Relaxed) {
+            NO_HANDLE => return Err(Errno::EBADF),
+            crate::file::LAZY => {
+                let _g = file.open_lock.lock();
+                // Closed meanwhile: the slot is no longer ours.
+                let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+                if file.fh.load(Relaxed) == crate::file::LAZY && !s.is_dir() {
+                    let fs = inner.sb(s.sb())?;
+                    let fh = fs.open(NodeId(s.node), OpenFlags(flags as i32 & O_ACCMODE))?;
+                    file.fh.store(fh.0, Relaxed);
+                }
+            }
+            _ => {}
+        }
+        Ok((file, s, flags))
+    }
+
+    /// `pread(fd, buf, off)`.
+    pub fn pread(&self, fd: i32, buf: &mut [u8], off: u64) -> Result<usize> {
+        let (file, s, flags) = self.io_file(fd)?;
+        if flags as i32 & O_ACCMODE == libc::O_WRONLY {
+            return Err(Errno::EBADF);
+        }
+        if s.is_dir() {
+            return Err(Errno::EISDIR);
+        }
+        let fs = self.inner().sb(s.sb())?;
+        fs.read(NodeId(s.node), FileHandle(file.fh.load(Relaxed)), off, buf)
+    }
+
+    /// `read(fd, buf)` at the file position.
+    pub fn read(&self, fd: i32, buf: &mut [u8]) -> Result<usize> {
+        let (file, _, _) = self.io_file(fd)?;
+        let mut pos = file.pos.lock();
+        let n = self.pread(fd, buf, *pos)?;
+        *pos += n as u64;
+        Ok(n)
+    }
+
+    /// `pwrite(fd, data, off)` (appends under `O_APPEND`, as Linux does).
+    pub fn pwrite(&self, fd: i32, data: &[u8], off: u64) -> Result<usize> {
+        self.write_at(fd, data, Some(off))
+    }
+
+    /// `write(fd, data)` at the file position.
+    pub fn write(&self, fd: i32, data: &[u8]) -> Result<usize> {
+        self.write_at(fd, data, None)
+    }
+
+    fn write_at(&self, fd: i32, data: &[u8], off: Option<u64>) -> Result<usize> {
+        let (file, s, flags) = self.io_file(fd)?;
+        if flags as i32 & O_ACCMODE == libc::O_RDONLY {
+            return Err(Errno::EBADF);
+        }
+        let inner = self.inner();
+        let fs = inner.sb(s.sb())?;
+        let ino = IIdx(file.inode.load(Relaxed));
+        let fh = FileHandle(file.fh.load(Relaxed));
+        let mut pos = file.pos.lock();
+        let at = if flags as i32 & libc::O_APPEND != 0 {
+            fs.getattr(NodeId(s.node))?.size
+        } else {
+            off.unwrap_or(*pos)
+        };
+        if !data.is_empty() {
+            self.kill_privs(ino)?;
+        }
+        let n = fs.write(NodeId(s.node), fh, at, data)?;
+        if off.is_none() || flags as i32 & libc::O_APPEND != 0 && off.is_none() {
+            *pos = at + n as u64;
+        }
+        drop(pos);
+        inner.writer().mark_stale(&inner.dc, ino);
+        Ok(n)
+    }
+
+    /// `lseek(fd, off, whence)` for `SEEK_SET`, `SEEK_CUR`, `SEEK_END`.
+    pub fn lseek(&self, fd: i32, off: i64, whence: i32) -> Result<u64> {
+        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        let mut pos = file.pos.lock();
+        let base = match whence {
+            libc::SEEK_SET => 0i64,
+            libc::SEEK_CUR => *pos as i64,
+            libc::SEEK_END => {
+                drop(pos);
+                let size = self.fstatx(fd, libc::STATX_SIZE)?.stx_size as i64;
+                pos = file.pos.lock();
+                size
+            }
+            _ => return Err(Errno::EINVAL),
+        };
+        let new = base
+            .checked_add(off)
+            .filter(|&p| p >= 0)
+            .ok_or(Errno::EINVAL)?;
+        *pos = new as u64;
+        if whence == libc::SEEK_SET && new == 0 {
+            *file.dir.lock() = None;
+        }
+        Ok(new as u64)
+    }
+
+    /// `getdents64(fd)`: the entries not yet returned, `.` and `..`
+    /// first; empty at the end.
+    pub fn getdents(&self, fd: i32) -> Result<Vec<DirEntryOut>> {
+        let inner = self.inner();
+        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        if file.fh.load(Relaxed) == NO_HANDLE {
+            return Err(Errno::EBADF);
+        }
+        let s = inner
+            .dc
+            .inode_snap(IIdx(file.inode.load(Relaxed)))
+            .ok_or(Errno::EAGAIN)?;
+        if !s.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let d = DIdx(file.dentry.load(Relaxed));
+        if inner
+            .dc
+            .dentry(d)
+            .map(|x| x.flags.load(Relaxed) & D_DEAD != 0)
+            .unwrap_or(true)
+        {
+            return Err(Errno::ENOENT);
+        }
+        let mut listing = file.dir.lock();
+        if listing.is_none() {
+            let mut all = vec![
+                DirEntry {
+                    name: b".".to_vec(),
+                    ino: s.ino,
+                    kind: FileType::Directory,
+                },
+                DirEntry {
+                    name: b"..".to_vec(),
+                    ino: s.ino,
+                    kind: FileType::Directory,
+                },
+            ];
+            all.extend(inner.sb(s.sb())?.readdir(NodeId(s.node))?);
+            *listing = Some(all);
+        }
+        let all = listing.as_ref().map(Vec::as_slice).unwrap_or(&[]);
+        let mut pos = file.pos.lock();
+        let start = (*pos as usize).min(all.len());
+        let out = all[start..].to_vec();
+        *pos = all.len() as u64;
+        Ok(out)
+    }
+
+    /// `ftruncate(fd, len)`.
+    pub fn ftruncate(&self, fd: i32, len: i64) -> Result<()> {
+        if len < 0 {
+            return Err(Errno::EINVAL);
+        }
+        let (file, s, flags) = self.io_file(fd)?;
+        if flags as i32 & O_ACCMODE == libc::O_RDONLY || !s.is_reg() {
+            return Err(Errno::EINVAL);
+        }
+        let inner = self.inner();
+        let ino = IIdx(file.inode.load(Relaxed));
+        self.kill_privs(ino)?;
+        let attr = inner.sb(s.sb())?.setattr(
+            NodeId(s.node),
+            &SetAttr {
+                size: Some(len as u64),
+                ..SetAttr::default()
+            },
+        )?;
+        inner.changed_attrs(ino, s.node, &attr);
+        Ok(())
+    }
+
+    /// Drop the set-id bits a write or truncate by this caller must drop
+    /// (policy.rs), before the write.
+    pub(super) fn kill_privs(&self, ino: IIdx) -> Result<()> {
+        let inner = self.inner();
+        let s = inner.dc.inode_snap(ino).ok_or(Errno::EAGAIN)?;
+        let kill = policy::privs_to_kill(&self.creds, &s);
+        if kill == 0 {
+            return Ok(());
+        }
+        let set = SetAttr {
+            mode: Some(s.mode & 0o7777 & !kill),
+            ..SetAttr::default()
+        };
+        let attr = inner.sb(s.sb())?.setattr(NodeId(s.node), &set)?;
+        inner.changed_attrs(ino, s.node, &attr);
+        Ok(())
+    }
+}

@@ -1,0 +1,228 @@
+//! `openat` (with `O_CREAT`'s walk of the last name, symlinks included),
+//! reopening a descriptor, `close`, and pinning the dentry an open file
+//! holds.
+
+use super::prelude::*;
+
+impl Ctx {
+    /// `openat(dirfd, path, flags, mode)`: a walkfs descriptor. Supports
+    /// `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_DIRECTORY`, `O_NOFOLLOW`,
+    /// `O_PATH`, `O_APPEND` and the access modes.
+    pub fn openat(&self, dirfd: i32, path: &[u8], flags: i32, mode: u32) -> Result<i32> {
+        if flags & libc::O_CREAT != 0 && flags & libc::O_DIRECTORY != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if flags & libc::O_PATH == 0 && flags & O_ACCMODE == O_ACCMODE {
+            return Err(Errno::EINVAL);
+        }
+        self.run(|| {
+            let (cur, created) = self.open_lookup(dirfd, path, flags, mode)?;
+            self.open_cur(cur, flags, created)
+        })
+    }
+
+    /// Find (or create) what `openat` opens. Returns the dentry and, if it
+    /// was created, the backend handle the create opened.
+    fn open_lookup(
+        &self,
+        dirfd: i32,
+        path: &[u8],
+        flags: i32,
+        mode: u32,
+    ) -> Res<(Cur, Option<FileHandle>)> {
+        let nofollow = flags & libc::O_NOFOLLOW != 0;
+        if flags & libc::O_CREAT == 0 || flags & libc::O_PATH != 0 {
+            let c = self.lookup_at(dirfd, path, !nofollow, false)?;
+            return Ok((c, None));
+        }
+        // O_CREAT: the last component is ours to find or create; a
+        // symlink there is followed (unless O_EXCL/O_NOFOLLOW), and may
+        // lead to another last component to create.
+        let mut dirfd_path: (i32, Vec<u8>) = (dirfd, path.to_vec());
+        let mut start_dir: Option<Cur> = None;
+        for _ in 0..=40 {
+            let (dir, last, trailing) = match start_dir {
+                None => self.lookup_parent(dirfd_path.0, &dirfd_path.1)?,
+                Some(d) => self.lookup_parent_from(d, &dirfd_path.1)?,
+            };
+            // Linux: a trailing slash is EISDIR before anything is looked
+            // up; `.`, `..` and `/` name the directory itself.
+            if trailing && matches!(last, Last::Normal(_)) {
+                return Err(Errno::EISDIR.into());
+            }
+            let name = match last {
+                Last::Normal(n) => n,
+                _ if flags & libc::O_EXCL != 0 => return Err(Errno::EEXIST.into()),
+                _ => return Err(Errno::EISDIR.into()),
+            };
+            match self.lookup_child(dir, &name)? {
+                Some(c) => {
+                    if flags & libc::O_EXCL != 0 {
+                        return Err(Errno::EEXIST.into());
+                    }
+                    if c.is_symlink() {
+                        if nofollow {
+                            return Err(Errno::ELOOP.into());
+                        }
+                        let body = namei::get_link(self.inner(), c)?;
+                        if body.is_empty() {
+                            return Err(Errno::ENOENT.into());
+                        }
+                        let mut p = body;
+                        if trailing {
+                            p.push(b'/');
+                        }
+                        start_dir = Some(dir);
+                        dirfd_path.1 = p;
+                        continue;
+                    }
+                    if c.is_dir() {
+                        return Err(Errno::EISDIR.into());
+                    }
+                    return Ok((c, None));
+                }
+                None => {
+                    let (c, fh) = self.create_file(dir, &name, mode, flags)?;
+                    return Ok((c, Some(fh)));
+                }
+            }
+        }
+        Err(Errno::ELOOP.into())
+    }
+
+    /// Open the file at `c` for the descriptor table.
+    /// Open the file at `c` for the descriptor table. `created` is the
+    /// handle of a file `openat` just made, whose dentry came back pinned
+    /// (see `modify`): past that point nothing may start over, or
+    /// `O_EXCL` would then fail on the file it made.
+    pub(super) fn open_cur(&self, c: Cur, flags: i32, created: Option<FileHandle>) -> Res<i32> {
+        let inner = self.inner();
+        let Some(s) = inner.dc.inode_snap(c.ino) else {
+            if let Some(fh) = created {
+                self.release_created(c, fh);
+                return Err(Errno::EAGAIN.into());
+            }
+            return Err(Step::Restart);
+        };
+        let fh = if flags & libc::O_PATH != 0 {
+            if flags & libc::O_DIRECTORY != 0 && !s.is_dir() {
+                return Err(Errno::ENOTDIR.into());
+            }
+            NO_HANDLE
+        } else if let Some(fh) = created {
+            fh.0
+        } else {
+            if flags & libc::O_DIRECTORY != 0 && !s.is_dir() {
+                return Err(Errno::ENOTDIR.into());
+            }
+            if s.is_symlink() {
+                return Err(Errno::ELOOP.into());
+            }
+            let acc = flags & O_ACCMODE;
+            let mut want = match acc {
+                libc::O_RDONLY => MAY_READ,
+                libc::O_WRONLY => MAY_WRITE,
+                _ => MAY_READ | MAY_WRITE,
+            };
+            if flags & libc::O_TRUNC != 0 {
+                want |= MAY_WRITE;
+            }
+            if s.is_dir() && want & MAY_WRITE != 0 {
+                return Err(Errno::EISDIR.into());
+            }
+            match FileType::from_mode(s.mode) {
+                Some(FileType::Socket) => return Err(Errno::ENXIO.into()),
+                Some(FileType::Regular | FileType::Directory) => {}
+                // Device nodes and fifos are never opened for a caller.
+                _ => return Err(Errno::EACCES.into()),
+            }
+            perm::check(&self.creds, &s, want)?;
+            if want & MAY_WRITE != 0 {
+                self.check_writable()?;
+            }
+            let trunc = if flags & libc::O_TRUNC != 0 && s.is_reg() {
+                libc::O_TRUNC
+            } else {
+                0
+            };
+            if acc == libc::O_RDONLY && trunc == 0 {
+                // Opened on first I/O: a compiler opens far more files
+                // than it reads.
+                crate::file::LAZY
+            } else {
+                let fs = inner.sb(s.sb())?;
+                let fh = fs.open(NodeId(s.node), OpenFlags(acc | trunc))?;
+                if trunc != 0 {
+                    let mut w = inner.writer();
+                    w.mark_stale(&inner.dc, c.ino);
+                    drop(w);
+                    self.kill_privs(c.ino)?;
+                }
+                fh.0
+            }
+        };
+        // Pin the dentry for the file's lifetime (it keeps the inode).
+        let release = |fh: u64| {
+            if fh != NO_HANDLE && fh != crate::file::LAZY {
+                if let Ok(fs) = inner.sb(s.sb()) {
+                    fs.release(NodeId(s.node), FileHandle(fh));
+                }
+            }
+        };
+        if created.is_none() && !inner.pin(c.d, c.seq) {
+            release(fh);
+            return Err(Step::Restart);
+        }
+        match self.fds.install(c.d, c.ino, flags, fh) {
+            Ok(fd) => Ok(fd),
+            Err(e) => {
+                release(fh);
+                inner.unpin(c.d);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Undo a create's pin and handle when its open cannot finish.
+    fn release_created(&self, c: Cur, fh: FileHandle) {
+        let inner = self.inner();
+        if let Some(s) = inner.dc.inode_snap(c.ino) {
+            if let Ok(fs) = inner.sb(s.sb()) {
+                fs.release(NodeId(s.node), fh);
+            }
+        }
+        inner.unpin(c.d);
+    }
+
+    /// Open what descriptor `fd` refers to again, with `flags` (what
+    /// `open("/proc/self/fd/N")` does, with the permission checks of an
+    /// open and without following a symlink `fd` names).
+    pub fn reopen(&self, fd: i32, flags: i32) -> Result<i32> {
+        if flags & libc::O_CREAT != 0 {
+            return Err(Errno::EINVAL.into());
+        }
+        if flags & libc::O_PATH == 0 && flags & O_ACCMODE == O_ACCMODE {
+            return Err(Errno::EINVAL.into());
+        }
+        self.run(|| {
+            let d = self.fd_dentry(fd)?;
+            let c = Cur::from_snap(self.inner().dc.snap(d).ok_or(Step::Restart)?);
+            self.open_cur(c, flags, None)
+        })
+    }
+
+    /// `close(fd)`.
+    pub fn close(&self, fd: i32) -> Result<()> {
+        let (d, fh, ino) = self.fds.remove(fd)?;
+        let inner = self.inner();
+        if fh != NO_HANDLE && fh != crate::file::LAZY {
+            if let Some(s) = inner.dc.inode_snap(ino) {
+                if let Ok(fs) = inner.sb(s.sb()) {
+                    fs.release(NodeId(s.node), FileHandle(fh));
+                }
+            }
+        }
+        inner.unpin(d);
+        Ok(())
+    }
+}

@@ -1,0 +1,101 @@
+//! Removing names: `unlinkat` (and `AT_REMOVEDIR`), under the locks of
+//! the directory and, for rmdir, of the victim.
+
+use super::prelude::*;
+
+impl Ctx {
+    /// `may_delete`: may the caller remove `victim` from `dir`? The
+    /// permission half is policy.rs's; the rest is about dentries.
+    pub(super) fn may_delete(&self, dir: Cur, victim: Cur, isdir: bool) -> Res<()> {
+        let inner = self.inner();
+        let ds = inner.dc.inode_snap(dir.ino).ok_or(Step::Restart)?;
+        let vs = inner.dc.inode_snap(victim.ino).ok_or(Step::Restart)?;
+        policy::may_delete(&self.creds, &ds, &vs)?;
+        if isdir {
+            if !victim.is_dir() {
+                return Err(Errno::ENOTDIR.into());
+            }
+            // The root of a file system (IS_ROOT in Linux). A mount point
+            // is checked by the callers, after every permission check.
+            if victim.flags & D_MOUNTROOT != 0 || victim.d == inner.root {
+                return Err(Errno::EBUSY.into());
+            }
+        } else if victim.is_dir() {
+            return Err(Errno::EISDIR.into());
+        }
+        if dir.flags & D_DEAD != 0 {
+            return Err(Errno::ENOENT.into());
+        }
+        Ok(())
+    }
+
+    /// Remove name `name` (dentry `victim`) from `dir` after the backend
+    /// did: the dentry dies, a negative one takes its place.
+    fn forget_name(&self, w: &mut crate::writer::Writer, dir: Cur, name: &[u8], victim: Cur) {
+        let inner = self.inner();
+        let dc = &inner.dc;
+        let hash = hash_name(name);
+        if !victim.ino.is_none() {
+            w.mark_stale(dc, victim.ino);
+        }
+        w.d_kill(dc, victim.d);
+        if let Some(exp) = inner.neg_expiry() {
+            let _ = w.d_add(dc, dir.d, name, hash, IIdx::NONE, exp);
+        }
+        w.mark_stale(dc, dir.ino);
+    }
+
+    /// `unlinkat(dirfd, path, flags)`; flag `AT_REMOVEDIR`.
+    pub fn unlinkat(&self, dirfd: i32, path: &[u8], flags: i32) -> Result<()> {
+        check_at_flags(flags, libc::AT_REMOVEDIR)?;
+        let rmdir = flags & libc::AT_REMOVEDIR != 0;
+        self.run(|| {
+            let (dir, last, trailing) = self.lookup_parent(dirfd, path)?;
+            let name = match last {
+                Last::Normal(n) => n,
+                Last::Dot if rmdir => return Err(Errno::EINVAL.into()),
+                Last::DotDot if rmdir => return Err(Errno::ENOTEMPTY.into()),
+                Last::Root if rmdir => return Err(Errno::EBUSY.into()),
+                _ => return Err(Errno::EISDIR.into()),
+            };
+            let victim = self.lookup_victim(dir, &name)?;
+            if !rmdir && trailing {
+                return Err(match victim {
+                    None => Errno::ENOENT,
+                    Some(v) if v.is_dir() => Errno::EISDIR,
+                    Some(_) => Errno::ENOTDIR,
+                }
+                .into());
+            }
+            self.check_writable()?;
+            let victim = victim.ok_or(Errno::ENOENT)?;
+            self.may_delete(dir, victim, rmdir)?;
+            if victim.flags & D_MOUNTPOINT != 0 {
+                return Err(Errno::EBUSY.into());
+            }
+            let inner = self.inner();
+            let dc = &inner.dc;
+            let ds = dc.inode_snap(dir.ino).ok_or(Step::Restart)?;
+            let fs = inner.sb(ds.sb())?;
+            // The directory, and a directory being removed (no create may
+            // run in it meanwhile), as Linux's vfs_rmdir locks both.
+            let victim_dir = if rmdir { victim.ino } else { dir.ino };
+            let _locked = inner.dirs.exclusive(&[dir.ino, victim_dir]);
+            if !dc.unchanged(&dir) || !dc.unchanged(&victim) {
+                return Err(Step::Restart);
+            }
+            let r = if rmdir {
+                fs.rmdir(NodeId(ds.node), &name)
+            } else {
+                fs.unlink(NodeId(ds.node), &name)
+            };
+            let mut w = inner.writer();
+            w.changed();
+            if let Ok(()) | Err(Errno::ENOENT) = r {
+                self.forget_name(&mut w, dir, &name, victim);
+            }
+            drop(w);
+            Ok(r?)
+        })
+    }
+}

@@ -1,0 +1,165 @@
+//! `renameat2`: both directories locked in a fixed order, cross-directory
+//! renames serialised by the rename lock while ancestry is checked (as
+//! Linux's `lock_rename` does).
+
+use super::prelude::*;
+
+impl Ctx {
+    /// Is dentry `a` an ancestor of (or equal to) `b`?
+    fn is_ancestor(&self, a: DIdx, mut b: DIdx) -> bool {
+        let dc = &self.inner().dc;
+        for _ in 0..4096 {
+            if a == b {
+                return true;
+            }
+            let Some(d) = dc.dentry(b) else { return false };
+            let p = DIdx(d.parent.load(Relaxed));
+            if p == b || p.is_none() {
+                return false;
+            }
+            b = p;
+        }
+        false
+    }
+
+    /// `renameat2(olddirfd, oldpath, newdirfd, newpath, flags)`; flags
+    /// `RENAME_NOREPLACE`, `RENAME_EXCHANGE`.
+    pub fn renameat2(
+        &self,
+        olddirfd: i32,
+        oldpath: &[u8],
+        newdirfd: i32,
+        newpath: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0
+        {
+            return Err(Errno::EINVAL);
+        }
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        self.run(|| {
+            let (odir, olast, otrail) = self.lookup_parent(olddirfd, oldpath)?;
+            let (ndir, nlast, ntrail) = self.lookup_parent(newdirfd, newpath)?;
+            let inner = self.inner();
+            let dc = &inner.dc;
+            let ods = dc.inode_snap(odir.ino).ok_or(Step::Restart)?;
+            let nds = dc.inode_snap(ndir.ino).ok_or(Step::Restart)?;
+            if ods.sb() != nds.sb() {
+                return Err(Errno::EXDEV.into());
+            }
+            let Last::Normal(oname) = olast else {
+                return Err(Errno::EBUSY.into());
+            };
+            let nname = match nlast {
+                Last::Normal(n) => n,
+                _ if flags & RENAME_NOREPLACE != 0 => return Err(Errno::EEXIST.into()),
+                _ => return Err(Errno::EBUSY.into()),
+            };
+            self.check_writable()?;
+            // Between directories, ancestry is checked and acted on under
+            // the rename lock: no other such rename can make a loop of it.
+            let _cross = (odir.d != ndir.d).then(|| inner.rename_lock.lock());
+            let old = self.lookup_victim(odir, &oname)?.ok_or(Errno::ENOENT)?;
+            let new = self.lookup_victim(ndir, &nname)?;
+            if flags & RENAME_NOREPLACE != 0 && new.is_some() {
+                return Err(Errno::EEXIST.into());
+            }
+            if exchange && new.is_none() {
+                return Err(Errno::ENOENT.into());
+            }
+            if !old.is_dir() && (otrail || !exchange && ntrail) {
+                return Err(Errno::ENOTDIR.into());
+            }
+            if exchange && ntrail && new.is_some_and(|n| !n.is_dir()) {
+                return Err(Errno::ENOTDIR.into());
+            }
+            // Source an ancestor of the target's directory: EINVAL; target
+            // an ancestor of the source's directory: ENOTEMPTY.
+            if self.is_ancestor(old.d, ndir.d) {
+                return Err(Errno::EINVAL.into());
+            }
+            if let Some(n) = new {
+                if self.is_ancestor(n.d, odir.d) {
+                    return Err(if exchange {
+                        Errno::EINVAL
+                    } else {
+                        Errno::ENOTEMPTY
+                    }
+                    .into());
+                }
+                if n.ino == old.ino {
+                    return Ok(()); // the same file: nothing to do
+                }
+            }
+            let is_dir = old.is_dir();
+            self.may_delete(odir, old, is_dir)?;
+            match new {
+                Some(n) => self.may_delete(ndir, n, if exchange { n.is_dir() } else { is_dir })?,
+                None => {
+                    self.may_create(ndir)?;
+                }
+            }
+            if odir.d != ndir.d {
+                let os = dc.inode_snap(old.ino).ok_or(Step::Restart)?;
+                if is_dir {
+                    perm::check(&self.creds, &os, MAY_WRITE)?;
+                }
+                if let (true, Some(n)) = (exchange, new) {
+                    if n.is_dir() {
+                        let ns = dc.inode_snap(n.ino).ok_or(Step::Restart)?;
+                        perm::check(&self.creds, &ns, MAY_WRITE)?;
+                    }
+                }
+            }
+            if old.flags & (D_MOUNTPOINT | D_MOUNTROOT) != 0
+                || new.is_some_and(|n| n.flags & (D_MOUNTPOINT | D_MOUNTROOT) != 0)
+            {
+                return Err(Errno::EBUSY.into());
+            }
+            let fs = inner.sb(ods.sb())?;
+            // Both directories, and the directories moved or replaced
+            // (their `..` changes; nothing may be created in one being
+            // replaced), in the fixed order dirlock.rs takes them.
+            let dir_of = |c: Option<Cur>| c.filter(Cur::is_dir).map_or(odir.ino, |c| c.ino);
+            let _locked =
+                inner
+                    .dirs
+                    .exclusive(&[odir.ino, ndir.ino, dir_of(Some(old)), dir_of(new)]);
+            let moved = |c: &Cur| !dc.unchanged(c);
+            if moved(&odir) || moved(&ndir) || moved(&old) || new.as_ref().is_some_and(moved) {
+                return Err(Step::Restart);
+            }
+            let r = fs.rename(NodeId(ods.node), &oname, NodeId(nds.node), &nname, flags);
+            let mut w = inner.writer();
+            w.changed();
+            if r.is_ok() {
+                let nhash = hash_name(&nname);
+                let ohash = hash_name(&oname);
+                w.mark_stale(dc, odir.ino);
+                w.mark_stale(dc, ndir.ino);
+                w.mark_stale(dc, old.ino);
+                if exchange {
+                    if let Some(n) = new {
+                        w.mark_stale(dc, n.ino);
+                        w.d_move(dc, n.d, odir.d, &oname, ohash);
+                    }
+                    w.d_move(dc, old.d, ndir.d, &nname, nhash);
+                } else {
+                    if let Some(n) = new {
+                        w.mark_stale(dc, n.ino);
+                        w.d_kill(dc, n.d);
+                    }
+                    w.d_move(dc, old.d, ndir.d, &nname, nhash);
+                    if let Some(exp) = inner.neg_expiry() {
+                        let _ = w.d_add(dc, odir.d, &oname, ohash, IIdx::NONE, exp);
+                    }
+                }
+            } else if r == Err(Errno::ENOENT) {
+                w.d_kill(dc, old.d);
+            }
+            drop(w);
+            Ok(r?)
+        })
+    }
+}
