@@ -6,6 +6,7 @@ pub mod load;
 pub mod memory;
 pub mod micro;
 pub mod p9meta;
+pub mod parallel;
 pub mod plot;
 pub mod proc;
 pub mod report;

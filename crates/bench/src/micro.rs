@@ -53,6 +53,8 @@ pub struct MicroOpts {
     pub fuse: bool,
     /// Only these benches (default: all).
     pub benches: Vec<String>,
+    /// Only these walkfs variants (default: all of [`VARIANTS`]).
+    pub variants: Vec<String>,
 }
 
 /// One measured row; the JSON form is exactly these fields.
@@ -805,6 +807,9 @@ fn measure_cases(
 ) -> Result<MicroResult, String> {
     if !opts.benches.is_empty() {
         cases.retain(|c| opts.benches.iter().any(|b| b == c.bench));
+    }
+    if !opts.variants.is_empty() {
+        cases.retain(|c| c.target != "walkfs" || opts.variants.iter().any(|v| v == c.variant));
     }
     let (reps, dur) = if opts.quick {
         (1, Duration::from_millis(60))

@@ -172,7 +172,7 @@ impl Conn {
     /// Send a request's reply (none if it was flushed before it ran), then
     /// the `Rflush`es waiting for it: the tag table's lock orders them
     /// against a `Tflush` read meanwhile.
-    fn finish(&self, tag: u16, reply: Option<&[u8]>) {
+    pub(crate) fn finish(&self, tag: u16, reply: Option<&[u8]>) {
         let mut tags = self.tags.lock();
         let st = tags.remove(&tag).unwrap_or_default();
         if let Some(r) = reply {
@@ -376,7 +376,7 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         tags.insert(tag, TagState::default());
     }
     let cfg = &conn.server.cfg;
-    let inline = cfg.inline_all || (answers_from_cache(&f) && cfg.reply_delay.is_zero());
+    let inline = cfg.inline_all || answers_from_cache(&f);
     let mut job = Job {
         conn: Arc::clone(conn),
         tag,
@@ -479,8 +479,8 @@ fn auth_message(conn: &Conn, tag: u16, f: &Fcall<'_>) -> bool {
 /// switches per request — most of a metadata round trip. Anything that
 /// may move data or wait (read, write, readdir, open, create, fsync,
 /// lock) goes to the pool, so one slow request never holds up the
-/// connection's others. With an injected reply delay everything goes to
-/// the pool, so delays overlap as they would on a real link.
+/// connection's others. An injected reply delay is served by the delay
+/// line (link.rs), never by the thread that answered.
 fn answers_from_cache(f: &Fcall<'_>) -> bool {
     matches!(
         f,
@@ -626,11 +626,10 @@ impl Job {
             conn.server.stats.errors.fetch_add(1, Ordering::Relaxed);
             Fcall::Rlerror { ecode: e.0 as u32 }.encode(self.tag, &mut out);
         }
-        let delay = conn.server.cfg.reply_delay;
-        if !delay.is_zero() {
-            std::thread::sleep(delay);
+        match &conn.server.link {
+            Some(link) => link.send_later(Arc::clone(conn), self.tag, out),
+            None => conn.finish(self.tag, Some(&out)),
         }
-        conn.finish(self.tag, Some(&out));
         self.frame
     }
 }

@@ -32,6 +32,7 @@ pub mod fid;
 #[doc(hidden)]
 pub mod fuzz;
 mod handlers;
+mod link;
 pub mod notify;
 pub mod sandbox;
 pub mod seccomp;
@@ -119,6 +120,8 @@ pub struct Server {
     pub(crate) cfg: Config,
     pub(crate) pool: Sender<conn::Job>,
     pub(crate) notify: Arc<notify::Hub>,
+    /// The injected reply delay, when there is one (link.rs).
+    pub(crate) link: Option<Arc<link::Link>>,
     pub stats: Stats,
 }
 
@@ -136,9 +139,11 @@ impl Server {
         // subscribed client once the server's own cache has dropped them.
         let hub = Arc::new(notify::Hub::default());
         vfs.add_change_listener(hub.clone());
+        let link = (!cfg.reply_delay.is_zero()).then(|| link::Link::start(cfg.reply_delay));
         let server = Arc::new(Server {
             vfs,
             cfg,
+            link,
             pool: tx,
             notify: hub,
             stats: Stats::default(),

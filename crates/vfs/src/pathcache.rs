@@ -111,16 +111,29 @@ impl PathCache {
         }
     }
 
+    /// The two slots a hash may live in (2-way set associative: the
+    /// paths of one build collide in a direct-mapped table often enough
+    /// that two threads replaying them would refill each other's slots,
+    /// and every refill writes a line the other thread reads).
     #[inline(always)]
-    fn slot(&self, h: u64) -> &Slot {
-        // In bounds: the length is a power of two.
-        &self.slots[h as usize & (self.slots.len() - 1)]
+    fn ways(&self, h: u64) -> (&Slot, &Slot) {
+        // In bounds: the length is a power of two, at least 64.
+        let i = h as usize & (self.slots.len() - 1);
+        (&self.slots[i], &self.slots[i ^ 1])
     }
 
     /// The cached answer for this walk at generation `gen`, if any.
     #[inline(always)]
     pub fn get(&self, h: u64, key: u64, path: &[u8], gen: u64) -> Option<Cached> {
-        let s = self.slot(h);
+        let (a, b) = self.ways(h);
+        match Self::get_in(a, h, key, path, gen) {
+            None => Self::get_in(b, h, key, path, gen),
+            hit => hit,
+        }
+    }
+
+    #[inline(always)]
+    fn get_in(s: &Slot, h: u64, key: u64, path: &[u8], gen: u64) -> Option<Cached> {
         let seq = s.seq.read_begin()?;
         if s.hash.load(Relaxed) != h
             || s.key.load(Relaxed) != key
@@ -161,7 +174,21 @@ impl PathCache {
         if path.len() > MAX_PATH {
             return;
         }
-        let s = self.slot(h);
+        // The way holding this path already, else one holding an answer of
+        // an older generation, else one picked by the hash.
+        let (a, b) = self.ways(h);
+        let holds = |s: &Slot| s.hash.load(Relaxed) == h && s.key.load(Relaxed) == key;
+        let s = if holds(a) {
+            a
+        } else if holds(b) {
+            b
+        } else if a.gen.load(Relaxed) != gen {
+            a
+        } else if b.gen.load(Relaxed) != gen || h & (1 << 40) != 0 {
+            b
+        } else {
+            a
+        };
         let Some(seq) = s.seq.try_write_begin() else {
             return;
         };

@@ -887,6 +887,83 @@ impl Inner {
     }
 }
 
+/// Pins a context keeps for a while after `close`. Linux pays for its
+/// dentry refcount with a `lockref` on a line other CPUs rarely share;
+/// here two threads opening the same headers over and over would bounce
+/// each dentry's line between cores on every open and close, and with it
+/// the sequence count every walk through that dentry reads. So a close
+/// parks its pin in its context's table instead of dropping it, and an
+/// open of the same dentry, unchanged since, takes the parked pin back
+/// without touching the shared count.
+///
+/// The table is direct-mapped by dentry index ([`PARKED`] slots): parking
+/// over an occupied slot drops the pin that was there. A parked pin keeps
+/// a dentry (and its inode) cached, as an open file would: at most
+/// `PARKED` per context, never a removed one, all dropped when the
+/// context goes. Slots are atomics: contexts may be shared by threads.
+pub(crate) struct PinCache {
+    /// dentry << 32 | its sequence count when parked; 0 is empty.
+    slots: Box<[crate::sync::AtomicU64]>,
+}
+
+/// Pins parked per context at most (a compiler opens a few hundred
+/// headers over and over).
+pub(crate) const PARKED: usize = 256;
+
+impl Default for PinCache {
+    fn default() -> PinCache {
+        PinCache {
+            slots: (0..PARKED)
+                .map(|_| crate::sync::AtomicU64::new(0))
+                .collect(),
+        }
+    }
+}
+
+fn parked(d: DIdx, seq: u32) -> u64 {
+    (u64::from(d.0) << 32) | u64::from(seq)
+}
+
+impl PinCache {
+    fn slot(&self, d: DIdx) -> &crate::sync::AtomicU64 {
+        &self.slots[d.0 as usize % PARKED]
+    }
+
+    /// Take back a pin parked on `d` while its sequence count was `seq`.
+    #[inline]
+    pub fn take(&self, d: DIdx, seq: u32) -> bool {
+        let v = parked(d, seq);
+        let s = self.slot(d);
+        s.load(Relaxed) == v && s.compare_exchange(v, 0, Acquire, Relaxed).is_ok()
+    }
+
+    /// Park the pin a closed file held on `d`, or drop it.
+    pub fn park(&self, inner: &Inner, d: DIdx) {
+        let Some(den) = inner.dc.dentry(d) else {
+            return;
+        };
+        // A removed dentry is freed as soon as it is unused: never park it.
+        let seq = match den.seq.read_begin() {
+            Some(s) if den.flags.load(Relaxed) & D_DEAD == 0 => s,
+            _ => return inner.unpin(d),
+        };
+        let old = self.slot(d).swap(parked(d, seq), AcqRel);
+        if old != 0 {
+            inner.unpin(DIdx((old >> 32) as u32));
+        }
+    }
+
+    /// Drop every parked pin (the context is going).
+    pub fn drain(&self, inner: &Inner) {
+        for s in self.slots.iter() {
+            let old = s.swap(0, AcqRel);
+            if old != 0 {
+                inner.unpin(DIdx((old >> 32) as u32));
+            }
+        }
+    }
+}
+
 /// Deliver queued forgets to their backends.
 pub(crate) fn send_forgets(sbs: &[Arc<dyn FileSystem>], forgets: Vec<(usize, u64)>) {
     for (sb, node) in forgets {

@@ -52,6 +52,7 @@ use walkfs_fsapi::{DirEntry, Errno, Result, Timespec};
 use crate::file::FdTable;
 use crate::perm::Creds;
 use crate::step::{self, Res};
+use crate::writer::PinCache;
 use crate::{Inner, Vfs};
 
 /// "The current directory": for a [`Ctx`], its root.
@@ -72,6 +73,8 @@ pub struct Ctx {
     cred_id: u32,
     /// Shared with the contexts [`Ctx::with_creds`] made from this one.
     fds: Arc<FdTable>,
+    /// Pins kept after close for the next open (writer.rs).
+    pins: PinCache,
     beneath: bool,
 }
 
@@ -94,6 +97,7 @@ fn check_at_flags(flags: i32, allowed: i32) -> Result<()> {
 
 impl Drop for Ctx {
     fn drop(&mut self) {
+        self.pins.drain(&self.vfs.inner);
         // The last context sharing the table closes what is left open.
         let fds = std::mem::replace(&mut self.fds, Arc::new(FdTable::new(0)));
         if let Some(table) = Arc::into_inner(fds) {
@@ -120,6 +124,7 @@ impl Ctx {
             creds,
             cred_id,
             fds,
+            pins: PinCache::default(),
             beneath: false,
         }
     }
@@ -142,6 +147,7 @@ impl Ctx {
             cred_id: self.vfs.inner.cred_ids.id(&creds),
             creds,
             fds: Arc::clone(&self.fds),
+            pins: PinCache::default(),
             beneath: self.beneath,
         }
     }

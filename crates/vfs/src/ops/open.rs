@@ -169,7 +169,7 @@ impl Ctx {
                 }
             }
         };
-        if created.is_none() && !inner.pin(c.d, c.seq) {
+        if created.is_none() && !self.pin(c) {
             release(fh);
             return Err(Step::Restart);
         }
@@ -181,6 +181,22 @@ impl Ctx {
                 Err(e.into())
             }
         }
+    }
+
+    /// Pin the dentry of `c` for a descriptor: a pin this context parked
+    /// at a close if there is one for it (no shared write), else a new one.
+    fn pin(&self, c: Cur) -> bool {
+        let inner = self.inner();
+        if self.pins.take(c.d, c.seq) {
+            // Held since it was parked, so not freed; but the walk's view
+            // must still be current.
+            if inner.dc.unchanged(&c) {
+                return true;
+            }
+            inner.unpin(c.d);
+            return false;
+        }
+        inner.pin(c.d, c.seq)
     }
 
     /// Undo a create's pin and handle when its open cannot finish.
@@ -222,7 +238,7 @@ impl Ctx {
                 }
             }
         }
-        inner.unpin(d);
+        self.pins.park(inner, d);
         Ok(())
     }
 }
