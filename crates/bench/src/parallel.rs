@@ -164,8 +164,16 @@ pub fn run(opts: &ParallelOpts) -> Result<Vec<Row>, String> {
     std::fs::create_dir_all(&export).map_err(|e| format!("mkdir: {e}"))?;
     let sock = tmp.path().join("s.sock");
     let delay = opts.reply_delay_us.to_string();
-    let _server =
-        crate::proc::walkfs_serve(&opts.walkfs, &export, &sock, &["--reply-delay-us", &delay])?;
+    // The server keeps what it learns but does not watch the export
+    // (cache=loose): client and server share this machine's cores, and
+    // the work of reporting every create to subscribers (none here) is
+    // not the figure.
+    let _server = crate::proc::walkfs_serve(
+        &opts.walkfs,
+        &export,
+        &sock,
+        &["--reply-delay-us", &delay, "-o", "cache=loose"],
+    )?;
     let source = format!("unix:{}", sock.display());
     let o = Options::parse("cache=loose").map_err(|e| e.to_string())?;
     let vfs = Vfs::open_source(&source, &o).map_err(|e| format!("connect: {e}"))?;

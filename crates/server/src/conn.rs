@@ -169,6 +169,22 @@ impl Conn {
         self.send(&out);
     }
 
+    /// [`Conn::finish`] for several replies in one write (the delay line
+    /// hands over every reply that came due at once).
+    pub(crate) fn finish_all(&self, replies: &[(u16, Vec<u8>)]) {
+        let mut tags = self.tags.lock();
+        let mut out = Vec::with_capacity(replies.iter().map(|r| r.1.len()).sum());
+        for (tag, reply) in replies {
+            let st = tags.remove(tag).unwrap_or_default();
+            out.extend_from_slice(reply);
+            for f in st.flushes {
+                Fcall::Rflush {}.encode(f, &mut out);
+            }
+        }
+        self.send(&out);
+        drop(tags);
+    }
+
     /// Send a request's reply (none if it was flushed before it ran), then
     /// the `Rflush`es waiting for it: the tag table's lock orders them
     /// against a `Tflush` read meanwhile.

@@ -6,7 +6,8 @@
 //! whole server. (Sleeping in the worker instead would cap the requests in
 //! flight at the pool's size, so parallel clients could never overlap
 //! their round trips as they do over a real link.) Every reply waits the
-//! same delay, so the queue is in deadline order already.
+//! same delay, so the queue is in deadline order already; the replies
+//! due when the thread wakes leave in one write per connection.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
@@ -82,16 +83,24 @@ fn deliver(link: Weak<Link>) {
     // SAFETY: PR_SET_TIMERSLACK takes an integer and changes only this
     // thread's timer slack.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    let mut due_now: Vec<Held> = Vec::new();
     loop {
         let Some(l) = link.upgrade() else { return };
-        let next = {
+        {
             let mut q = l.q.lock();
             loop {
                 if q.closed {
                     return;
                 }
+                let now = Instant::now();
                 match q.held.front() {
-                    Some(h) if h.due <= Instant::now() => break q.held.pop_front(),
+                    Some(h) if h.due <= now => {
+                        // Everything due goes out together.
+                        while q.held.front().is_some_and(|h| h.due <= now) {
+                            due_now.extend(q.held.pop_front());
+                        }
+                        break;
+                    }
                     Some(h) => {
                         let due = h.due;
                         l.cv.wait_until(&mut q, due);
@@ -100,15 +109,26 @@ fn deliver(link: Weak<Link>) {
                     None => {
                         l.cv.wait_for(&mut q, Duration::from_millis(200));
                         if q.held.is_empty() {
-                            break None;
+                            break;
                         }
                     }
                 }
             }
-        };
+        }
         drop(l);
-        if let Some(h) = next {
-            h.conn.finish(h.tag, Some(&h.reply));
+        // One write per connection for the replies due together.
+        while let Some(first) = due_now.first() {
+            let conn = Arc::clone(&first.conn);
+            let mut batch = Vec::new();
+            due_now.retain_mut(|h| {
+                if Arc::ptr_eq(&h.conn, &conn) {
+                    batch.push((h.tag, std::mem::take(&mut h.reply)));
+                    false
+                } else {
+                    true
+                }
+            });
+            conn.finish_all(&batch);
         }
     }
 }
