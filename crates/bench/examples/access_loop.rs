@@ -1,5 +1,8 @@
 //! A fixed number of cached `faccessat` calls, for profiling with
 //! `valgrind --tool=callgrind` (counts instructions, repeatably).
+use std::sync::Arc;
+
+use walkfs_memfs::MemFs;
 use walkfs_vfs::{Creds, Options, Vfs, AT_FDCWD};
 
 fn main() {
@@ -7,7 +10,7 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(100_000);
-    let vfs = Vfs::open_source("mem:", &Options::default()).unwrap();
+    let vfs = Vfs::new(Arc::new(MemFs::new()), &Options::default()).unwrap();
     let ctx = vfs.context(Creds::root());
     let path = walkfs_bench::micro::ACCESS_PATH.as_bytes();
     let mut prefix = Vec::new();

@@ -1,4 +1,7 @@
 //! A fixed number of cached `readlink` calls, for profiling.
+use std::sync::Arc;
+
+use walkfs_memfs::MemFs;
 use walkfs_vfs::{Creds, Options, Vfs, AT_FDCWD};
 
 fn main() {
@@ -6,7 +9,7 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(100_000);
-    let vfs = Vfs::open_source("mem:", &Options::default()).unwrap();
+    let vfs = Vfs::new(Arc::new(MemFs::new()), &Options::default()).unwrap();
     let ctx = vfs.context(Creds::root());
     ctx.symlinkat(b"boot/initrd.img-6.1.0-99-amd64", AT_FDCWD, b"/initrd.img")
         .unwrap();

@@ -1,5 +1,8 @@
 //! `fstat_into` or `statx_into` on an open descriptor, a fixed number of
 //! times, for instruction counts under callgrind.
+use std::sync::Arc;
+
+use walkfs_memfs::MemFs;
 use walkfs_vfs::{Creds, Options, Statx, Vfs, AT_FDCWD};
 
 fn main() {
@@ -8,7 +11,7 @@ fn main() {
         .nth(2)
         .and_then(|a| a.parse().ok())
         .unwrap_or(100_000);
-    let vfs = Vfs::open_source("mem:", &Options::default()).unwrap();
+    let vfs = Vfs::new(Arc::new(MemFs::new()), &Options::default()).unwrap();
     let ctx = vfs.context(Creds::root());
     let fd = ctx
         .openat(AT_FDCWD, b"/f", libc::O_CREAT | libc::O_RDWR, 0o644)

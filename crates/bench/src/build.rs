@@ -64,6 +64,9 @@ pub struct BuildOpts {
     pub slow_us: u64,
     /// Also the shorter workloads (git status, untar, rm -rf).
     pub workloads: bool,
+    /// Another `walkfs` executable (an earlier release): every walkfs row
+    /// also runs with it, as `NAME@baseline`, interleaved in the same run.
+    pub baseline: Option<PathBuf>,
 }
 
 /// One measured row; JSON as the issue specifies, plus the RPCs of the
@@ -95,6 +98,8 @@ enum Kind {
     Walkfs {
         opts: &'static str,
         delay_us: u64,
+        /// Run with [`BuildOpts::baseline`] instead of [`BuildOpts::walkfs`].
+        baseline: bool,
     },
     Bindfs,
     Sshfs,
@@ -128,6 +133,7 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
             kind: Kind::Walkfs {
                 opts: o,
                 delay_us: 0,
+                baseline: false,
             },
         });
     }
@@ -146,6 +152,7 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
                 kind: Kind::Walkfs {
                     opts: o,
                     delay_us: opts.slow_us,
+                    baseline: false,
                 },
             });
         }
@@ -164,6 +171,23 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
         }
         // Native always runs: every ratio is to it, measured in this run.
         v.retain(|c| c.name == "native" || opts.only.contains(&c.name));
+    }
+    if opts.baseline.is_some() {
+        let twins: Vec<Config> = v
+            .iter()
+            .filter_map(|c| match c.kind {
+                Kind::Walkfs { opts, delay_us, .. } => Some(Config {
+                    name: format!("{}@baseline", c.name),
+                    kind: Kind::Walkfs {
+                        opts,
+                        delay_us,
+                        baseline: true,
+                    },
+                }),
+                _ => None,
+            })
+            .collect();
+        v.extend(twins);
     }
     Ok(v)
 }
@@ -453,20 +477,26 @@ fn mount(
     };
     match &c.kind {
         Kind::Native => return Ok(None),
-        Kind::Walkfs { opts: o, delay_us } if *delay_us > 0 => {
+        Kind::Walkfs {
+            opts: o,
+            delay_us,
+            baseline,
+        } if *delay_us > 0 => {
+            let exe = exe_of(opts, *baseline);
             let sock = mnt.with_extension("sock");
             let addr = format!("unix:{}", sock.display());
             let delay = delay_us.to_string();
-            let server =
-                crate::proc::walkfs_serve(&opts.walkfs, src, &sock, &["--reply-delay-us", &delay])?;
+            let server = crate::proc::walkfs_serve(exe, src, &sock, &["--reply-delay-us", &delay])?;
             m.children.push(server);
-            sh(Command::new(&opts.walkfs)
+            sh(Command::new(exe)
                 .args(["mount", &addr])
                 .arg(mnt)
                 .args(["-o", o]))?;
         }
-        Kind::Walkfs { opts: o, .. } => {
-            sh(Command::new(&opts.walkfs)
+        Kind::Walkfs {
+            opts: o, baseline, ..
+        } => {
+            sh(Command::new(exe_of(opts, *baseline))
                 .arg("mount")
                 .arg(src)
                 .arg(mnt)
@@ -488,6 +518,14 @@ fn mount(
     }
     wait_mounted(mnt)?;
     Ok(Some(m))
+}
+
+/// The executable a walkfs row runs.
+fn exe_of(opts: &BuildOpts, baseline: bool) -> &Path {
+    match (&opts.baseline, baseline) {
+        (Some(b), true) => b,
+        _ => &opts.walkfs,
+    }
 }
 
 /// The mount's RPCs (walkfs rows only).
@@ -904,6 +942,7 @@ mod tests {
             builds: true,
             slow_us: 200,
             workloads: false,
+            baseline: None,
         };
         let names: Vec<String> = configs(&o).unwrap().into_iter().map(|c| c.name).collect();
         // Issue 5's three, and issue 7's coherent row beside loose-neg.
@@ -930,6 +969,26 @@ mod tests {
         };
         assert_eq!(only(&["sshfs"]).unwrap(), ["native", "sshfs"]);
         assert!(only(&["walkfs-fast"]).unwrap_err().contains("walkfs-fast"));
+        // A baseline executable doubles the walkfs rows, in the same run.
+        let with_base: Vec<String> = configs(&BuildOpts {
+            baseline: Some(PathBuf::from("/old/walkfs")),
+            ..o.clone()
+        })
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+        assert_eq!(
+            with_base,
+            [
+                "native",
+                "walkfs-loose-neg",
+                "walkfs-coherent",
+                "bindfs",
+                "walkfs-loose-neg@baseline",
+                "walkfs-coherent@baseline"
+            ]
+        );
     }
 
     #[test]

@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use walkfs_vfs::{Creds, Ctx, Options, Vfs, AT_FDCWD};
+use walkfs_source::SourceOptions;
+use walkfs_vfs::{Creds, Ctx, AT_FDCWD};
 
 use crate::report::{progress, progress_done, table};
 
@@ -329,10 +330,10 @@ pub fn run(opts: &LoadOpts) -> Result<(Row, Vec<String>), String> {
     let server =
         crate::proc::walkfs_serve(&opts.walkfs, &export, &sock, &["--reply-delay-us", &delay])?;
     let source = format!("unix:{}", sock.display());
-    let o = Options::parse("cache=loose").map_err(|e| e.to_string())?;
+    let o = SourceOptions::parse("cache=loose").map_err(|e| e.to_string())?;
     let mut ctxs = Vec::new();
     for i in 0..opts.clients {
-        let vfs = Vfs::open_source(&source, &o).map_err(|e| format!("client {i}: {e}"))?;
+        let vfs = walkfs_source::open(&source, &o).map_err(|e| format!("client {i}: {e}"))?;
         ctxs.push(vfs.context(Creds::root()));
     }
     let stop = Arc::new(AtomicBool::new(false));

@@ -23,7 +23,8 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use walkfs_vfs::{Creds, Ctx, Errno, Options, Vfs, AT_FDCWD};
+use walkfs_source::SourceOptions;
+use walkfs_vfs::{Creds, Ctx, Errno, Vfs, AT_FDCWD};
 
 use crate::proc::{wait_until, KillOnDrop};
 use crate::report::{median, progress, progress_done, table};
@@ -248,10 +249,10 @@ fn sources(opts: &MicroOpts, scratch: &Scratch) -> Result<Vec<Source>, String> {
     let want_mem = opts.source.as_deref().is_none_or(|s| s == "mem:");
     if want_host {
         let dir = opts.source.clone().unwrap_or_else(|| "/".to_string());
-        let main = Vfs::open_source(&dir, &Options::default()).map_err(err)?;
-        let links = Vfs::open_source(
+        let main = walkfs_source::open(&dir, &SourceOptions::default()).map_err(err)?;
+        let links = walkfs_source::open(
             scratch.ext4.path().to_str().unwrap_or("/"),
-            &Options::default(),
+            &SourceOptions::default(),
         )
         .map_err(err)?;
         out.push(Source {
@@ -261,13 +262,13 @@ fn sources(opts: &MicroOpts, scratch: &Scratch) -> Result<Vec<Source>, String> {
         });
     }
     if want_mem {
-        let main = Vfs::open_source("mem:", &Options::default()).map_err(err)?;
+        let main = walkfs_source::open("mem:", &SourceOptions::default()).map_err(err)?;
         let ctx = main.context(Creds::root());
         for call in trace::calls() {
             mirror(&ctx, call.path(), 0);
         }
         mirror(&ctx, ACCESS_PATH.as_bytes(), 0);
-        let links = Vfs::open_source("mem:", &Options::default()).map_err(err)?;
+        let links = walkfs_source::open("mem:", &SourceOptions::default()).map_err(err)?;
         let l = links.context(Creds::root());
         l.mkdirat(AT_FDCWD, b"/boot", 0o755).map_err(err)?;
         let fd = l
@@ -933,8 +934,8 @@ fn run_9p(
         .filter(|c| c.bench.starts_with("trace"))
         .collect();
     for &(fs, mode) in P9_MODES {
-        let o = Options::parse(mode).map_err(|e| e.to_string())?;
-        let vfs = Vfs::open_source(&addr, &o).map_err(|e| format!("{addr}: {e}"))?;
+        let o = SourceOptions::parse(mode).map_err(|e| e.to_string())?;
+        let vfs = walkfs_source::open(&addr, &o).map_err(|e| format!("{addr}: {e}"))?;
         let ctx = vfs.context(Creds::root());
         let count = |ctx: &Ctx| {
             vfs.p9_reset_stats();
@@ -1181,7 +1182,7 @@ mod tests {
 
     #[test]
     fn memfs_mirror_answers_the_trace_like_the_host() {
-        let vfs = Vfs::open_source("mem:", &Options::default()).unwrap();
+        let vfs = walkfs_source::open("mem:", &SourceOptions::default()).unwrap();
         let ctx = vfs.context(Creds::root());
         let calls: Vec<(Call, CString)> = trace::calls()
             .into_iter()

@@ -21,7 +21,8 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use walkfs_vfs::{Creds, Options, Vfs, AT_FDCWD};
+use walkfs_source::SourceOptions;
+use walkfs_vfs::{Creds, Vfs, AT_FDCWD};
 
 use crate::report::{median, progress, progress_done, table};
 
@@ -175,8 +176,8 @@ pub fn run(opts: &ParallelOpts) -> Result<Vec<Row>, String> {
         &["--reply-delay-us", &delay, "-o", "cache=loose"],
     )?;
     let source = format!("unix:{}", sock.display());
-    let o = Options::parse("cache=loose").map_err(|e| e.to_string())?;
-    let vfs = Vfs::open_source(&source, &o).map_err(|e| format!("connect: {e}"))?;
+    let o = SourceOptions::parse("cache=loose").map_err(|e| e.to_string())?;
+    let vfs = walkfs_source::open(&source, &o).map_err(|e| format!("connect: {e}"))?;
     let round = AtomicU64::new(0);
     let mut rows = Vec::new();
     // Creates: thread counts interleaved within each repetition.

@@ -33,7 +33,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use walkfs_vfs::{Creds, Ctx, Options, Vfs, AT_FDCWD};
+use walkfs_source::SourceOptions;
+use walkfs_vfs::{Creds, Ctx, AT_FDCWD};
 
 use crate::proc::{wait_until, KillOnDrop};
 use crate::report::{progress, progress_done, table};
@@ -1522,10 +1523,11 @@ fn clients(opts: &ScaleOpts, res: &mut ScaleResult) -> Result<(), String> {
     let pids = [None, Some(pid)];
     let sampler = Sampler::start(pids);
     let source = format!("unix:{}", sock.display());
-    let o = Options::parse("cache=loose").map_err(|e| e.to_string())?;
+    let o = SourceOptions::parse("cache=loose").map_err(|e| e.to_string())?;
     let mut ctxs = Vec::new();
     for k in 0..c {
-        let vfs = Vfs::open_source(&source, &o).map_err(|e| format!("client {k}: connect: {e}"))?;
+        let vfs =
+            walkfs_source::open(&source, &o).map_err(|e| format!("client {k}: connect: {e}"))?;
         ctxs.push(vfs.context(Creds::root()));
     }
     let total = n * c as u64;

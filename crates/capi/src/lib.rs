@@ -10,7 +10,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
-use walkfs_vfs::{Creds, Ctx, Errno, Options, Statx, Vfs};
+use walkfs_vfs::{Creds, Ctx, Errno, Options, Statx};
 
 /// The opaque context behind `walkfs_t *`.
 pub struct WalkfsCtx {
@@ -96,10 +96,11 @@ pub unsafe extern "C" fn walkfs_open(
     ) else {
         return std::ptr::null_mut();
     };
-    let Ok(opts) = Options::parse(opts) else {
+    // The vfs's options and the backend's, as one string.
+    let Ok(opts) = walkfs_source::SourceOptions::parse(opts) else {
         return std::ptr::null_mut();
     };
-    match Vfs::open_source(src, &opts) {
+    match walkfs_source::open(src, &opts) {
         Ok(vfs) => Box::into_raw(Box::new(WalkfsCtx {
             ctx: vfs.context(Creds::current()),
         })),

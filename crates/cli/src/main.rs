@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use walkfs_bench::{build, memory, micro, p9meta, report, scale};
-use walkfs_vfs::{Creds, Options, Vfs, AT_FDCWD};
+use walkfs_source::SourceOptions;
+use walkfs_vfs::{Creds, AT_FDCWD};
 
 #[derive(Parser)]
 #[command(
@@ -338,6 +339,11 @@ enum BenchCmd {
         /// Only git status / untar / rm -rf, no builds.
         #[arg(long, conflicts_with = "no_workloads")]
         workloads_only: bool,
+        /// Another walkfs executable (an earlier release) to compare with:
+        /// every walkfs row also runs with it, as NAME@baseline,
+        /// interleaved in the same run.
+        #[arg(long, value_name = "EXE")]
+        baseline: Option<std::path::PathBuf>,
     },
     /// Issue 14's scale: trees of real size through a walkfs stack, with
     /// the descriptors and memory its processes hold (/proc polled every
@@ -447,8 +453,10 @@ fn mount_helper_args(args: Vec<String>) -> Vec<String> {
 }
 
 fn open(source: &str, options: &str) -> Result<walkfs_vfs::Ctx, String> {
-    let opts = Options::parse(options).map_err(|e| format!("bad options {options:?}: {e}"))?;
-    let vfs = Vfs::open_source(source, &opts).map_err(|e| format!("cannot open {source}: {e}"))?;
+    let opts =
+        SourceOptions::parse(options).map_err(|e| format!("bad options {options:?}: {e}"))?;
+    let vfs =
+        walkfs_source::open(source, &opts).map_err(|e| format!("cannot open {source}: {e}"))?;
     Ok(vfs.context(Creds::current()))
 }
 
@@ -492,7 +500,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
                      unix socket."
                 ));
             }
-            let opts = Options::parse(&format!(
+            let opts = SourceOptions::parse(&format!(
                 "cache=coherent,max_dentries={},{options}",
                 walkfs_server::SERVE_DENTRIES
             ))
@@ -500,7 +508,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             // Watching is set up now (fanotify needs the privileges the
             // sandbox drops) and started once confined (threads started
             // before would escape the sandbox).
-            let vfs = Vfs::open_source_held(&dir, &opts)
+            let vfs = walkfs_source::open_held(&dir, &opts)
                 .map_err(|e| format!("cannot open {dir}: {e}"))?;
             let mut cfg = walkfs_server::Config {
                 secret,
@@ -678,6 +686,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             slow_us,
             no_workloads,
             workloads_only,
+            baseline,
         }) => {
             let walkfs = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
             let res = build::run(&build::BuildOpts {
@@ -688,6 +697,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
                 slow_us: if quick { 0 } else { slow_us },
                 builds: !workloads_only,
                 workloads: workloads_only || !no_workloads && !quick,
+                baseline,
             })?;
             if json {
                 for r in &res.rows {

@@ -17,7 +17,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use walkfs_vfs::{Creds, Ctx, Options, Vfs, AT_FDCWD};
+use walkfs_source::SourceOptions;
+use walkfs_vfs::{Creds, Ctx, AT_FDCWD};
 
 /// What a client sees: the same questions through the vfs API or through
 /// a mount.
@@ -375,8 +376,8 @@ fn as_root(host: &Path) {
 }
 
 fn vfs(source: &str, opts: &str) -> Ctx {
-    let o = Options::parse(opts).expect("options");
-    Vfs::open_source(source, &o)
+    let o = SourceOptions::parse(opts).expect("options");
+    walkfs_source::open(source, &o)
         .expect("open vfs")
         .context(Creds::root())
 }

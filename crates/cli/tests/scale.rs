@@ -14,7 +14,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{serve, walkfs, Kill, Mount};
-use walkfs_vfs::{Creds, Ctx, Errno, Options, Vfs, AT_FDCWD};
+use walkfs_source::SourceOptions;
+use walkfs_vfs::{Creds, Ctx, Errno, Vfs, AT_FDCWD};
 
 const DIRS: usize = 100;
 const PER_DIR: usize = 1000;
@@ -52,8 +53,8 @@ fn open_fds(pid: u32) -> usize {
 }
 
 fn client(sock: &Path, opts: &str) -> (Vfs, Ctx) {
-    let o = Options::parse(opts).expect("options");
-    let vfs = Vfs::open_source(&format!("unix:{}", sock.display()), &o).expect("attach");
+    let o = SourceOptions::parse(opts).expect("options");
+    let vfs = walkfs_source::open(&format!("unix:{}", sock.display()), &o).expect("attach");
     let ctx = vfs.context(Creds::root());
     (vfs, ctx)
 }

@@ -264,6 +264,33 @@ pub trait ChangeSink: Send + Sync {
     fn changed(&self, changes: &[Change]);
 }
 
+/// A backend's message counters (a 9P client's RPCs): what
+/// [`FileSystem::rpc_stats`] reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RpcStats {
+    /// `(message name, count)` for each request type sent.
+    pub rpcs: Vec<(&'static str, u64)>,
+    pub total_rpcs: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Nanoseconds callers spent waiting for replies.
+    pub wait_ns: u64,
+}
+
+/// A backend's use of the remote handles it keeps for cached nodes (a 9P
+/// client's fids): what [`FileSystem::fid_stats`] reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FidStats {
+    /// Files the vfs holds.
+    pub nodes: u64,
+    /// Fids held for them now (besides the root), and the bound.
+    pub held: u64,
+    pub cap: u64,
+    /// Fids released to stay within the bound; walks to get one back.
+    pub released: u64,
+    pub rewalks: u64,
+}
+
 /// A file system the vfs can mount. Methods take the parent's [`NodeId`]
 /// and a single name; see the module comment for what the vfs guarantees
 /// about names. Errors are errnos as Linux would return them.
@@ -406,4 +433,19 @@ pub trait FileSystem: Send + Sync {
     fn kind(&self) -> &'static str {
         "unknown"
     }
+
+    /// Counters of the messages sent to a remote server; `None` for a
+    /// backend that sends none.
+    fn rpc_stats(&self) -> Option<RpcStats> {
+        None
+    }
+
+    /// Use of the remote handles kept for cached nodes; `None` for a
+    /// backend that keeps none.
+    fn fid_stats(&self) -> Option<FidStats> {
+        None
+    }
+
+    /// Zero the counters [`FileSystem::rpc_stats`] reports.
+    fn reset_stats(&self) {}
 }

@@ -46,8 +46,9 @@ use fuser::{
 use parking_lot::{Mutex, RwLock};
 use walkfs_vfs::{Creds, Ctx, Errno, Statx, TimeSet, Timespec, Vfs};
 
-pub use options::{CacheMode, MountOptions};
+pub use options::MountOptions;
 pub use stats::{FuseCounters, MountStats, STATS_XATTR};
+pub use walkfs_vfs::CachePolicy;
 
 /// Descriptors the mount may hold in the vfs: the cached ones of nodes
 /// (`NODE_FDS`) and of zero-message I/O (`IO_FDS`), plus one per file the
@@ -244,7 +245,7 @@ impl WalkFuse {
         nodes.keys.insert(key_of(&x), INodeNo::ROOT.0);
         nodes.root_ino = x.stx_ino;
         let nodes = Arc::new(RwLock::new(nodes));
-        let wb = if opts.cache == CacheMode::Coherent {
+        let wb = if opts.cache == CachePolicy::Coherent {
             let wb = writebehind::WriteBehind::new();
             wb.start(base.with_creds(Creds::root()))?;
             Some(wb)
@@ -282,7 +283,7 @@ impl WalkFuse {
     /// behind its back, through the notifier the caller sets on what this
     /// returns once the session exists.
     pub(crate) fn kernel_cache(&self) -> Option<Arc<coherent::KernelCache>> {
-        if self.opts.cache != CacheMode::Coherent {
+        if self.opts.cache != CachePolicy::Coherent {
             return None;
         }
         self.vfs.add_change_listener(self.kc.clone());
@@ -292,7 +293,7 @@ impl WalkFuse {
     /// Changes may go unseen (the backend cannot report them all): the
     /// kernel must ask again soon.
     fn degraded(&self) -> bool {
-        self.opts.cache == CacheMode::Coherent && !self.vfs.is_coherent()
+        self.opts.cache == CachePolicy::Coherent && !self.vfs.is_coherent()
     }
 
     fn attr_ttl(&self) -> Duration {
@@ -319,7 +320,7 @@ impl WalkFuse {
             Vec::new()
         } else {
             caller_groups(req.pid()).unwrap_or_else(|| {
-                walkfs_server::users::creds_for(uid, b"").map_or_else(Vec::new, |c| c.groups)
+                walkfs_source::creds_for(uid, b"").map_or_else(Vec::new, |c| c.groups)
             })
         };
         let key = (uid, gid, groups);
@@ -586,7 +587,7 @@ impl WalkFuse {
     /// back): `cache=loose`, and `cache=coherent`, which also tells it
     /// what changed.
     fn keeps(&self) -> bool {
-        matches!(self.opts.cache, CacheMode::Loose | CacheMode::Coherent)
+        matches!(self.opts.cache, CachePolicy::Loose | CachePolicy::Coherent)
     }
 
     /// The vfs descriptor for I/O on `ino` with handle `fh`: the handle's
@@ -627,7 +628,7 @@ impl WalkFuse {
     /// size changed on the host could not be shown: `cache=coherent`
     /// writes through.
     fn writeback(&self) -> bool {
-        self.opts.cache == CacheMode::Loose
+        self.opts.cache == CachePolicy::Loose
     }
 
     fn fopen_flags(&self) -> FopenFlags {
@@ -668,7 +669,7 @@ impl Filesystem for WalkFuse {
         self.counters.lookups.fetch_add(1, Relaxed);
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| self.lookup_node(&ctx, parent, n));
-        let coherent = self.opts.cache == CacheMode::Coherent;
+        let coherent = self.opts.cache == CachePolicy::Coherent;
         if let (true, Ok(a)) = (coherent, &r) {
             self.kc.handed_out(parent.0, name.as_bytes(), Some(a.ino.0));
         }

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use fuser::{Config, Session, SessionACL};
-use walkfs_p9::Stream;
-use walkfs_vfs::{Options, Vfs};
+use walkfs_source::Source;
+use walkfs_vfs::Vfs;
 
 use crate::{kmount, MountOptions, WalkFuse};
 
@@ -18,35 +18,29 @@ use crate::{kmount, MountOptions, WalkFuse};
 /// client takes the other end. `direct` skips the 9P layer (the vfs
 /// over the directory itself).
 pub fn open_source(source: &str, opts: &MountOptions, direct: bool) -> Result<Vfs, String> {
-    if walkfs_p9::Addr::parse(source).is_some() {
-        return Vfs::open_source(source, &opts.vfs).map_err(|e| format!("{source}: {e}"));
+    let open = || walkfs_source::open(source, &opts.source).map_err(|e| format!("{source}: {e}"));
+    let kind = Source::parse(source);
+    if direct || matches!(kind, Ok(Source::P9(_))) {
+        return open();
     }
-    if direct {
-        return Vfs::open_source(source, &opts.vfs).map_err(|e| format!("{source}: {e}"));
+    match kind {
+        Ok(Source::Mem) => {}
+        Ok(Source::Host(dir)) if dir.is_dir() => {}
+        _ => {
+            return Err(format!(
+                "{source}: not a directory, mem:, unix:PATH or tcp:HOST:PORT"
+            ))
+        }
     }
-    if source != "mem:" && !Path::new(source).is_dir() {
-        return Err(format!(
-            "{source}: not a directory, mem:, unix:PATH or tcp:HOST:PORT"
-        ));
-    }
-    // The server's own vfs is the exported tree's authority: default
-    // switches, its own caches; for a cache=coherent mount, kept coherent
-    // with the host by watching it (and telling the client).
-    let served_opts = Options {
-        coherent: opts.vfs.coherent,
-        host_fds: opts.vfs.host_fds,
-        max_dentries: walkfs_server::SERVE_DENTRIES,
-        ..Options::default()
-    };
-    let served = Vfs::open_source(source, &served_opts).map_err(|e| format!("{source}: {e}"))?;
-    let cfg = walkfs_server::Config {
+    // The server's own options are its business (see serve_in_process);
+    // it refuses changes if the mount does.
+    let cfg = walkfs_source::ServerConfig {
         read_only: opts.read_only,
         ..Default::default()
     };
-    let server = walkfs_server::Server::new(served, cfg);
-    let (a, b) = std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
-    server.serve_stream(Stream::Unix(a));
-    Vfs::open_9p(Stream::Unix(b), &opts.vfs).map_err(|e| format!("attach to {source}: {e}"))
+    let stream = walkfs_source::serve_in_process(source, &opts.source, cfg)
+        .map_err(|e| format!("{source}: {e}"))?;
+    walkfs_source::open_9p(stream, &opts.source).map_err(|e| format!("attach to {source}: {e}"))
 }
 
 /// A mounted walkfs: dropping it does not unmount; call [`Mounted::wait`].

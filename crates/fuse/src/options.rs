@@ -1,27 +1,21 @@
 //! `walkfs mount -o OPTIONS`: the FUSE mount's own options, the rest for
-//! the vfs (and its 9P client).
+//! the vfs (and its backend: see `walkfs-source`).
 
 use std::time::Duration;
 
-use walkfs_vfs::{Errno, Options};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub enum CacheMode {
-    /// Nothing cached unchecked, in the kernel or in walkfs.
-    None,
-    /// Keep what was learned.
-    Loose,
-    /// Keep what was learned, and drop what the backend reports changed
-    /// (the kernel's caches too).
-    Coherent,
-}
+use walkfs_source::SourceOptions;
+use walkfs_vfs::{CachePolicy, Errno, NegPolicy};
 
 /// What the kernel is told to cache for how long: the timeouts follow
-/// the cache mode (Linux's 9p client in `cache=loose` never revalidates;
-/// long timeouts are the FUSE equivalent).
+/// the cache policy (Linux's 9p client in `cache=loose` never
+/// revalidates; long timeouts are the FUSE equivalent). `None`: nothing
+/// cached unchecked, in the kernel or in walkfs; `Loose`: keep what was
+/// learned; `Coherent`: keep what was learned, and drop what the backend
+/// reports changed (the kernel's caches too).
 #[derive(Clone, Debug)]
 pub struct MountOptions {
-    pub cache: CacheMode,
+    /// The vfs's `cache=` (a copy of `source.vfs.cache`).
+    pub cache: CachePolicy,
     pub entry_ttl: Duration,
     pub attr_ttl: Duration,
     /// How long the kernel keeps a negative entry; zero: none.
@@ -31,8 +25,9 @@ pub struct MountOptions {
     pub read_only: bool,
     /// Worker threads of the FUSE session.
     pub threads: usize,
-    /// The vfs options (switches, `cache`, `negtimeout`, `msize`, ...).
-    pub vfs: Options,
+    /// The options of the vfs (switches, `cache`, `negtimeout`, ...) and
+    /// of its backend (`msize`, `host_fds`, ...).
+    pub source: SourceOptions,
     /// The text given, for `walkfs stats`.
     pub text: String,
 }
@@ -95,27 +90,21 @@ impl MountOptions {
         // vfs under it caches the working set (anything it evicts is
         // found again by name), so its memory does not grow with the
         // tree. A user's max_dentries comes later and wins.
-        let mut vfs = Options::parse(&format!(
+        let mut source = SourceOptions::parse(&format!(
             "max_dentries={MOUNT_DENTRIES},{}",
             vfs_opts.join(",")
         ))
         .map_err(|e: Errno| format!("bad options {text:?}: {e}"))?;
-        vfs.read_only |= read_only;
-        let cache = if vfs.cache_none {
-            CacheMode::None
-        } else if vfs.coherent {
-            CacheMode::Coherent
-        } else {
-            CacheMode::Loose
-        };
+        source.vfs.read_only |= read_only;
+        let cache = source.vfs.cache;
         let (dentry, dattr) = match cache {
-            CacheMode::None => (Duration::ZERO, Duration::ZERO),
-            CacheMode::Loose | CacheMode::Coherent => (FOREVER, FOREVER),
+            CachePolicy::None => (Duration::ZERO, Duration::ZERO),
+            CachePolicy::Loose | CachePolicy::Coherent => (FOREVER, FOREVER),
         };
-        let neg_ttl = match (cache, vfs.negtimeout_ms) {
-            (CacheMode::None, _) | (_, 0) => Duration::ZERO,
-            (_, n) if n < 0 => FOREVER,
-            (_, n) => Duration::from_millis(n as u64),
+        let neg_ttl = match (cache, source.vfs.negative) {
+            (CachePolicy::None, _) | (_, NegPolicy::Off) => Duration::ZERO,
+            (_, NegPolicy::Forever) => FOREVER,
+            (_, NegPolicy::For(d)) => d,
         };
         Ok(MountOptions {
             cache,
@@ -124,9 +113,9 @@ impl MountOptions {
             neg_ttl,
             allow_other,
             default_permissions,
-            read_only: vfs.read_only,
+            read_only: source.vfs.read_only,
             threads,
-            vfs,
+            source,
             text: text.to_string(),
         })
     }
@@ -139,7 +128,7 @@ mod tests {
     #[test]
     fn cache_modes_set_the_kernel_timeouts() {
         let o = MountOptions::parse("cache=loose,negtimeout=-1").unwrap();
-        assert_eq!(o.cache, CacheMode::Loose);
+        assert_eq!(o.cache, CachePolicy::Loose);
         assert_eq!(o.neg_ttl, FOREVER);
         assert_eq!(o.entry_ttl, FOREVER);
         let o = MountOptions::parse("cache=loose,ndentrytmo=250").unwrap();
@@ -147,8 +136,17 @@ mod tests {
         let o = MountOptions::parse("cache=loose,negtimeout=0").unwrap();
         assert!(o.neg_ttl.is_zero());
         let o = MountOptions::parse("cache=none,negtimeout=-1").unwrap();
-        assert_eq!(o.cache, CacheMode::None);
+        assert_eq!(o.cache, CachePolicy::None);
         assert!(o.entry_ttl.is_zero() && o.attr_ttl.is_zero() && o.neg_ttl.is_zero());
+        // The backend's options go to the source, the vfs's to the vfs.
+        let o = MountOptions::parse("cache=coherent,msize=65536,host_fds=16").unwrap();
+        assert_eq!(o.cache, CachePolicy::Coherent);
+        assert_eq!(o.source.vfs.cache, CachePolicy::Coherent);
+        assert_eq!(o.source.backend.msize, 65536);
+        assert_eq!(o.source.backend.host_fds, 16);
+        assert_eq!(o.source.vfs.max_dentries, MOUNT_DENTRIES);
+        assert_eq!(o.neg_ttl, FOREVER);
+        assert!(MountOptions::parse("msize=100").is_err());
     }
 
     #[test]
@@ -158,7 +156,8 @@ mod tests {
                 .unwrap();
         assert!(o.allow_other && o.read_only && o.default_permissions);
         assert_eq!(o.threads, 3);
-        assert!(!o.vfs.fastpath);
+        assert!(!o.source.vfs.fastpath);
+        assert!(o.source.vfs.read_only);
         assert!(MountOptions::parse("bogus=1").is_err());
         assert!(MountOptions::parse("threads=0").is_err());
         assert!(MountOptions::parse("").unwrap().default_permissions);

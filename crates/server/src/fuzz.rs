@@ -241,7 +241,7 @@ pub fn run_session(data: &[u8]) -> Vec<u8> {
         max_dentries: 1024,
         ..Options::default()
     };
-    let vfs = match Vfs::open_source("mem:", &opts) {
+    let vfs = match Vfs::new(std::sync::Arc::new(walkfs_memfs::MemFs::new()), &opts) {
         Ok(v) => v,
         Err(e) => panic!("memfs: {e}"),
     };

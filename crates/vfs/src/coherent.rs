@@ -33,8 +33,9 @@ use walkfs_fsapi::{Change, ChangeSink};
 use crate::dcache::{hash_name, IIdx, D_NEGATIVE};
 use crate::Inner;
 
-/// How long negative entries live once changes may go unseen.
-const DEGRADED_NEGTIMEOUT_MS: i64 = 1000;
+/// How long negative entries live once changes may go unseen (at most:
+/// a shorter `negtimeout`, or none, stays).
+pub(crate) const DEGRADED_NEGTIMEOUT_MS: i64 = 1000;
 
 /// Whoever is told of changes once the cache has dropped them.
 pub(crate) type Listeners = RwLock<Vec<Arc<dyn ChangeSink>>>;
@@ -136,18 +137,16 @@ impl Inner {
 
     /// Changes may go unseen from now on: answer nothing from the cache
     /// unchecked (as `cache=none` does), negative entries for a second.
+    /// The user's options stay as given (`Vfs::options` reports them);
+    /// the live switches are derived from them and this state.
     pub(crate) fn degrade(&self) {
-        let sw = &self.sw;
-        sw.revalidate.store(true, Ordering::Relaxed);
-        sw.fastpath.store(false, Ordering::Relaxed);
-        sw.pathcache.store(false, Ordering::Relaxed);
-        sw.cache_symlinks.store(false, Ordering::Relaxed);
-        let t = sw.negtimeout.load(Ordering::Relaxed);
-        if !(0..=DEGRADED_NEGTIMEOUT_MS).contains(&t) {
-            sw.negtimeout
-                .store(DEGRADED_NEGTIMEOUT_MS, Ordering::Relaxed);
-        }
+        // Under the options' lock: a `set_option` either ran before (and
+        // its options are the ones applied here) or runs after and sees
+        // the state set here.
+        let opts = self.opts.lock();
         self.degraded.store(true, Ordering::Release);
+        self.sw.apply(&opts, true);
+        drop(opts);
         self.changed();
     }
 }

@@ -6,8 +6,9 @@
 //! `renameat2`, ...) with Linux's semantics and errnos.
 //!
 //! ```
+//! use std::sync::Arc;
 //! use walkfs_vfs::{Vfs, Options, Creds, AT_FDCWD};
-//! let vfs = Vfs::open_source("mem:", &Options::default()).unwrap();
+//! let vfs = Vfs::new(Arc::new(walkfs_memfs::MemFs::new()), &Options::default()).unwrap();
 //! let ctx = vfs.context(Creds::root());
 //! ctx.mkdirat(AT_FDCWD, b"/usr", 0o755).unwrap();
 //! ctx.symlinkat(b"usr/lib", AT_FDCWD, b"/lib").unwrap();
@@ -16,10 +17,15 @@
 //! assert_eq!(ctx.readlinkat(AT_FDCWD, b"/lib").unwrap(), b"usr/lib");
 //! ```
 //!
+//! The vfs knows no backend: it is handed one. Opening a source by name
+//! (`mem:`, a host directory, a 9P server) with the backends' own options
+//! is the `walkfs-source` crate's job.
+//!
 //! The optimizations of the seeds are runtime switches ([`Options`]), all
 //! on by default: `fastpath` (lock-free walk of cached components),
 //! `fastperm` (MAY_EXEC fast path), `cache_symlinks` (bodies cached with
-//! their length), `negtimeout` (negative dentries).
+//! their length), `negtimeout` (negative dentries, [`NegPolicy`]). The
+//! [`CachePolicy`] decides how far cached answers are trusted at all.
 
 mod arena;
 mod coherent;
@@ -37,6 +43,8 @@ mod seqlock;
 mod stat;
 mod step;
 mod sync;
+#[cfg(all(test, not(loom)))]
+mod tests_util;
 mod writer;
 
 use std::collections::HashMap;
@@ -48,12 +56,12 @@ use parking_lot::{Mutex, RwLock};
 
 pub use namei::slow_permission_checks;
 pub use ops::{Ctx, DirEntryOut, NameStep, AT_FDCWD};
-pub use options::Options;
+pub use options::{CachePolicy, NegPolicy, Options};
 pub use perm::Creds;
 pub use stat::{Statx, StatxTimestamp};
 pub use walkfs_fsapi::{
-    Change, ChangeSink, Errno, FileSystem, FileType, Result, StatFs, TimeSet, Timespec, NAME_MAX,
-    PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE,
+    Change, ChangeSink, Errno, FidStats, FileSystem, FileType, Result, RpcStats, StatFs, TimeSet,
+    Timespec, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
 
 use counters::Counters;
@@ -61,7 +69,9 @@ use dcache::{DIdx, Dcache, D_MOUNTROOT};
 use dirlock::DirLocks;
 use writer::Writer;
 
-/// The live switches (readable lock-free by the walk).
+/// The live switches (readable lock-free by the walk): derived from the
+/// user's [`Options`] and the degraded state by [`Switches::apply`], never
+/// set on their own.
 pub(crate) struct Switches {
     pub fastpath: AtomicBool,
     pub fastperm: AtomicBool,
@@ -73,8 +83,66 @@ pub(crate) struct Switches {
     pub negtimeout: AtomicI64,
     pub umask: std::sync::atomic::AtomicU32,
     pub read_only: AtomicBool,
-    /// `cache=none`: revalidate every cached answer with the backend.
+    /// `cache=none`, or degraded: revalidate every cached answer with the
+    /// backend.
     pub revalidate: AtomicBool,
+}
+
+impl Switches {
+    fn new(opts: &Options) -> Switches {
+        let sw = Switches {
+            fastpath: AtomicBool::new(false),
+            fastperm: AtomicBool::new(false),
+            cache_symlinks: AtomicBool::new(false),
+            pathcache: AtomicBool::new(false),
+            negtimeout: AtomicI64::new(0),
+            umask: std::sync::atomic::AtomicU32::new(0),
+            read_only: AtomicBool::new(false),
+            revalidate: AtomicBool::new(false),
+        };
+        sw.apply(opts, false);
+        sw
+    }
+
+    /// Make the live switches what `opts` asks, less what revalidating
+    /// forbids: with `cache=none`, or once `degraded` (changes may go
+    /// unseen), nothing is answered from the cache unchecked, so no walk
+    /// takes the lock-free path, no whole path is remembered, no symlink
+    /// body kept, and negative entries are not kept (`cache=none`) or
+    /// live a second at most (degraded). The options themselves are left
+    /// as given. Called with [`Inner::opts`] locked, so that two callers
+    /// do not interleave.
+    pub(crate) fn apply(&self, opts: &Options, degraded: bool) {
+        let none = opts.cache == CachePolicy::None;
+        let revalidate = none || degraded;
+        // Revalidation is switched on before the shortcuts go, and off
+        // after they come back, so no walk meanwhile trusts the cache
+        // more than either setting allows.
+        if revalidate {
+            self.revalidate.store(true, Ordering::Relaxed);
+        }
+        self.fastpath
+            .store(opts.fastpath && !revalidate, Ordering::Relaxed);
+        self.pathcache
+            .store(opts.pathcache && !revalidate, Ordering::Relaxed);
+        self.cache_symlinks
+            .store(opts.cache_symlinks && !revalidate, Ordering::Relaxed);
+        self.fastperm.store(opts.fastperm, Ordering::Relaxed);
+        let neg = opts.negative.as_millis();
+        let neg = if none {
+            0
+        } else if degraded && !(0..=coherent::DEGRADED_NEGTIMEOUT_MS).contains(&neg) {
+            coherent::DEGRADED_NEGTIMEOUT_MS
+        } else {
+            neg
+        };
+        self.negtimeout.store(neg, Ordering::Relaxed);
+        self.umask.store(opts.umask, Ordering::Relaxed);
+        self.read_only.store(opts.read_only, Ordering::Relaxed);
+        if !revalidate {
+            self.revalidate.store(false, Ordering::Relaxed);
+        }
+    }
 }
 
 /// What is mounted where (changed by `mount` only; read by the slow path
@@ -89,6 +157,10 @@ pub(crate) struct Mounts {
 
 pub(crate) struct Inner {
     pub sw: Switches,
+    /// The options as the user gave them (and changed them through
+    /// [`Vfs::set_option`]); `sw` is derived from them and `degraded`.
+    /// Lock order: after the writer lock.
+    pub opts: Mutex<Options>,
     pub dc: Dcache,
     /// The cache's allocator and hash-chain shape: held for short updates
     /// only, through [`writer::WriterGuard`].
@@ -122,12 +194,10 @@ pub(crate) struct Inner {
     /// Descriptors per context.
     pub max_files: u32,
     pub cred_ids: pathcache::CredIds,
-    /// The 9P client under this vfs, if its source is a 9P server (for
-    /// its counters).
-    pub p9: Mutex<Option<Arc<walkfs_p9client::P9Fs>>>,
-    /// `cache=coherent`: backends report changes made behind our back.
+    /// `cache=coherent` when built: backends report changes made behind
+    /// our back.
     pub coherent: bool,
-    /// Set once changes may go unseen (see coherent.rs).
+    /// Set once changes may go unseen (see coherent.rs); never cleared.
     pub degraded: AtomicBool,
     pub listeners: coherent::Listeners,
 }
@@ -162,23 +232,15 @@ impl Vfs {
         Vfs::build(fs, opts, true)
     }
 
-    /// [`Vfs::open_source`], with the reporting of changes
-    /// (`cache=coherent`) set up but not started until
-    /// [`Vfs::start_watching`]: for a process that confines itself in
-    /// between, since a thread started before would escape the
-    /// confinement.
-    pub fn open_source_held(source: &str, opts: &Options) -> Result<Vfs> {
-        if source == "mem:" || source.starts_with("unix:") || source.starts_with("tcp:") {
-            return Vfs::open_source(source, opts);
-        }
-        let fs = Arc::new(walkfs_hostfs::HostFs::with_cached_fds(
-            std::path::Path::new(source),
-            opts.host_fds as usize,
-        )?);
+    /// [`Vfs::new`], with the reporting of changes (`cache=coherent`) set
+    /// up but not started until [`Vfs::start_watching`]: for a process
+    /// that confines itself in between, since a thread started before
+    /// would escape the confinement.
+    pub fn new_held(fs: Arc<dyn FileSystem>, opts: &Options) -> Result<Vfs> {
         Vfs::build(fs, opts, false)
     }
 
-    /// Start what [`Vfs::open_source_held`] held back.
+    /// Start what [`Vfs::new_held`] held back.
     pub fn start_watching(&self) {
         if !self.inner.coherent {
             return;
@@ -196,17 +258,6 @@ impl Vfs {
     }
 
     fn build(fs: Arc<dyn FileSystem>, opts: &Options, start: bool) -> Result<Vfs> {
-        let mut opts = opts.clone();
-        if opts.cache_none {
-            // Nothing is answered from the cache unchecked, so no walk
-            // may take the lock-free path, no whole path is remembered,
-            // no negative entry or symlink body kept.
-            opts.fastpath = false;
-            opts.pathcache = false;
-            opts.negtimeout_ms = 0;
-            opts.cache_symlinks = false;
-        }
-        let opts = &opts;
         let max = opts.max_dentries.clamp(1024, u32::MAX / 2);
         let dc = Dcache::new(max);
         let mut w = Writer::new(max);
@@ -222,16 +273,8 @@ impl Vfs {
         w.take_forgets();
         let root = w.d_make_root(&dc, ino, 0).ok_or(Errno::ENOMEM)?;
         let inner = Inner {
-            sw: Switches {
-                fastpath: AtomicBool::new(opts.fastpath),
-                fastperm: AtomicBool::new(opts.fastperm),
-                cache_symlinks: AtomicBool::new(opts.cache_symlinks),
-                pathcache: AtomicBool::new(opts.pathcache),
-                negtimeout: AtomicI64::new(opts.negtimeout_ms),
-                umask: std::sync::atomic::AtomicU32::new(opts.umask),
-                read_only: AtomicBool::new(opts.read_only),
-                revalidate: AtomicBool::new(opts.cache_none),
-            },
+            sw: Switches::new(opts),
+            opts: Mutex::new(opts.clone()),
             dc,
             w: Mutex::new(w),
             dirs: DirLocks::new(4096),
@@ -248,8 +291,7 @@ impl Vfs {
             pc: pathcache::PathCache::new(max),
             max_files: opts.max_files,
             cred_ids: pathcache::CredIds::default(),
-            p9: Mutex::new(None),
-            coherent: opts.coherent && !opts.cache_none,
+            coherent: opts.cache == CachePolicy::Coherent,
             degraded: AtomicBool::new(false),
             listeners: Default::default(),
         };
@@ -292,64 +334,32 @@ impl Vfs {
     /// `cache=coherent` and every change is being seen: what is cached may
     /// be trusted until a change says otherwise.
     pub fn is_coherent(&self) -> bool {
-        self.inner.coherent && !self.inner.degraded.load(Ordering::Acquire)
+        self.inner.coherent && !self.is_degraded()
     }
 
-    /// A vfs over `source`: `"mem:"` for an empty memfs, anything else a
-    /// host directory.
-    pub fn open_source(source: &str, opts: &Options) -> Result<Vfs> {
-        let fs: Arc<dyn FileSystem> = if source == "mem:" {
-            Arc::new(walkfs_memfs::MemFs::new())
-        } else if source.starts_with("unix:") || source.starts_with("tcp:") {
-            let a = walkfs_p9::Addr::parse(source).ok_or(Errno::EINVAL)?;
-            return Vfs::open_9p(a.connect().map_err(Errno::from)?, opts);
-        } else {
-            Arc::new(walkfs_hostfs::HostFs::with_cached_fds(
-                std::path::Path::new(source),
-                opts.host_fds as usize,
-            )?)
-        };
-        Vfs::new(fs, opts)
+    /// Some changes may go unseen (a backend of a `cache=coherent` vfs
+    /// cannot report them all): the vfs revalidates what it caches, as
+    /// with `cache=none`, whatever [`Vfs::options`] say. For good.
+    pub fn is_degraded(&self) -> bool {
+        self.inner.degraded.load(Ordering::Acquire)
     }
 
-    /// A vfs over the 9P server at the other end of `stream` (connected:
-    /// a socket, or one end of a socketpair whose other end a server in
-    /// this process serves).
-    pub fn open_9p(stream: walkfs_p9::Stream, opts: &Options) -> Result<Vfs> {
-        let secret = match &opts.secret_file {
-            Some(path) => Some(read_secret(path)?),
-            None => None,
-        };
-        let cfg = walkfs_p9client::Config {
-            msize: opts.msize,
-            aname: opts.aname.clone(),
-            secret,
-            notify: opts.coherent && !opts.cache_none,
-            node_fids: opts.fids as usize,
-            ..Default::default()
-        };
-        let fs = Arc::new(walkfs_p9client::P9Fs::on_stream(stream, &cfg)?);
-        let vfs = Vfs::new(fs.clone(), opts)?;
-        *vfs.inner.p9.lock() = Some(fs);
-        Ok(vfs)
+    /// The message counters of the root's backend (`None` unless it
+    /// talks to a server: a 9P client).
+    pub fn p9_stats(&self) -> Option<RpcStats> {
+        self.inner.sb(0).ok()?.rpc_stats()
     }
 
-    /// The RPC counters of the 9P client under this vfs (`None` unless
-    /// its source is a 9P server).
-    pub fn p9_stats(&self) -> Option<walkfs_p9client::Stats> {
-        self.inner.p9.lock().as_ref().map(|f| f.stats())
+    /// The root backend's use of remote handles (`None` unless it keeps
+    /// any: a 9P client's fids).
+    pub fn p9_fid_stats(&self) -> Option<FidStats> {
+        self.inner.sb(0).ok()?.fid_stats()
     }
 
-    /// The 9P client's use of fids (`None` unless its source is a 9P
-    /// server).
-    pub fn p9_fid_stats(&self) -> Option<walkfs_p9client::FidStats> {
-        self.inner.p9.lock().as_ref().map(|f| f.fid_stats())
-    }
-
-    /// Zero the 9P client's counters.
+    /// Zero the root backend's message counters.
     pub fn p9_reset_stats(&self) {
-        if let Some(f) = self.inner.p9.lock().as_ref() {
-            f.reset_stats();
+        if let Ok(fs) = self.inner.sb(0) {
+            fs.reset_stats();
         }
     }
 
@@ -364,56 +374,35 @@ impl Vfs {
         Ctx::new(self.clone(), creds, max_fds)
     }
 
-    /// Change a switch at run time (same names as [`Options`]).
+    /// Change a switch at run time (same names as [`Options`]; the sizes
+    /// are fixed when the vfs is built: `EINVAL`). The live switches
+    /// follow, less what `cache=none` or a degraded vfs forbids.
     pub fn set_option(&self, name: &str, value: &str) -> Result<()> {
-        let sw = &self.inner.sw;
-        let mut o = Options::default();
+        let inner = &self.inner;
+        let mut opts = inner.opts.lock();
+        let mut o = opts.clone();
         o.set(name, value)?;
         match name {
-            "fastpath" => sw.fastpath.store(o.fastpath, Ordering::Relaxed),
-            "fastperm" => sw.fastperm.store(o.fastperm, Ordering::Relaxed),
-            "cache_symlinks" => sw.cache_symlinks.store(o.cache_symlinks, Ordering::Relaxed),
-            "pathcache" => sw.pathcache.store(o.pathcache, Ordering::Relaxed),
-            "negtimeout" | "ndentrytmo" => sw.negtimeout.store(o.negtimeout_ms, Ordering::Relaxed),
-            "umask" => sw.umask.store(o.umask, Ordering::Relaxed),
-            "ro" => sw.read_only.store(o.read_only, Ordering::Relaxed),
-            "cache" => sw.revalidate.store(o.cache_none, Ordering::Relaxed),
+            "fastpath" | "fastperm" | "cache_symlinks" | "pathcache" | "negtimeout"
+            | "ndentrytmo" | "umask" | "ro" | "cache" => {}
             // Sizes are fixed when the vfs is built.
             _ => return Err(Errno::EINVAL),
         }
+        // Under the lock, so that a degrade meanwhile is either seen here
+        // or applies its overrides after (coherent.rs).
+        inner.sw.apply(&o, inner.degraded.load(Ordering::Acquire));
+        *opts = o;
+        drop(opts);
         // Cached answers may depend on the old setting.
-        self.inner.ns_gen.fetch_add(1, Ordering::Release);
+        inner.ns_gen.fetch_add(1, Ordering::Release);
         Ok(())
     }
 
-    /// The current options.
+    /// The options as given (to [`Vfs::new`], then [`Vfs::set_option`]):
+    /// what the user asked, not what a degraded vfs does meanwhile (see
+    /// [`Vfs::is_degraded`]).
     pub fn options(&self) -> Options {
-        let sw = &self.inner.sw;
-        // Taken once: the lock is not reentrant.
-        let p9 = self.inner.p9.lock().clone();
-        Options {
-            fastpath: sw.fastpath.load(Ordering::Relaxed),
-            fastperm: sw.fastperm.load(Ordering::Relaxed),
-            cache_symlinks: sw.cache_symlinks.load(Ordering::Relaxed),
-            pathcache: sw.pathcache.load(Ordering::Relaxed),
-            negtimeout_ms: sw.negtimeout.load(Ordering::Relaxed),
-            umask: sw.umask.load(Ordering::Relaxed),
-            read_only: sw.read_only.load(Ordering::Relaxed),
-            max_dentries: self.inner.w.lock().max_dentries,
-            max_files: self.inner.max_files,
-            cache_none: sw.revalidate.load(Ordering::Relaxed)
-                && !self.inner.degraded.load(Ordering::Relaxed),
-            coherent: self.inner.coherent,
-            msize: p9.as_ref().map_or(512 * 1024, |f| f.msize()),
-            aname: String::new(),
-            secret_file: None,
-            fids: p9
-                .as_ref()
-                .map_or(walkfs_p9client::DEFAULT_NODE_FIDS as u32, |f| {
-                    f.fid_stats().cap as u32
-                }),
-            host_fds: walkfs_hostfs::DEFAULT_CACHED_FDS as u32,
-        }
+        self.inner.opts.lock().clone()
     }
 
     /// Mount `fs` on the directory `path` (resolved as root).
@@ -539,15 +528,4 @@ impl Inner {
             .load(Ordering::Acquire)
             .wrapping_add(self.ext_gen.load(Ordering::Acquire))
     }
-}
-
-/// The secret for `secret_file=`: see [`walkfs_p9::read_secret_file`].
-fn read_secret(path: &str) -> Result<Vec<u8>> {
-    walkfs_p9::read_secret_file(std::path::Path::new(path)).map_err(|e| {
-        tracing::error!("secret file: {e}");
-        match e.kind() {
-            std::io::ErrorKind::PermissionDenied => Errno::EACCES,
-            _ => Errno::from(e),
-        }
-    })
 }

@@ -667,3 +667,146 @@ impl Nameidata<'_> {
         r
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::tests_util::{mem_vfs, with_dirs};
+    use crate::AT_FDCWD;
+
+    /// Where `path` leads, walked as root from the vfs root.
+    fn walk(vfs: &crate::Vfs, creds: &Creds, path: &[u8], flags: u32) -> Res<Cur> {
+        let inner = &vfs.inner;
+        Nameidata::new(inner, creds, inner.root, inner.root, flags).walk_full(path)
+    }
+
+    #[test]
+    fn a_step_from_a_directory_moved_meanwhile_starts_over() {
+        for opts in ["", "fastpath=0"] {
+            let vfs = mem_vfs(opts);
+            let ctx = with_dirs(&vfs, &["/a", "/a/b"]);
+            let root = Creds::root();
+            let a = walk(&vfs, &root, b"/a", 0).expect("walk");
+            ctx.renameat2(AT_FDCWD, b"/a", AT_FDCWD, b"/c", 0)
+                .expect("rename");
+            // A walk standing on /a as it was must not step on: its view
+            // of the directory is stale.
+            let inner = &vfs.inner;
+            let mut nd = Nameidata::new(inner, &root, inner.root, a.d, 0);
+            nd.cur = a;
+            assert_eq!(nd.walk_child(b"b"), Err(Step::Restart), "{opts}");
+            // From the path, the driver's next attempt gets the answer.
+            assert!(walk(&vfs, &root, b"/c/b", 0).is_ok());
+        }
+    }
+
+    #[test]
+    fn misses_ask_the_backend_once_then_the_cache_answers_lock_free() {
+        let vfs = mem_vfs("fastpath=0");
+        let ctx = with_dirs(&vfs, &["/d"]);
+        let root = Creds::root();
+        let before = vfs.cache_stats();
+        for _ in 0..5 {
+            assert_eq!(
+                walk(&vfs, &root, b"/d/missing", 0),
+                Err(Step::Err(Errno::ENOENT))
+            );
+            assert!(walk(&vfs, &root, b"/d", 0).is_ok());
+        }
+        let after = vfs.cache_stats();
+        assert_eq!(after.backend_lookups - before.backend_lookups, 1);
+        assert_eq!(after.negative_created - before.negative_created, 1);
+        assert!(after.slow_lookups - before.slow_lookups >= 10);
+        // The negative entry turns positive when the name is made.
+        ctx.mkdirat(AT_FDCWD, b"/d/missing", 0o700).expect("mkdir");
+        assert!(walk(&vfs, &root, b"/d/missing", 0).is_ok());
+    }
+
+    #[test]
+    fn dotdot_stops_at_the_root_and_beneath_refuses_to_climb() {
+        let vfs = mem_vfs("");
+        with_dirs(&vfs, &["/a"]);
+        let root = Creds::root();
+        let top = walk(&vfs, &root, b"/", 0).expect("root");
+        assert_eq!(walk(&vfs, &root, b"/a/../..", 0).map(|c| c.d), Ok(top.d));
+        let inner = &vfs.inner;
+        let a = walk(&vfs, &root, b"/a", 0).expect("a");
+        let mut nd = Nameidata::new(inner, &root, a.d, a.d, LOOKUP_BENEATH);
+        assert!(matches!(
+            nd.walk(b"..", false),
+            Err(Step::Err(Errno::EXDEV))
+        ));
+        let mut nd = Nameidata::new(inner, &root, a.d, a.d, LOOKUP_BENEATH);
+        assert!(matches!(
+            nd.walk(b"/a", false),
+            Err(Step::Err(Errno::EXDEV))
+        ));
+    }
+
+    #[test]
+    fn symlinks_are_followed_up_to_forty_deep() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/t"]);
+        ctx.symlinkat(b"l0", AT_FDCWD, b"/loop").expect("symlink");
+        ctx.symlinkat(b"loop", AT_FDCWD, b"/l0").expect("symlink");
+        let root = Creds::root();
+        assert_eq!(
+            walk(&vfs, &root, b"/loop", LOOKUP_FOLLOW),
+            Err(Step::Err(Errno::ELOOP))
+        );
+        // A chain of 40 resolves; 41 does not.
+        let mut prev = b"t".to_vec();
+        for i in 0..41 {
+            let name = format!("/c{i}");
+            ctx.symlinkat(&prev, AT_FDCWD, name.as_bytes())
+                .expect("symlink");
+            prev = name.into_bytes();
+        }
+        assert!(walk(&vfs, &root, b"/c39", LOOKUP_FOLLOW).is_ok_and(|c| c.is_dir()));
+        assert_eq!(
+            walk(&vfs, &root, b"/c40", LOOKUP_FOLLOW),
+            Err(Step::Err(Errno::ELOOP))
+        );
+    }
+
+    #[test]
+    fn walk_names_reports_a_partial_walk_and_the_first_error() {
+        let vfs = mem_vfs("");
+        with_dirs(&vfs, &["/a", "/a/b"]);
+        let root = Creds::root();
+        let inner = &vfs.inner;
+        let mut out = Vec::new();
+        let mut nd = Nameidata::new(inner, &root, inner.root, inner.root, 0);
+        assert_eq!(nd.walk_names(&[b"a", b"b", b"nope"], &mut out), Ok(()));
+        assert_eq!(out.len(), 2);
+        let mut nd = Nameidata::new(inner, &root, inner.root, inner.root, 0);
+        assert_eq!(
+            nd.walk_names(&[b"nope", b"b"], &mut out),
+            Err(Step::Err(Errno::ENOENT))
+        );
+        let mut nd = Nameidata::new(inner, &root, inner.root, inner.root, 0);
+        assert_eq!(
+            nd.walk_names(&[b"a/b"], &mut out),
+            Err(Step::Err(Errno::EINVAL))
+        );
+    }
+
+    #[test]
+    fn search_permission_is_checked_on_every_directory() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/open", "/open/shut", "/open/shut/in"]);
+        ctx.fchmodat(AT_FDCWD, b"/open/shut", 0o700, 0)
+            .expect("chmod");
+        let user = Creds {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![],
+            privileged: false,
+        };
+        assert!(walk(&vfs, &user, b"/open", 0).is_ok());
+        assert_eq!(
+            walk(&vfs, &user, b"/open/shut/in", 0),
+            Err(Step::Err(Errno::EACCES))
+        );
+    }
+}

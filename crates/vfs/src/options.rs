@@ -1,7 +1,101 @@
 //! Options of a vfs, parsed from the `name=value,...` strings the C ABI,
-//! the CLI and mount options use.
+//! the CLI and mount options use. The options of the backends (9P message
+//! size, fids, host descriptors...) belong to whoever builds the backend
+//! (`walkfs-source`), which routes the names it does not know here.
+
+use std::time::Duration;
 
 use walkfs_fsapi::{Errno, Result};
+
+/// How much of what was learned from the backend is trusted (`cache=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CachePolicy {
+    /// `cache=none`: every lookup and every stat asks the backend (the
+    /// cache still holds the tree's shape, but no answer is taken from it
+    /// unchecked): no lock-free walk, no remembered paths, no negative
+    /// entries, no symlink bodies.
+    None,
+    /// `cache=loose` (and Linux's `fscache`, `mmap`): keep what was
+    /// learned.
+    #[default]
+    Loose,
+    /// `cache=coherent`: loose caching, with the backend reporting changes
+    /// made behind the cache's back (by the host, by other clients) and
+    /// exactly those entries dropped. A backend that cannot report them
+    /// leaves the vfs degraded: revalidating, as with `None`, with short
+    /// timeouts (see [`crate::Vfs::is_degraded`]).
+    Coherent,
+}
+
+impl CachePolicy {
+    /// The value of `cache=` that names it (`none`, `loose`, `coherent`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CachePolicy::None => "none",
+            CachePolicy::Loose => "loose",
+            CachePolicy::Coherent => "coherent",
+        }
+    }
+}
+
+impl std::fmt::Display for CachePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for CachePolicy {
+    type Err = Errno;
+
+    /// `none`, `loose`, `coherent`, and Linux's 9p client names `fscache`
+    /// and `mmap` (which keep what was learned: loose). Anything else is
+    /// `EINVAL`.
+    fn from_str(v: &str) -> Result<CachePolicy> {
+        Ok(match v {
+            "none" => CachePolicy::None,
+            "coherent" => CachePolicy::Coherent,
+            "loose" | "fscache" | "mmap" => CachePolicy::Loose,
+            _ => return Err(Errno::EINVAL),
+        })
+    }
+}
+
+/// Whether, and for how long, a name found missing is remembered as a
+/// negative entry (`negtimeout=` / `ndentrytmo=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum NegPolicy {
+    /// `0`: not kept; every lookup of a missing name asks the backend.
+    Off,
+    /// `N` (milliseconds): kept that long.
+    For(Duration),
+    /// `-1`: kept until evicted or invalidated.
+    #[default]
+    Forever,
+}
+
+impl NegPolicy {
+    /// The policy of a `negtimeout=` value in milliseconds: 0 off, -1 for
+    /// ever, N that long; below -1 is `EINVAL`.
+    pub fn from_millis(ms: i64) -> Result<NegPolicy> {
+        match ms {
+            0 => Ok(NegPolicy::Off),
+            -1 => Ok(NegPolicy::Forever),
+            n if n > 0 => Ok(NegPolicy::For(Duration::from_millis(n as u64))),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// The `negtimeout=` value naming it: 0 off, -1 for ever, else the
+    /// milliseconds (a zero duration is off; a duration past `i64::MAX`
+    /// ms is as good as for ever, and says so).
+    pub fn as_millis(self) -> i64 {
+        match self {
+            NegPolicy::Off => 0,
+            NegPolicy::Forever => -1,
+            NegPolicy::For(d) => i64::try_from(d.as_millis()).unwrap_or(-1),
+        }
+    }
+}
 
 /// Settings of a [`crate::Vfs`]. `Default` turns every optimization on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,11 +111,10 @@ pub struct Options {
     /// Remember whole resolved paths, validated by a generation count that
     /// every change to names, permissions or mounts bumps. Used only while
     /// fastpath, fastperm and cache_symlinks are on (a hit stands in for
-    /// all three); caches ENOENT only with negtimeout=-1.
+    /// all three); caches ENOENT only with negative entries kept for ever.
     pub pathcache: bool,
-    /// Negative dentries (seed 003): 0 = not kept, N ms, -1 = until
-    /// evicted or invalidated.
-    pub negtimeout_ms: i64,
+    /// Negative dentries (seed 003).
+    pub negative: NegPolicy,
     /// Bound on cached dentries; unused ones are evicted past it.
     pub max_dentries: u32,
     /// Descriptors per context (`EMFILE` past it).
@@ -30,29 +123,10 @@ pub struct Options {
     pub umask: u32,
     /// Refuse every change with EROFS.
     pub read_only: bool,
-    /// `cache=none`: every lookup and every stat asks the backend (the
-    /// cache still holds the tree's shape, but no answer is taken from it
-    /// unchecked). `cache=loose` (the default): keep what was learned.
-    pub cache_none: bool,
-    /// `cache=coherent`: loose caching, with the backend reporting changes
-    /// made behind the cache's back (by the host, by other clients) and
-    /// exactly those entries dropped. A backend that cannot report them
-    /// gets revalidation with short timeouts instead.
-    pub coherent: bool,
-    /// For a 9P source: the largest message size to negotiate.
-    pub msize: u32,
-    /// For a 9P source: the export to attach to (diod wants its path;
-    /// `walkfs serve` exports one tree and ignores it).
-    pub aname: String,
-    /// For a 9P source: a file holding the secret the server asks for
-    /// (`walkfs serve --secret-file`), shown with 9P's Tauth.
-    pub secret_file: Option<String>,
-    /// For a 9P source: fids kept for cached files beyond those in use
-    /// (the rest are walked to again by name when needed).
-    pub fids: u32,
-    /// For a host directory: `O_PATH` descriptors kept for files not in
-    /// use (the rest are opened again by name when needed).
-    pub host_fds: u32,
+    /// What is trusted from the cache. `None` overrides the switches
+    /// above while in force (they are kept as given, and count again
+    /// once it is lifted).
+    pub cache: CachePolicy,
 }
 
 impl Default for Options {
@@ -62,18 +136,12 @@ impl Default for Options {
             fastperm: true,
             cache_symlinks: true,
             pathcache: true,
-            negtimeout_ms: -1,
+            negative: NegPolicy::Forever,
             max_dentries: 1_000_000,
             max_files: 1024,
             umask: 0,
             read_only: false,
-            cache_none: false,
-            coherent: false,
-            msize: 512 * 1024,
-            aname: String::new(),
-            secret_file: None,
-            fids: walkfs_p9client::DEFAULT_NODE_FIDS as u32,
-            host_fds: walkfs_hostfs::DEFAULT_CACHED_FDS as u32,
+            cache: CachePolicy::Loose,
         }
     }
 }
@@ -87,8 +155,8 @@ fn parse_bool(v: &str) -> Result<bool> {
 }
 
 impl Options {
-    /// Parse `"negtimeout=-1,fastpath=1,..."`; empty or `None`-like strings
-    /// give the defaults. Unknown names are `EINVAL`.
+    /// Parse `"negtimeout=-1,fastpath=1,..."`; an empty string gives the
+    /// defaults. Unknown names (the backends' too) are `EINVAL`.
     pub fn parse(s: &str) -> Result<Options> {
         let mut o = Options::default();
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
@@ -98,7 +166,8 @@ impl Options {
         Ok(o)
     }
 
-    /// Set one option by name.
+    /// Set one option by name (`EINVAL` for an unknown name or a bad
+    /// value, leaving the options as they were).
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
         let num = |v: &str| v.parse::<i64>().map_err(|_| Errno::EINVAL);
         match name {
@@ -106,13 +175,7 @@ impl Options {
             "fastperm" => self.fastperm = parse_bool(value)?,
             "cache_symlinks" => self.cache_symlinks = parse_bool(value)?,
             "pathcache" => self.pathcache = parse_bool(value)?,
-            "negtimeout" | "ndentrytmo" => {
-                let v = num(value)?;
-                if v < -1 {
-                    return Err(Errno::EINVAL);
-                }
-                self.negtimeout_ms = v;
-            }
+            "negtimeout" | "ndentrytmo" => self.negative = NegPolicy::from_millis(num(value)?)?,
             "max_dentries" => {
                 self.max_dentries = u32::try_from(num(value)?).map_err(|_| Errno::EINVAL)?;
             }
@@ -128,35 +191,7 @@ impl Options {
             }
             "ro" => self.read_only = parse_bool(value)?,
             "rw" => self.read_only = !parse_bool(value)?,
-            "cache" => {
-                (self.cache_none, self.coherent) = match value {
-                    "none" => (true, false),
-                    "coherent" => (false, true),
-                    // Linux's 9p client names; all keep what was learned.
-                    "loose" | "fscache" | "mmap" => (false, false),
-                    _ => return Err(Errno::EINVAL),
-                }
-            }
-            "aname" => self.aname = value.to_string(),
-            "host_fds" => {
-                self.host_fds = u32::try_from(num(value)?)
-                    .ok()
-                    .filter(|&n| n >= 1)
-                    .ok_or(Errno::EINVAL)?
-            }
-            "fids" => {
-                self.fids = u32::try_from(num(value)?)
-                    .ok()
-                    .filter(|&n| n >= 1)
-                    .ok_or(Errno::EINVAL)?
-            }
-            "secret_file" if !value.is_empty() => self.secret_file = Some(value.to_string()),
-            "msize" => {
-                self.msize = u32::try_from(num(value)?)
-                    .ok()
-                    .filter(|&m| m >= 4096)
-                    .ok_or(Errno::EINVAL)?
-            }
+            "cache" => self.cache = value.parse()?,
             _ => return Err(Errno::EINVAL),
         }
         Ok(())
@@ -170,15 +205,49 @@ mod tests {
     #[test]
     fn parses_and_rejects() {
         let o = Options::parse("negtimeout=0, fastpath=0,umask=022").unwrap();
-        assert_eq!(o.negtimeout_ms, 0);
+        assert_eq!(o.negative, NegPolicy::Off);
         assert!(!o.fastpath);
         assert_eq!(o.umask, 0o22);
         assert_eq!(Options::parse("").unwrap(), Options::default());
         assert_eq!(Options::parse("bogus=1"), Err(Errno::EINVAL));
         assert_eq!(Options::parse("negtimeout=-2"), Err(Errno::EINVAL));
+        assert_eq!(Options::parse("negtimeout=x"), Err(Errno::EINVAL));
         assert_eq!(
-            Options::parse("ndentrytmo=5000").unwrap().negtimeout_ms,
-            5000
+            Options::parse("ndentrytmo=5000").unwrap().negative,
+            NegPolicy::For(Duration::from_millis(5000))
         );
+        assert_eq!(
+            Options::parse("negtimeout=-1").unwrap().negative,
+            NegPolicy::Forever
+        );
+        // The backends' options are not the vfs's.
+        assert_eq!(Options::parse("msize=8192"), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn cache_policies_and_their_names() {
+        for (v, p) in [
+            ("none", CachePolicy::None),
+            ("loose", CachePolicy::Loose),
+            ("fscache", CachePolicy::Loose),
+            ("mmap", CachePolicy::Loose),
+            ("coherent", CachePolicy::Coherent),
+        ] {
+            assert_eq!(Options::parse(&format!("cache={v}")).unwrap().cache, p);
+        }
+        assert_eq!(Options::parse("cache=strict"), Err(Errno::EINVAL));
+        assert_eq!(Options::default().cache, CachePolicy::Loose);
+        for p in [CachePolicy::None, CachePolicy::Loose, CachePolicy::Coherent] {
+            assert_eq!(p.to_string().parse::<CachePolicy>(), Ok(p));
+        }
+    }
+
+    #[test]
+    fn negative_policy_round_trips_through_millis() {
+        for ms in [0, -1, 1, 250, 5000] {
+            assert_eq!(NegPolicy::from_millis(ms).unwrap().as_millis(), ms);
+        }
+        assert_eq!(NegPolicy::For(Duration::ZERO).as_millis(), 0);
+        assert_eq!(NegPolicy::For(Duration::MAX).as_millis(), -1);
     }
 }

@@ -972,3 +972,159 @@ pub(crate) fn send_forgets(sbs: &[Arc<dyn FileSystem>], forgets: Vec<(usize, u64
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::tests_util::{mem_vfs, with_dirs};
+    use crate::{Creds, AT_FDCWD};
+
+    fn refs(inner: &Inner, d: DIdx) -> u32 {
+        inner.dc.dentry(d).map_or(0, |x| x.refs.load(Relaxed))
+    }
+
+    fn dentry_of(vfs: &crate::Vfs, path: &[u8]) -> crate::namei::Cur {
+        let inner = &vfs.inner;
+        let creds = Creds::root();
+        crate::namei::Nameidata::new(inner, &creds, inner.root, inner.root, 0)
+            .walk_full(path)
+            .expect("walk")
+    }
+
+    #[test]
+    fn the_guard_moves_the_generation_only_after_a_change() {
+        let vfs = mem_vfs("");
+        let inner = &vfs.inner;
+        let g0 = inner.ns_gen.load(Acquire);
+        drop(inner.writer());
+        assert_eq!(inner.ns_gen.load(Acquire), g0, "a read-only section");
+        let mut w = inner.writer();
+        w.changed();
+        // Not before the mutex is let go: a walk reading the new
+        // generation must find the new state.
+        assert_eq!(inner.ns_gen.load(Acquire), g0);
+        drop(w);
+        assert_eq!(inner.ns_gen.load(Acquire), g0 + 1);
+    }
+
+    #[test]
+    fn pins_check_the_walk_is_still_current() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/a"]);
+        let inner = &vfs.inner;
+        let a = dentry_of(&vfs, b"/a");
+        let base = refs(inner, a.d);
+        assert!(inner.pin(a.d, a.seq));
+        assert_eq!(refs(inner, a.d), base + 1);
+        inner.unpin(a.d);
+        // Renamed since the walk: the pin is refused and leaves no count.
+        ctx.renameat2(AT_FDCWD, b"/a", AT_FDCWD, b"/b", 0)
+            .expect("rename");
+        assert!(!inner.pin(a.d, a.seq));
+        assert_eq!(refs(inner, a.d), base);
+    }
+
+    #[test]
+    fn a_closed_file_parks_its_pin_and_the_next_open_takes_it_back() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/d"]);
+        let fd = ctx
+            .openat(AT_FDCWD, b"/d/f", libc::O_CREAT | libc::O_WRONLY, 0o644)
+            .expect("create");
+        ctx.close(fd).expect("close");
+        let inner = &vfs.inner;
+        let f = dentry_of(&vfs, b"/d/f");
+        assert_eq!(refs(inner, f.d), 1, "parked");
+        for _ in 0..3 {
+            let fd = ctx
+                .openat(AT_FDCWD, b"/d/f", libc::O_RDONLY, 0)
+                .expect("open");
+            assert_eq!(refs(inner, f.d), 1, "the parked pin, taken back");
+            ctx.close(fd).expect("close");
+        }
+        // Another context has its own table.
+        let other = vfs.context(Creds::root());
+        let fd = other
+            .openat(AT_FDCWD, b"/d/f", libc::O_RDONLY, 0)
+            .expect("open");
+        assert_eq!(refs(inner, f.d), 2);
+        other.close(fd).expect("close");
+        drop(other);
+        drop(ctx);
+        assert_eq!(refs(inner, f.d), 0, "a context takes its parked pins along");
+    }
+
+    #[test]
+    fn a_removed_file_is_never_parked_and_is_freed_at_close() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/d"]);
+        let fd = ctx
+            .openat(AT_FDCWD, b"/d/f", libc::O_CREAT | libc::O_RDWR, 0o644)
+            .expect("create");
+        let f = dentry_of(&vfs, b"/d/f");
+        let inodes = vfs.cache_stats().inodes;
+        ctx.unlinkat(AT_FDCWD, b"/d/f", 0).expect("unlink");
+        assert_eq!(ctx.write(fd, b"still open"), Ok(10));
+        ctx.close(fd).expect("close");
+        let inner = &vfs.inner;
+        let d = inner.dc.dentry(f.d).expect("slot");
+        assert_eq!(d.flags.load(Relaxed) & D_ALLOCATED, 0, "freed, not parked");
+        assert_eq!(vfs.cache_stats().inodes, inodes - 1);
+    }
+
+    #[test]
+    fn names_are_added_found_and_killed_under_the_mutex() {
+        let vfs = mem_vfs("");
+        with_dirs(&vfs, &["/d"]);
+        let inner = &vfs.inner;
+        let dc = &inner.dc;
+        let dir = dentry_of(&vfs, b"/d");
+        let long = [b'x'; 40];
+        let mut w = inner.writer();
+        for name in [&b"short"[..], &long[..]] {
+            let h = hash_name(name);
+            assert_eq!(w.d_find(dc, dir.d, name, h), None);
+            let neg = w
+                .d_add(dc, dir.d, name, h, IIdx::NONE, EXPIRY_FOREVER)
+                .expect("add");
+            assert_eq!(w.d_find(dc, dir.d, name, h), Some(neg));
+            assert_eq!(dc.name_of(neg), name);
+            // Lock-free readers see it too.
+            let s = dc.d_lookup(dir.d, name, h).expect("lock-free");
+            assert_eq!(s.idx, neg);
+            assert_ne!(s.flags & D_NEGATIVE, 0);
+            w.d_kill(dc, neg);
+            assert_eq!(w.d_find(dc, dir.d, name, h), None);
+            assert_eq!(dc.d_lookup(dir.d, name, h), None);
+        }
+    }
+
+    #[test]
+    fn eviction_frees_unused_dentries_only() {
+        let vfs = mem_vfs("");
+        let keeper = with_dirs(&vfs, &["/d"]);
+        {
+            let maker = vfs.context(Creds::root());
+            for i in 0..50 {
+                let p = format!("/d/f{i}");
+                let fd = maker
+                    .openat(
+                        AT_FDCWD,
+                        p.as_bytes(),
+                        libc::O_CREAT | libc::O_WRONLY,
+                        0o644,
+                    )
+                    .expect("create");
+                maker.close(fd).expect("close");
+            }
+        } // its parked pins go with it
+        let _keep = keeper
+            .openat(AT_FDCWD, b"/d/f7", libc::O_RDONLY, 0)
+            .expect("open");
+        let f7 = dentry_of(&vfs, b"/d/f7");
+        vfs.drop_caches();
+        assert!(vfs.inner.dc.unchanged(&f7), "an open file's dentry stays");
+        // The root, /d (held by its child) and /d/f7.
+        assert_eq!(vfs.cache_stats().dentries, 3);
+    }
+}

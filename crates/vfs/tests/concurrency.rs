@@ -11,11 +11,16 @@ use walkfs_vfs::{Creds, Errno, Options, Vfs, AT_FDCWD, RENAME_EXCHANGE};
 
 const NAMES: usize = 4;
 
+/// An empty in-memory tree to walk.
+fn mem() -> Arc<walkfs_memfs::MemFs> {
+    Arc::new(walkfs_memfs::MemFs::new())
+}
+
 /// Per name: 4k+1 creating, 4k+2 present, 4k+3 removing, 4k+4 removed.
 struct States([AtomicU64; NAMES]);
 
 fn run(opts: &str, readers: usize, dur: Duration) {
-    let vfs = Vfs::open_source("mem:", &Options::parse(opts).unwrap()).unwrap();
+    let vfs = Vfs::new(mem(), &Options::parse(opts).unwrap()).unwrap();
     let root = vfs.context(Creds::root());
     for d in ["/d", "/d/s0", "/d/s0/s1", "/d/t0", "/d/t0/s1"] {
         root.mkdirat(AT_FDCWD, d.as_bytes(), 0o755).unwrap();
@@ -136,7 +141,7 @@ fn readers_and_writers_agree_slow_path() {
 #[test]
 fn eviction_under_pressure_keeps_answers_right() {
     // A cache far smaller than the tree: every walk evicts and refills.
-    let vfs = Vfs::open_source("mem:", &Options::parse("max_dentries=1024").unwrap()).unwrap();
+    let vfs = Vfs::new(mem(), &Options::parse("max_dentries=1024").unwrap()).unwrap();
     let ctx = vfs.context(Creds::root());
     for i in 0..40 {
         ctx.mkdirat(AT_FDCWD, format!("/d{i}").as_bytes(), 0o755)

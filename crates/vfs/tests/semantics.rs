@@ -1,9 +1,11 @@
 //! path_resolution(7) semantics of the walk, over memfs.
 
+use std::sync::Arc;
+
 use walkfs_vfs::{Creds, Errno, Options, Vfs, AT_FDCWD};
 
 fn setup() -> (Vfs, walkfs_vfs::Ctx) {
-    let vfs = Vfs::open_source("mem:", &Options::default()).unwrap();
+    let vfs = Vfs::new(Arc::new(walkfs_memfs::MemFs::new()), &Options::default()).unwrap();
     let ctx = vfs.context(Creds::root());
     for d in ["/usr", "/usr/lib", "/usr/lib/gcc", "/d", "/d/sub"] {
         ctx.mkdirat(AT_FDCWD, d.as_bytes(), 0o755).unwrap();
@@ -207,7 +209,8 @@ fn files_read_write_stat() {
 #[test]
 fn a_file_unlinked_while_open_is_released_at_close() {
     let tmp = tempfile::tempdir().unwrap();
-    let vfs = Vfs::open_source(tmp.path().to_str().unwrap(), &Options::default()).unwrap();
+    let fs = Arc::new(walkfs_hostfs::HostFs::new(tmp.path()).unwrap());
+    let vfs = Vfs::new(fs, &Options::default()).unwrap();
     let ctx = vfs.context(Creds::root());
     let count = || std::fs::read_dir("/proc/self/fd").unwrap().count();
     let before = count();

@@ -5,15 +5,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use walkfs_fsapi::{Attr, Entry, NodeId, Owner};
-use walkfs_vfs::{slow_permission_checks, Creds, Errno, FileSystem, Options, Vfs, AT_FDCWD};
+use walkfs_vfs::{
+    slow_permission_checks, CachePolicy, Creds, Errno, FileSystem, NegPolicy, Options, Vfs,
+    AT_FDCWD,
+};
 
 fn host_vfs(opts: &str) -> (tempfile::TempDir, Vfs) {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(tmp.path().join("usr/lib")).unwrap();
     std::fs::write(tmp.path().join("usr/lib/crt.o"), b"x").unwrap();
     std::os::unix::fs::symlink("usr/lib", tmp.path().join("lib")).unwrap();
-    let vfs =
-        Vfs::open_source(tmp.path().to_str().unwrap(), &Options::parse(opts).unwrap()).unwrap();
+    let fs = Arc::new(walkfs_hostfs::HostFs::new(tmp.path()).unwrap());
+    let vfs = Vfs::new(fs, &Options::parse(opts).unwrap()).unwrap();
     (tmp, vfs)
 }
 
@@ -178,14 +181,14 @@ fn switches_change_at_run_time_and_unknown_names_are_rejected() {
     vfs.set_option("fastpath", "0").unwrap();
     vfs.set_option("negtimeout", "0").unwrap();
     assert!(!vfs.options().fastpath);
-    assert_eq!(vfs.options().negtimeout_ms, 0);
+    assert_eq!(vfs.options().negative, NegPolicy::Off);
     assert_eq!(vfs.set_option("warp", "9"), Err(Errno::EINVAL));
     assert_eq!(vfs.set_option("max_dentries", "5"), Err(Errno::EINVAL));
 }
 
 #[test]
 fn pathcache_answers_are_invalidated_by_every_kind_of_change() {
-    let vfs = Vfs::open_source("mem:", &Options::default()).unwrap();
+    let vfs = Vfs::new(Arc::new(walkfs_memfs::MemFs::new()), &Options::default()).unwrap();
     let root = vfs.context(Creds::root());
     let user = vfs.context(Creds {
         uid: 1000,
@@ -275,4 +278,68 @@ fn pathcache_switch_skips_the_walk() {
         }
         assert_eq!(slow_permission_checks() - before, expect_slow, "{opts}");
     }
+}
+
+/// How many of `n` readlinks of `/lib` reached the backend.
+fn readlinks_reaching(vfs: &Vfs, fs: &CountingFs, n: u64) -> u64 {
+    let ctx = vfs.context(Creds::root());
+    let before = fs.readlinks.load(Ordering::Relaxed);
+    for _ in 0..n {
+        assert_eq!(ctx.readlinkat(AT_FDCWD, b"/lib").unwrap(), b"usr");
+    }
+    fs.readlinks.load(Ordering::Relaxed) - before
+}
+
+fn counting_vfs(opts: &str) -> (Arc<CountingFs>, Vfs) {
+    let fs = Arc::new(CountingFs {
+        inner: walkfs_memfs::MemFs::new(),
+        readlinks: AtomicU64::new(0),
+    });
+    let vfs = Vfs::new(fs.clone(), &Options::parse(opts).unwrap()).unwrap();
+    let ctx = vfs.context(Creds::root());
+    ctx.mkdirat(AT_FDCWD, b"/usr", 0o755).unwrap();
+    ctx.symlinkat(b"usr", AT_FDCWD, b"/lib").unwrap();
+    (fs, vfs)
+}
+
+#[test]
+fn cache_none_overrides_the_switches_without_rewriting_them() {
+    let (fs, vfs) = counting_vfs("cache=none");
+    assert_eq!(readlinks_reaching(&vfs, &fs, 5), 5);
+    // The options are as given: cache=none, every switch still on.
+    let o = vfs.options();
+    assert_eq!(o.cache, CachePolicy::None);
+    assert!(o.fastpath && o.pathcache && o.cache_symlinks);
+    assert_eq!(o.negative, NegPolicy::Forever);
+    assert!(!vfs.is_degraded());
+    // Lifted at run time, the switches count again.
+    vfs.set_option("cache", "loose").unwrap();
+    assert!(readlinks_reaching(&vfs, &fs, 5) <= 1);
+    assert_eq!(vfs.options().cache, CachePolicy::Loose);
+    vfs.set_option("cache", "none").unwrap();
+    assert_eq!(readlinks_reaching(&vfs, &fs, 5), 5);
+}
+
+#[test]
+fn degraded_is_state_not_a_rewrite_of_the_options() {
+    // memfs cannot report changes: a cache=coherent vfs over it is
+    // degraded from the start.
+    let (fs, vfs) = counting_vfs("cache=coherent");
+    assert!(vfs.is_degraded());
+    assert!(!vfs.is_coherent());
+    let o = vfs.options();
+    assert_eq!(o.cache, CachePolicy::Coherent);
+    assert!(o.fastpath && o.pathcache && o.cache_symlinks);
+    assert_eq!(o.negative, NegPolicy::Forever);
+    assert_eq!(readlinks_reaching(&vfs, &fs, 5), 5);
+    // A change of options leaves the overrides in force.
+    vfs.set_option("cache", "loose").unwrap();
+    vfs.set_option("cache_symlinks", "1").unwrap();
+    assert_eq!(readlinks_reaching(&vfs, &fs, 5), 5);
+    assert_eq!(vfs.options().cache, CachePolicy::Loose);
+    assert!(vfs.is_degraded());
+    // A loose vfs is never degraded.
+    let (fs, vfs) = counting_vfs("cache=loose");
+    assert!(!vfs.is_degraded() && !vfs.is_coherent());
+    assert!(readlinks_reaching(&vfs, &fs, 5) <= 1);
 }

@@ -10,7 +10,8 @@ use std::process::{Command, Stdio};
 
 use proptest::prelude::*;
 use walkfs_difftest::{snapshot, walkfs_exec, Op, Outcome, Who};
-use walkfs_vfs::{Creds, Options, Vfs};
+use walkfs_source::SourceOptions;
+use walkfs_vfs::Creds;
 
 const NAMES: &[&str] = &[
     "a", "b", "f", "p", "x", "w", "l", "dl", "u", "g", "n", "m", "loop", ".", "..",
@@ -225,9 +226,9 @@ fn differential_mounts(
     });
     let kernel = run_kernel(kdir.path(), who, ops);
     drop(mount);
-    let vfs = Vfs::open_source(
+    let vfs = walkfs_source::open(
         wdir.path().to_str().unwrap(),
-        &Options::parse(opts).unwrap(),
+        &SourceOptions::parse(opts).unwrap(),
     )
     .unwrap();
     if mounted {

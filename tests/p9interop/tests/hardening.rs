@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use walkfs_p9::{Data, Fcall, Names, Str, NOFID};
 use walkfs_server::auth::Secret;
 use walkfs_server::Config;
-use walkfs_vfs::{Errno, Options, Vfs, AT_FDCWD};
+use walkfs_source::SourceOptions;
+use walkfs_vfs::{Errno, AT_FDCWD};
 
 mod common;
 use common::*;
@@ -125,7 +126,8 @@ fn a_secret_is_needed_to_attach() {
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).expect("chmod");
     };
     let source = format!("unix:{}", sock.display());
-    let open = |opts: &str| Vfs::open_source(&source, &Options::parse(opts).expect("opts"));
+    let open =
+        |opts: &str| walkfs_source::open(&source, &SourceOptions::parse(opts).expect("opts"));
     let with_key = format!("secret_file={}", key.display());
     write_key(&[SECRET, b"\n"].concat(), 0o600);
     let vfs = open(&with_key).expect("attach with the secret");
@@ -414,9 +416,9 @@ fn a_directory_swapped_for_a_symlink_never_leads_out() {
     std::fs::write(dir.join("d/f"), b"inside").expect("write");
     symlink(&out, dir.join("swap")).expect("symlink");
     let sock = t.path().join("s.sock");
-    let vfs = Vfs::open_source(
+    let vfs = walkfs_source::open(
         dir.to_str().expect("utf8"),
-        &Options::parse("cache=none").expect("opts"),
+        &SourceOptions::parse("cache=none").expect("opts"),
     )
     .expect("vfs");
     let server = walkfs_server::Server::new(vfs, Config::default());

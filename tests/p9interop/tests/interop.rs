@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use walkfs_p9::{Addr, Fcall, Names, Str, NOFID};
 use walkfs_server::{Config, Server};
-use walkfs_vfs::{Ctx, Errno, Options, Vfs, AT_FDCWD};
+use walkfs_source::SourceOptions;
+use walkfs_vfs::{Ctx, Errno, AT_FDCWD};
 
 mod common;
 use common::*;
@@ -261,7 +262,8 @@ fn diod_clients_against_walkfs_serve() {
     let t = tempfile::tempdir().expect("tempdir");
     let dir = t.path().join("export");
     make_tree(&dir);
-    let vfs = Vfs::open_source(dir.to_str().expect("utf8"), &Options::default()).expect("vfs");
+    let vfs =
+        walkfs_source::open(dir.to_str().expect("utf8"), &SourceOptions::default()).expect("vfs");
     let server = Server::new(vfs, Config::default());
     let l = Addr::Tcp("127.0.0.1:0".into()).listen().expect("listen");
     let addr = match l.local_addr().expect("addr") {

@@ -13,7 +13,8 @@ use std::time::Duration;
 use walkfs_p9::notify::{ALL, DEGRADED, ENTRY, INODE, MIN_READ, NAME as NOTIFY_NAME, VERSION};
 use walkfs_p9::{Addr, Fcall, Str};
 use walkfs_server::{Config, Server};
-use walkfs_vfs::{Errno, Options, Vfs};
+use walkfs_source::SourceOptions;
+use walkfs_vfs::Errno;
 
 mod common;
 use common::*;
@@ -23,8 +24,8 @@ const NFID: u32 = 77;
 
 /// A server of `dir` whose vfs watches it (as `walkfs serve` does).
 fn serve_coherent(dir: &Path, sock: &Path) -> Arc<Server> {
-    let o = Options::parse("cache=coherent").expect("options");
-    let vfs = Vfs::open_source(dir.to_str().expect("utf8"), &o).expect("vfs");
+    let o = SourceOptions::parse("cache=coherent").expect("options");
+    let vfs = walkfs_source::open(dir.to_str().expect("utf8"), &o).expect("vfs");
     assert!(vfs.is_coherent());
     let server = Server::new(vfs, Config::default());
     let l = Addr::Unix(sock.display().to_string())
@@ -208,8 +209,8 @@ fn a_server_that_cannot_watch_says_so_at_once() {
     // go unseen): the first record a subscriber reads is DEGRADED.
     let t = tempfile::tempdir().expect("tempdir");
     let sock = t.path().join("s.sock");
-    let o = Options::parse("cache=coherent").expect("options");
-    let vfs = Vfs::open_source("mem:", &o).expect("vfs");
+    let o = SourceOptions::parse("cache=coherent").expect("options");
+    let vfs = walkfs_source::open("mem:", &o).expect("vfs");
     assert!(!vfs.is_coherent());
     let server = Server::new(vfs, Config::default());
     let l = Addr::Unix(sock.display().to_string())

@@ -29,6 +29,9 @@ use walkfs_fsapi::{
 use walkfs_p9::{self as p9, Addr, Fcall, Names, Str, IOHDRSZ, NOFID};
 
 pub use rpc::{Counters, Stats};
+/// The node table's use of fids (`walkfs stats`), as every backend
+/// reports it.
+pub use walkfs_fsapi::FidStats;
 
 /// How to reach and attach.
 #[derive(Clone, Debug)]
@@ -576,19 +579,6 @@ impl Drop for Pin<'_> {
     }
 }
 
-/// The node table's use of fids (`walkfs stats`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FidStats {
-    /// Files the vfs holds.
-    pub nodes: u64,
-    /// Fids held for them now (besides the root), and the bound.
-    pub held: u64,
-    pub cap: u64,
-    /// Fids released to stay within the bound; walks to get one back.
-    pub released: u64,
-    pub rewalks: u64,
-}
-
 impl Drop for P9Fs {
     /// The notification thread holds the connection while it waits for
     /// a change: end the connection for it.
@@ -1027,5 +1017,17 @@ impl FileSystem for P9Fs {
 
     fn kind(&self) -> &'static str {
         "9p"
+    }
+
+    fn rpc_stats(&self) -> Option<Stats> {
+        Some(self.stats())
+    }
+
+    fn fid_stats(&self) -> Option<FidStats> {
+        Some(P9Fs::fid_stats(self))
+    }
+
+    fn reset_stats(&self) {
+        P9Fs::reset_stats(self)
     }
 }

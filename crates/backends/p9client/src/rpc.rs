@@ -43,16 +43,9 @@ impl Default for Counters {
     }
 }
 
-/// A snapshot of [`Counters`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// `(message name, count)` for each request type sent.
-    pub rpcs: Vec<(&'static str, u64)>,
-    pub total_rpcs: u64,
-    pub bytes_sent: u64,
-    pub bytes_received: u64,
-    pub wait_ns: u64,
-}
+/// A snapshot of [`Counters`] (the type every backend reports its
+/// message counters in).
+pub use walkfs_fsapi::RpcStats as Stats;
 
 impl Counters {
     pub fn snapshot(&self) -> Stats {

@@ -279,3 +279,55 @@ impl Ctx {
         })
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::tests_util::{mem_vfs, with_dirs};
+    use crate::{Creds, Errno, AT_FDCWD};
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_change_of_attributes_is_cached_and_moves_the_generations() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/d"]);
+        let gens = || {
+            (
+                vfs.inner.ns_gen.load(Ordering::Acquire),
+                vfs.inner.attr_gen.load(Ordering::Acquire),
+            )
+        };
+        let (ns, attr) = gens();
+        ctx.fchmodat(AT_FDCWD, b"/d", 0o700, 0).expect("chmod");
+        let st = ctx
+            .statx(AT_FDCWD, b"/d", 0, libc::STATX_MODE)
+            .expect("stat");
+        assert_eq!(st.stx_mode as u32 & 0o7777, 0o700);
+        let (ns2, attr2) = gens();
+        assert!(ns2 > ns && attr2 > attr);
+        // A user who may no longer search it is told so from the cache.
+        let user = vfs.context(Creds {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![],
+            privileged: false,
+        });
+        assert_eq!(user.faccessat(AT_FDCWD, b"/d/x", 0, 0), Err(Errno::EACCES));
+        assert_eq!(user.fchmodat(AT_FDCWD, b"/d", 0o777, 0), Err(Errno::EPERM));
+    }
+
+    #[test]
+    fn fstat_of_a_written_file_sees_the_new_size() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/d"]);
+        let fd = ctx
+            .openat(AT_FDCWD, b"/d/f", libc::O_CREAT | libc::O_RDWR, 0o644)
+            .expect("create");
+        assert_eq!(ctx.fstat(fd).map(|s| s.st_size), Ok(0));
+        ctx.write(fd, b"12345").expect("write");
+        assert_eq!(ctx.fstat(fd).map(|s| s.st_size), Ok(5));
+        ctx.ftruncate(fd, 2).expect("truncate");
+        assert_eq!(ctx.fstatx(fd, libc::STATX_SIZE).map(|s| s.stx_size), Ok(2));
+        ctx.close(fd).expect("close");
+        assert_eq!(ctx.fstat(fd).map(|_| ()), Err(Errno::EBADF));
+    }
+}

@@ -241,3 +241,117 @@ impl Ctx {
         })
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::tests_util::{mem_vfs, with_dirs, GatedFs};
+    use crate::{Creds, Errno, Options, Vfs, AT_FDCWD};
+    use std::sync::atomic::Ordering;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// The design this module rests on: a create holds its own directory
+    /// across the backend call, and nothing else. While one is stuck in
+    /// the backend, misses and creates elsewhere go on, and a miss in the
+    /// same directory waits (its answer could predate the create).
+    #[test]
+    fn a_slow_create_holds_only_its_own_directory() {
+        let fs = GatedFs::new();
+        let vfs = Vfs::new(fs.clone(), &Options::default()).expect("vfs");
+        with_dirs(&vfs, &["/a", "/b"]);
+        let v = vfs.clone();
+        let stuck = std::thread::spawn(move || {
+            v.context(Creds::root())
+                .mkdirat(AT_FDCWD, b"/a/slow", 0o755)
+        });
+        fs.gate.wait_for(1);
+        // Elsewhere: a miss, a create, a lookup of what was created.
+        let (tx, rx) = mpsc::channel();
+        let v = vfs.clone();
+        std::thread::spawn(move || {
+            let ctx = v.context(Creds::root());
+            let r = (
+                ctx.faccessat(AT_FDCWD, b"/b/none", 0, 0),
+                ctx.mkdirat(AT_FDCWD, b"/b/new", 0o755),
+                ctx.faccessat(AT_FDCWD, b"/b/new", 0, 0),
+            );
+            let _ = tx.send(r);
+        });
+        let r = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("calls in another directory waited for a create in /a");
+        assert_eq!(r, (Err(Errno::ENOENT), Ok(()), Ok(())));
+        // In the same directory: a miss (a name not cached) waits for the
+        // create. (The name being made is cached negative by the create's
+        // own lookup: a stat of it meanwhile says ENOENT at once, ordered
+        // before the mkdir, as in Linux.)
+        let (tx, rx) = mpsc::channel();
+        let v = vfs.clone();
+        std::thread::spawn(move || {
+            let ctx = v.context(Creds::root());
+            let _ = tx.send(ctx.faccessat(AT_FDCWD, b"/a/other", 0, 0));
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "a miss in /a ran while a create there was in the backend"
+        );
+        fs.gate.open();
+        assert_eq!(stuck.join().expect("join"), Ok(()));
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(20)),
+            Ok(Err(Errno::ENOENT))
+        );
+        let ctx = vfs.context(Creds::root());
+        assert_eq!(ctx.faccessat(AT_FDCWD, b"/a/slow", 0, 0), Ok(()));
+        assert!(fs.lookups.load(Ordering::Relaxed) > 0);
+    }
+
+    #[test]
+    fn made_names_are_cached_and_failures_forget_what_the_backend_denies() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/d"]);
+        ctx.symlinkat(b"target", AT_FDCWD, b"/d/l")
+            .expect("symlink");
+        ctx.mknodat(AT_FDCWD, b"/d/p", libc::S_IFIFO | 0o600, 0)
+            .expect("fifo");
+        let before = vfs.cache_stats().backend_lookups;
+        for p in [&b"/d/l"[..], b"/d/p"] {
+            assert_eq!(
+                ctx.faccessat(AT_FDCWD, p, 0, libc::AT_SYMLINK_NOFOLLOW),
+                Ok(())
+            );
+        }
+        assert_eq!(
+            vfs.cache_stats().backend_lookups,
+            before,
+            "cached by the create"
+        );
+        assert_eq!(ctx.mkdirat(AT_FDCWD, b"/d/l", 0o755), Err(Errno::EEXIST));
+        assert_eq!(ctx.mkdirat(AT_FDCWD, b"/nope/x", 0o755), Err(Errno::ENOENT));
+        assert_eq!(
+            ctx.linkat(AT_FDCWD, b"/d", AT_FDCWD, b"/d2", 0),
+            Err(Errno::EPERM),
+            "no hard links to directories"
+        );
+    }
+
+    #[test]
+    fn new_nodes_get_their_owner_from_policy() {
+        let vfs = mem_vfs("umask=022");
+        let ctx = with_dirs(&vfs, &["/g"]);
+        ctx.fchownat(AT_FDCWD, b"/g", 0, 50, 0).expect("chown");
+        ctx.fchmodat(AT_FDCWD, b"/g", 0o2777, 0).expect("chmod");
+        let user = vfs.context(Creds {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![],
+            privileged: false,
+        });
+        user.mkdirat(AT_FDCWD, b"/g/sub", 0o777).expect("mkdir");
+        let st = user
+            .statx(AT_FDCWD, b"/g/sub", 0, libc::STATX_BASIC_STATS)
+            .expect("stat");
+        assert_eq!((st.stx_uid, st.stx_gid), (1000, 50));
+        assert_eq!(st.stx_mode as u32 & 0o7777, 0o2755);
+    }
+}

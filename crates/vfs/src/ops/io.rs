@@ -207,3 +207,62 @@ impl Ctx {
         Ok(())
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::tests_util::{mem_vfs, with_dirs};
+    use crate::{Creds, Errno, AT_FDCWD};
+
+    #[test]
+    fn reads_writes_appends_and_seeks() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/d"]);
+        let fd = ctx
+            .openat(AT_FDCWD, b"/d/f", libc::O_CREAT | libc::O_RDWR, 0o644)
+            .expect("create");
+        assert_eq!(ctx.write(fd, b"hello "), Ok(6));
+        assert_eq!(ctx.pwrite(fd, b"world", 6), Ok(5));
+        assert_eq!(ctx.lseek(fd, 0, libc::SEEK_SET), Ok(0));
+        let mut buf = [0u8; 32];
+        assert_eq!(ctx.read(fd, &mut buf), Ok(11));
+        assert_eq!(&buf[..11], b"hello world");
+        assert_eq!(ctx.lseek(fd, -5, libc::SEEK_END), Ok(6));
+        ctx.close(fd).expect("close");
+        let ro = ctx
+            .openat(AT_FDCWD, b"/d/f", libc::O_RDONLY, 0)
+            .expect("open");
+        assert_eq!(ctx.write(ro, b"x"), Err(Errno::EBADF));
+        assert_eq!(ctx.ftruncate(ro, 0), Err(Errno::EINVAL));
+        let ap = ctx
+            .openat(AT_FDCWD, b"/d/f", libc::O_WRONLY | libc::O_APPEND, 0)
+            .expect("open");
+        assert_eq!(ctx.pwrite(ap, b"!", 0), Ok(1), "O_APPEND appends, as Linux");
+        assert_eq!(ctx.pread(ro, &mut buf, 0), Ok(12));
+        assert_eq!(buf[11], b'!');
+    }
+
+    #[test]
+    fn a_write_by_another_user_drops_set_id_bits() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/d"]);
+        let fd = ctx
+            .openat(AT_FDCWD, b"/d/s", libc::O_CREAT | libc::O_WRONLY, 0o6777)
+            .expect("create");
+        ctx.close(fd).expect("close");
+        ctx.fchmodat(AT_FDCWD, b"/d/s", 0o6777, 0).expect("chmod");
+        let user = vfs.context(Creds {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![],
+            privileged: false,
+        });
+        let fd = user
+            .openat(AT_FDCWD, b"/d/s", libc::O_WRONLY, 0)
+            .expect("open");
+        assert_eq!(user.write(fd, b"x"), Ok(1));
+        let st = ctx
+            .statx(AT_FDCWD, b"/d/s", 0, libc::STATX_MODE)
+            .expect("stat");
+        assert_eq!(st.stx_mode as u32 & 0o7777, 0o777);
+    }
+}

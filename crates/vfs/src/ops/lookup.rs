@@ -314,3 +314,44 @@ impl Ctx {
         Ok(buf)
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::tests_util::{mem_vfs, with_dirs};
+    use crate::{Errno, AT_FDCWD};
+
+    #[test]
+    fn remembered_paths_follow_renames() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/a", "/a/b"]);
+        for _ in 0..3 {
+            assert_eq!(ctx.faccessat(AT_FDCWD, b"/a/b", 0, 0), Ok(()));
+            assert_eq!(ctx.faccessat(AT_FDCWD, b"/z/b", 0, 0), Err(Errno::ENOENT));
+        }
+        ctx.renameat2(AT_FDCWD, b"/a", AT_FDCWD, b"/z", 0)
+            .expect("rename");
+        assert_eq!(ctx.faccessat(AT_FDCWD, b"/a/b", 0, 0), Err(Errno::ENOENT));
+        assert_eq!(ctx.faccessat(AT_FDCWD, b"/z/b", 0, 0), Ok(()));
+    }
+
+    #[test]
+    fn nine_p_walks_stop_at_the_first_missing_name() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/a", "/a/b"]);
+        let mut out = Vec::new();
+        let fd = ctx
+            .walk_names(AT_FDCWD, &[b"a", b"b"], &mut out)
+            .expect("walk");
+        assert!(fd.is_some());
+        assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|s| s.mode & libc::S_IFMT == libc::S_IFDIR));
+        assert_eq!(
+            ctx.walk_names(AT_FDCWD, &[b"a", b"nope"], &mut out),
+            Ok(None)
+        );
+        assert_eq!(out.len(), 1);
+        let (pfd, name) = ctx.parent_of(fd.expect("fd")).expect("parent");
+        assert_eq!(name, b"b");
+        assert_eq!(ctx.parent_of(pfd).map(|p| p.1), Ok(b"a".to_vec()));
+    }
+}

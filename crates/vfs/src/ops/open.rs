@@ -215,14 +215,14 @@ impl Ctx {
     /// open and without following a symlink `fd` names).
     pub fn reopen(&self, fd: i32, flags: i32) -> Result<i32> {
         if flags & libc::O_CREAT != 0 {
-            return Err(Errno::EINVAL.into());
+            return Err(Errno::EINVAL);
         }
         if flags & libc::O_PATH == 0 && flags & O_ACCMODE == O_ACCMODE {
-            return Err(Errno::EINVAL.into());
+            return Err(Errno::EINVAL);
         }
         self.run(|| {
             let d = self.fd_dentry(fd)?;
-            let c = Cur::from_snap(self.inner().dc.snap(d).ok_or(Step::Restart)?);
+            let c = Cur::of(&self.inner().dc, d)?;
             self.open_cur(c, flags, None)
         })
     }
@@ -240,5 +240,68 @@ impl Ctx {
         }
         self.pins.park(inner, d);
         Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::tests_util::{mem_vfs, with_dirs};
+    use crate::{Errno, AT_FDCWD};
+
+    #[test]
+    fn o_excl_creates_once_and_o_creat_follows_a_dangling_symlink() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/d"]);
+        let excl = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
+        let fd = ctx.openat(AT_FDCWD, b"/d/f", excl, 0o600).expect("create");
+        ctx.close(fd).expect("close");
+        assert_eq!(
+            ctx.openat(AT_FDCWD, b"/d/f", excl, 0o600),
+            Err(Errno::EEXIST)
+        );
+        ctx.symlinkat(b"made", AT_FDCWD, b"/d/link")
+            .expect("symlink");
+        let fd = ctx
+            .openat(AT_FDCWD, b"/d/link", libc::O_CREAT | libc::O_WRONLY, 0o600)
+            .expect("create through the link");
+        ctx.close(fd).expect("close");
+        assert_eq!(ctx.faccessat(AT_FDCWD, b"/d/made", 0, 0), Ok(()));
+        assert_eq!(
+            ctx.openat(AT_FDCWD, b"/d/link", excl, 0o600),
+            Err(Errno::EEXIST)
+        );
+        assert_eq!(
+            ctx.openat(AT_FDCWD, b"/d/link", libc::O_RDONLY | libc::O_NOFOLLOW, 0),
+            Err(Errno::ELOOP)
+        );
+    }
+
+    #[test]
+    fn special_files_and_directories_open_as_linux_allows() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/d"]);
+        assert_eq!(
+            ctx.openat(AT_FDCWD, b"/d", libc::O_WRONLY, 0),
+            Err(Errno::EISDIR)
+        );
+        assert_eq!(
+            ctx.openat(AT_FDCWD, b"/d", libc::O_CREAT | libc::O_DIRECTORY, 0),
+            Err(Errno::EINVAL)
+        );
+        let fd = ctx
+            .openat(AT_FDCWD, b"/d", libc::O_RDONLY | libc::O_DIRECTORY, 0)
+            .expect("open dir");
+        let names: Vec<Vec<u8>> = ctx
+            .getdents(fd)
+            .expect("getdents")
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(names, vec![b".".to_vec(), b"..".to_vec()]);
+        ctx.close(fd).expect("close");
+        let p = ctx
+            .openat(AT_FDCWD, b"/d", libc::O_PATH, 0)
+            .expect("O_PATH");
+        assert_eq!(ctx.pread(p, &mut [0u8; 4], 0), Err(Errno::EBADF));
     }
 }

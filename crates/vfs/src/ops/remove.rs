@@ -99,3 +99,48 @@ impl Ctx {
         })
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::tests_util::{mem_vfs, with_dirs};
+    use crate::{Errno, AT_FDCWD};
+
+    #[test]
+    fn a_removed_name_leaves_a_negative_entry() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/d", "/d/sub"]);
+        let fd = ctx
+            .openat(AT_FDCWD, b"/d/f", libc::O_CREAT | libc::O_WRONLY, 0o644)
+            .expect("create");
+        ctx.close(fd).expect("close");
+        ctx.unlinkat(AT_FDCWD, b"/d/f", 0).expect("unlink");
+        ctx.unlinkat(AT_FDCWD, b"/d/sub", libc::AT_REMOVEDIR)
+            .expect("rmdir");
+        let before = vfs.cache_stats().backend_lookups;
+        for p in [&b"/d/f"[..], b"/d/sub"] {
+            assert_eq!(ctx.faccessat(AT_FDCWD, p, 0, 0), Err(Errno::ENOENT));
+        }
+        assert_eq!(vfs.cache_stats().backend_lookups, before);
+    }
+
+    #[test]
+    fn errors_come_in_linuxs_order() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/d", "/d/full", "/d/full/x"]);
+        assert_eq!(ctx.unlinkat(AT_FDCWD, b"/d/full", 0), Err(Errno::EISDIR));
+        assert_eq!(
+            ctx.unlinkat(AT_FDCWD, b"/d/full", libc::AT_REMOVEDIR),
+            Err(Errno::ENOTEMPTY)
+        );
+        assert_eq!(
+            ctx.unlinkat(AT_FDCWD, b"/d/.", libc::AT_REMOVEDIR),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(
+            ctx.unlinkat(AT_FDCWD, b"/", libc::AT_REMOVEDIR),
+            Err(Errno::EBUSY)
+        );
+        assert_eq!(ctx.unlinkat(AT_FDCWD, b"/d/none/", 0), Err(Errno::ENOENT));
+        assert_eq!(ctx.unlinkat(AT_FDCWD, b"/d", 0x1000), Err(Errno::EINVAL));
+    }
+}

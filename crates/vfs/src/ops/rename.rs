@@ -163,3 +163,95 @@ impl Ctx {
         })
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::tests_util::{mem_vfs, with_dirs};
+    use crate::{Creds, Errno, AT_FDCWD};
+
+    #[test]
+    fn a_directory_cannot_move_under_itself() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/a", "/a/b", "/c"]);
+        assert_eq!(
+            ctx.renameat2(AT_FDCWD, b"/a", AT_FDCWD, b"/a/b/a", 0),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(
+            ctx.renameat2(AT_FDCWD, b"/a/b", AT_FDCWD, b"/a", 0),
+            Err(Errno::ENOTEMPTY)
+        );
+        ctx.renameat2(AT_FDCWD, b"/a/b", AT_FDCWD, b"/c/b", 0)
+            .expect("rename");
+        assert_eq!(ctx.faccessat(AT_FDCWD, b"/a/b", 0, 0), Err(Errno::ENOENT));
+        assert_eq!(ctx.faccessat(AT_FDCWD, b"/c/b", 0, 0), Ok(()));
+    }
+
+    /// Crossing renames in opposite directions (each locks both
+    /// directories) never deadlock, and never make a directory its own
+    /// ancestor: every rename either happens or fails with EINVAL/ENOENT.
+    #[test]
+    fn crossing_renames_neither_deadlock_nor_loop() {
+        let vfs = mem_vfs("");
+        with_dirs(&vfs, &["/p", "/q"]);
+        let threads: Vec<_> = [(b"/p", b"/q"), (b"/q", b"/p")]
+            .into_iter()
+            .map(|(from, to)| {
+                let v = vfs.clone();
+                std::thread::spawn(move || {
+                    let ctx = v.context(Creds::root());
+                    for _ in 0..300 {
+                        let src = [&from[..], b"/x"].concat();
+                        let dst = [&to[..], b"/x"].concat();
+                        let _ = ctx.mkdirat(AT_FDCWD, &src, 0o755);
+                        match ctx.renameat2(AT_FDCWD, &src, AT_FDCWD, &dst, 0) {
+                            Ok(()) | Err(Errno::ENOENT | Errno::ENOTEMPTY | Errno::EINVAL) => {}
+                            Err(e) => panic!("rename: {e}"),
+                        }
+                        let _ = ctx.unlinkat(AT_FDCWD, &dst, libc::AT_REMOVEDIR);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("no panic");
+        }
+        let ctx = vfs.context(Creds::root());
+        assert_eq!(ctx.faccessat(AT_FDCWD, b"/p", 0, 0), Ok(()));
+        assert_eq!(ctx.faccessat(AT_FDCWD, b"/q", 0, 0), Ok(()));
+    }
+
+    /// The classic race: one thread moves /p into /q while another moves
+    /// /q into /p. Checked one by one, both moves look legal; done
+    /// together they would cut both directories off the tree. The rename
+    /// lock makes one of them see the other's result.
+    #[test]
+    fn concurrent_renames_never_cut_a_directory_off() {
+        let vfs = mem_vfs("");
+        with_dirs(&vfs, &["/p", "/q"]);
+        let threads: Vec<_> = [(b"p", b"q"), (b"q", b"p")]
+            .into_iter()
+            .map(|(me, other)| {
+                let v = vfs.clone();
+                std::thread::spawn(move || {
+                    let ctx = v.context(Creds::root());
+                    let top = [&b"/"[..], me].concat();
+                    let inside = [&b"/"[..], other, b"/", me].concat();
+                    for _ in 0..300 {
+                        let _ = ctx.renameat2(AT_FDCWD, &top, AT_FDCWD, &inside, 0);
+                        let _ = ctx.renameat2(AT_FDCWD, &inside, AT_FDCWD, &top, 0);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("no panic");
+        }
+        let ctx = vfs.context(Creds::root());
+        let found = |a: &[u8], b: &[u8]| {
+            ctx.faccessat(AT_FDCWD, a, 0, 0).is_ok() || ctx.faccessat(AT_FDCWD, b, 0, 0).is_ok()
+        };
+        assert!(found(b"/p", b"/q/p"), "/p cut off");
+        assert!(found(b"/q", b"/p/q"), "/q cut off");
+    }
+}

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use walkfs_p9::{Addr, Fcall, Names, Str, NOFID, NOTAG, VERSION};
 use walkfs_server::{Config, Server};
-use walkfs_vfs::{Creds, Ctx, Options, Vfs};
+use walkfs_source::SourceOptions;
+use walkfs_vfs::{Creds, Ctx};
 
 /// A small tree with a file, a directory, relative and absolute symlinks.
 pub fn make_tree(dir: &Path) {
@@ -27,7 +28,8 @@ pub fn serve(dir: &Path, sock: &Path) -> Arc<Server> {
 }
 
 pub fn serve_with(dir: &Path, sock: &Path, cfg: Config) -> Arc<Server> {
-    let vfs = Vfs::open_source(dir.to_str().expect("utf8"), &Options::default()).expect("vfs");
+    let vfs =
+        walkfs_source::open(dir.to_str().expect("utf8"), &SourceOptions::default()).expect("vfs");
     let server = Server::new(vfs, cfg);
     let addr = Addr::Unix(sock.display().to_string());
     let l = addr.listen().expect("listen");
@@ -37,8 +39,8 @@ pub fn serve_with(dir: &Path, sock: &Path, cfg: Config) -> Arc<Server> {
 }
 
 pub fn client(source: &str, opts: &str) -> Ctx {
-    let o = Options::parse(opts).expect("options");
-    Vfs::open_source(source, &o)
+    let o = SourceOptions::parse(opts).expect("options");
+    walkfs_source::open(source, &o)
         .expect("connect")
         .context(Creds::root())
 }

@@ -1,0 +1,390 @@
+//! Sources of a walkfs [`Vfs`], by name, and the options of their
+//! backends: what the front ends (the CLI, the C ABI, the FUSE mount)
+//! share, so that the vfs knows no backend and no backend knows the vfs.
+//!
+//! A source ([`Source::parse`]) is
+//! - `mem:`: an empty in-memory tree (memfs);
+//! - `unix:PATH` or `tcp:HOST:PORT`: the export of a 9P2000.L server
+//!   (`walkfs serve`, diod), through the 9P client;
+//! - anything else: a host directory (hostfs).
+//!
+//! Options are given as one `name=value,...` string
+//! ([`SourceOptions::parse`]): the backends' names ([`BackendOptions`]:
+//! `msize`, `aname`, `secret_file`, `fids`, `host_fds`) go to the backend
+//! built, every other name to the vfs ([`walkfs_vfs::Options`]); an
+//! unknown name is `EINVAL`.
+//!
+//! ```
+//! use walkfs_source::SourceOptions;
+//! use walkfs_vfs::{Creds, AT_FDCWD};
+//! let opts = SourceOptions::parse("cache=loose,negtimeout=-1").unwrap();
+//! let vfs = walkfs_source::open("mem:", &opts).unwrap();
+//! let ctx = vfs.context(Creds::root());
+//! ctx.mkdirat(AT_FDCWD, b"/usr", 0o755).unwrap();
+//! assert!(ctx.faccessat(AT_FDCWD, b"/usr", 0, 0).is_ok());
+//! ```
+//!
+//! A local directory can also be reached the whole way through 9P:
+//! [`serve_in_process`] exports it with a `walkfs serve` in this process
+//! over a socketpair, and [`open_9p`] attaches the client to the other
+//! end (what `walkfs mount` does, so that the whole stack runs). The
+//! server's other parts a front end needs are re-exported here
+//! ([`creds_for`], [`ServerConfig`], [`SERVE_DENTRIES`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use walkfs_fsapi::{Errno, FileSystem, Result};
+use walkfs_p9::{Addr, Stream};
+use walkfs_vfs::{CachePolicy, Options, Vfs};
+
+/// The server's user database: the credentials of a uid (or a name), with
+/// its supplementary groups.
+pub use walkfs_server::users::creds_for;
+/// How an in-process server behaves ([`serve_in_process`]).
+pub use walkfs_server::Config as ServerConfig;
+/// Default bound on a server's own vfs cache.
+pub use walkfs_server::SERVE_DENTRIES;
+
+/// What a source string names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// `mem:`: an empty in-memory tree.
+    Mem,
+    /// `unix:PATH` or `tcp:HOST:PORT`: a 9P2000.L server.
+    P9(Addr),
+    /// Anything else: a host directory.
+    Host(PathBuf),
+}
+
+impl Source {
+    /// What `source` names. A `unix:` or `tcp:` prefix with no usable
+    /// address after it is `EINVAL` (not a host directory of that name).
+    pub fn parse(source: &str) -> Result<Source> {
+        if source == "mem:" {
+            Ok(Source::Mem)
+        } else if source.starts_with("unix:") || source.starts_with("tcp:") {
+            Addr::parse(source).map(Source::P9).ok_or(Errno::EINVAL)
+        } else {
+            Ok(Source::Host(PathBuf::from(source)))
+        }
+    }
+}
+
+impl std::str::FromStr for Source {
+    type Err = Errno;
+
+    fn from_str(s: &str) -> Result<Source> {
+        Source::parse(s)
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Mem => f.write_str("mem:"),
+            Source::P9(a) => a.fmt(f),
+            Source::Host(p) => p.display().fmt(f),
+        }
+    }
+}
+
+/// The options of the backends (each used by the backend it names, and
+/// ignored by the others).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendOptions {
+    /// For a 9P source: the largest message size to negotiate (at least
+    /// 4096).
+    pub msize: u32,
+    /// For a 9P source: the export to attach to (diod wants its path;
+    /// `walkfs serve` exports one tree and ignores it).
+    pub aname: String,
+    /// For a 9P source: a file holding the secret the server asks for
+    /// (`walkfs serve --secret-file`), shown with 9P's Tauth.
+    pub secret_file: Option<PathBuf>,
+    /// For a 9P source: fids kept for cached files beyond those in use
+    /// (the rest are walked to again by name when needed).
+    pub fids: u32,
+    /// For a host directory: `O_PATH` descriptors kept for files not in
+    /// use (the rest are opened again by name when needed).
+    pub host_fds: u32,
+}
+
+impl Default for BackendOptions {
+    fn default() -> BackendOptions {
+        BackendOptions {
+            msize: 512 * 1024,
+            aname: String::new(),
+            secret_file: None,
+            fids: walkfs_p9client::DEFAULT_NODE_FIDS as u32,
+            host_fds: walkfs_hostfs::DEFAULT_CACHED_FDS as u32,
+        }
+    }
+}
+
+impl BackendOptions {
+    /// The names [`BackendOptions::set`] takes.
+    pub const NAMES: &'static [&'static str] =
+        &["msize", "aname", "secret_file", "fids", "host_fds"];
+
+    /// Is `name` a backend's option (rather than the vfs's)?
+    pub fn handles(name: &str) -> bool {
+        BackendOptions::NAMES.contains(&name)
+    }
+
+    /// Set one option by name: `EINVAL` for another name or a bad value
+    /// (a count below 1, an msize below 4096, an empty `secret_file`),
+    /// leaving the options as they were.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        // A count of at least `min`.
+        let count = |v: &str, min: u32| -> Result<u32> {
+            v.parse::<i64>()
+                .ok()
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|&n| n >= min)
+                .ok_or(Errno::EINVAL)
+        };
+        match name {
+            "msize" => self.msize = count(value, 4096)?,
+            "aname" => self.aname = value.to_string(),
+            "secret_file" if !value.is_empty() => self.secret_file = Some(PathBuf::from(value)),
+            "fids" => self.fids = count(value, 1)?,
+            "host_fds" => self.host_fds = count(value, 1)?,
+            _ => return Err(Errno::EINVAL),
+        }
+        Ok(())
+    }
+}
+
+/// Every option of a source: the vfs's and its backend's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SourceOptions {
+    pub vfs: Options,
+    pub backend: BackendOptions,
+}
+
+impl SourceOptions {
+    /// Parse `"cache=loose,msize=65536,..."`; an empty string gives the
+    /// defaults. Unknown names are `EINVAL`.
+    pub fn parse(s: &str) -> Result<SourceOptions> {
+        let mut o = SourceOptions::default();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, value) = item.split_once('=').unwrap_or((item, ""));
+            o.set(name, value)?;
+        }
+        Ok(o)
+    }
+
+    /// Set one option by name: a backend's name to [`BackendOptions`],
+    /// any other to the vfs's [`Options::set`] (`EINVAL` for a name
+    /// neither knows, or a bad value).
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        if BackendOptions::handles(name) {
+            self.backend.set(name, value)
+        } else {
+            self.vfs.set(name, value)
+        }
+    }
+}
+
+impl From<Options> for SourceOptions {
+    /// The vfs options `vfs`, the backends' defaults.
+    fn from(vfs: Options) -> SourceOptions {
+        SourceOptions {
+            vfs,
+            backend: BackendOptions::default(),
+        }
+    }
+}
+
+/// A vfs over `source` (see [`Source`]), watching for changes at once
+/// with `cache=coherent`.
+pub fn open(source: &str, opts: &SourceOptions) -> Result<Vfs> {
+    open_source(&Source::parse(source)?, opts, true)
+}
+
+/// [`open`], with the reporting of changes made to a host directory
+/// (`cache=coherent`) set up but not started until
+/// [`Vfs::start_watching`]: for a process that confines itself in
+/// between, since a thread started before would escape the confinement.
+/// (A 9P source is watched at once: its notifications come over the
+/// connection already open.)
+pub fn open_held(source: &str, opts: &SourceOptions) -> Result<Vfs> {
+    open_source(&Source::parse(source)?, opts, false)
+}
+
+/// A vfs over `source`; `start`: start watching a host directory now.
+pub fn open_source(source: &Source, opts: &SourceOptions, start: bool) -> Result<Vfs> {
+    match source {
+        Source::Mem => Vfs::new(Arc::new(walkfs_memfs::MemFs::new()), &opts.vfs),
+        Source::P9(addr) => open_9p(addr.connect().map_err(Errno::from)?, opts),
+        Source::Host(dir) => {
+            let fs: Arc<dyn FileSystem> = Arc::new(walkfs_hostfs::HostFs::with_cached_fds(
+                dir,
+                opts.backend.host_fds as usize,
+            )?);
+            if start {
+                Vfs::new(fs, &opts.vfs)
+            } else {
+                Vfs::new_held(fs, &opts.vfs)
+            }
+        }
+    }
+}
+
+/// A vfs over the 9P server at the other end of `stream` (connected: a
+/// socket, or one end of a socketpair whose other end a server in this
+/// process serves, see [`serve_in_process`]).
+pub fn open_9p(stream: Stream, opts: &SourceOptions) -> Result<Vfs> {
+    let b = &opts.backend;
+    let secret = match &b.secret_file {
+        Some(path) => Some(read_secret(path)?),
+        None => None,
+    };
+    let cfg = walkfs_p9client::Config {
+        msize: b.msize,
+        aname: b.aname.clone(),
+        secret,
+        // Ask the server to report changes only when they are used.
+        notify: opts.vfs.cache == CachePolicy::Coherent,
+        node_fids: b.fids as usize,
+        ..Default::default()
+    };
+    let fs = Arc::new(walkfs_p9client::P9Fs::on_stream(stream, &cfg)?);
+    Vfs::new(fs, &opts.vfs)
+}
+
+/// Export `source` (a host directory or `mem:`) with a `walkfs serve` in
+/// this process, on one end of a socketpair; the other end is returned,
+/// for [`open_9p`]. The server's own vfs is the exported tree's
+/// authority: default switches, its own caches bounded by
+/// [`SERVE_DENTRIES`], the client's `host_fds`; for a `cache=coherent`
+/// client, kept coherent with the host by watching it (and telling the
+/// client). The server's threads live as long as the connection.
+pub fn serve_in_process(source: &str, opts: &SourceOptions, cfg: ServerConfig) -> Result<Stream> {
+    let mut served = SourceOptions::default();
+    if opts.vfs.cache == CachePolicy::Coherent {
+        served.vfs.cache = CachePolicy::Coherent;
+    }
+    served.vfs.max_dentries = SERVE_DENTRIES;
+    served.backend.host_fds = opts.backend.host_fds;
+    let vfs = open(source, &served)?;
+    let server = walkfs_server::Server::new(vfs, cfg);
+    let (a, b) = std::os::unix::net::UnixStream::pair().map_err(Errno::from)?;
+    server.serve_stream(Stream::Unix(a));
+    Ok(Stream::Unix(b))
+}
+
+/// [`serve_in_process`], and the 9P client attached to it with `opts`:
+/// the whole stack (client, server, backend) over `source`.
+pub fn open_served(source: &str, opts: &SourceOptions, cfg: ServerConfig) -> Result<Vfs> {
+    open_9p(serve_in_process(source, opts, cfg)?, opts)
+}
+
+/// The secret for `secret_file=`: see [`walkfs_p9::read_secret_file`]
+/// (which refuses a file others may read: `EACCES`).
+fn read_secret(path: &std::path::Path) -> Result<Vec<u8>> {
+    walkfs_p9::read_secret_file(path).map_err(|e| {
+        tracing::error!("secret file: {e}");
+        match e.kind() {
+            std::io::ErrorKind::PermissionDenied => Errno::EACCES,
+            _ => Errno::from(e),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use walkfs_vfs::{Creds, NegPolicy, AT_FDCWD};
+
+    #[test]
+    fn sources_by_name() {
+        assert_eq!(Source::parse("mem:"), Ok(Source::Mem));
+        assert_eq!(
+            Source::parse("unix:/run/w.sock"),
+            Ok(Source::P9(Addr::Unix("/run/w.sock".into())))
+        );
+        assert!(matches!(
+            Source::parse("tcp:127.0.0.1:564"),
+            Ok(Source::P9(Addr::Tcp(_)))
+        ));
+        assert_eq!(Source::parse("unix:"), Err(Errno::EINVAL));
+        assert_eq!(
+            Source::parse("/srv/data"),
+            Ok(Source::Host(PathBuf::from("/srv/data")))
+        );
+        for s in ["mem:", "unix:/run/w.sock", "/srv/data"] {
+            assert_eq!(Source::parse(s).unwrap().to_string(), s);
+        }
+    }
+
+    #[test]
+    fn options_are_routed_by_name() {
+        let o = SourceOptions::parse(
+            "cache=coherent,msize=65536,aname=/srv,fids=64,host_fds=8,secret_file=/k,negtimeout=0,fastpath=0",
+        )
+        .unwrap();
+        assert_eq!(o.vfs.cache, CachePolicy::Coherent);
+        assert_eq!(o.vfs.negative, NegPolicy::Off);
+        assert!(!o.vfs.fastpath);
+        assert_eq!(
+            o.backend,
+            BackendOptions {
+                msize: 65536,
+                aname: "/srv".into(),
+                secret_file: Some("/k".into()),
+                fids: 64,
+                host_fds: 8,
+            }
+        );
+        assert_eq!(SourceOptions::parse("").unwrap(), SourceOptions::default());
+        assert_eq!(SourceOptions::default().backend.fids, 1024);
+        assert_eq!(SourceOptions::default().backend.host_fds, 2048);
+        for bad in [
+            "bogus=1",
+            "msize=4095",
+            "msize=x",
+            "fids=0",
+            "host_fds=-1",
+            "secret_file=",
+            "secret_file",
+            "negtimeout=-2",
+            "cache=strict",
+        ] {
+            assert_eq!(SourceOptions::parse(bad), Err(Errno::EINVAL), "{bad}");
+        }
+    }
+
+    #[test]
+    fn opens_each_kind_of_source() {
+        let opts = SourceOptions::default();
+        let vfs = open("mem:", &opts).unwrap();
+        vfs.context(Creds::root())
+            .mkdirat(AT_FDCWD, b"/d", 0o755)
+            .unwrap();
+        // A memfs sends no messages.
+        assert_eq!(vfs.p9_stats(), None);
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("sub")).unwrap();
+        let dir = tmp.path().to_str().unwrap();
+        let vfs = open_held(dir, &opts).unwrap();
+        vfs.start_watching();
+        let ctx = vfs.context(Creds::root());
+        assert_eq!(ctx.faccessat(AT_FDCWD, b"/sub", 0, 0), Ok(()));
+        assert_eq!(
+            open(tmp.path().join("none").to_str().unwrap(), &opts).err(),
+            Some(Errno::ENOENT)
+        );
+        assert_eq!(open("unix:", &opts).err(), Some(Errno::EINVAL));
+        // Through a server in this process: the client's counters count.
+        let vfs = open_served(dir, &opts, ServerConfig::default()).unwrap();
+        let ctx = vfs.context(Creds::root());
+        assert_eq!(ctx.faccessat(AT_FDCWD, b"/sub", 0, 0), Ok(()));
+        let rpcs = vfs.p9_stats().unwrap().total_rpcs;
+        assert!(rpcs > 0);
+        assert!(vfs.p9_fid_stats().unwrap().cap >= 1);
+        vfs.p9_reset_stats();
+        assert!(vfs.p9_stats().unwrap().total_rpcs < rpcs);
+    }
+}
