@@ -43,7 +43,8 @@ mod seqlock;
 mod stat;
 mod step;
 mod sync;
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
+#[cfg_attr(loom, allow(dead_code))]
 mod tests_util;
 mod writer;
 

@@ -416,29 +416,19 @@ impl<'a> Nameidata<'a> {
                 let ino = w
                     .iget(dc, snap.sb(), &entry, !keep_attrs)
                     .ok_or(Errno::ENOMEM)?;
+                // Revalidated and unchanged: keep the dentry (and the
+                // subtree cached under it).
+                let same = |idx: DIdx| {
+                    dc.snap(idx)
+                        .is_some_and(|s| s.flags & D_NEGATIVE == 0 && s.inode() == ino)
+                };
                 let idx = match existing {
-                    Some(idx) => {
-                        // Revalidated and unchanged: keep the dentry (and
-                        // the subtree cached under it).
-                        let same = dc
-                            .snap(idx)
-                            .is_some_and(|s| s.flags & D_NEGATIVE == 0 && s.inode() == ino);
-                        let now = if same {
-                            w.d_mark_stale(dc, idx, false);
-                            Some(idx)
-                        } else {
-                            w.d_set_inode(dc, idx, ino)
-                        };
+                    Some(idx) if same(idx) => {
+                        w.d_mark_stale(dc, idx, false);
                         w.put_inode(dc, ino);
-                        now
+                        Some(idx)
                     }
-                    None => {
-                        let idx = w.d_add(dc, parent.d, name, hash, ino, 0);
-                        if idx.is_none() {
-                            w.put_inode(dc, ino);
-                        }
-                        idx
-                    }
+                    e => w.d_instantiate(dc, parent.d, name, hash, e, ino),
                 };
                 let idx = idx.ok_or(Errno::ENOMEM)?;
                 let c = Cur::of(dc, idx)?;
@@ -671,7 +661,7 @@ impl Nameidata<'_> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::tests_util::{mem_vfs, with_dirs};
+    use crate::tests_util::{mem_vfs, user, with_dirs};
     use crate::AT_FDCWD;
 
     /// Where `path` leads, walked as root from the vfs root.
@@ -797,12 +787,7 @@ mod tests {
         let ctx = with_dirs(&vfs, &["/open", "/open/shut", "/open/shut/in"]);
         ctx.fchmodat(AT_FDCWD, b"/open/shut", 0o700, 0)
             .expect("chmod");
-        let user = Creds {
-            uid: 1000,
-            gid: 1000,
-            groups: vec![],
-            privileged: false,
-        };
+        let user = user(1000, 1000, &[]);
         assert!(walk(&vfs, &user, b"/open", 0).is_ok());
         assert_eq!(
             walk(&vfs, &user, b"/open/shut/in", 0),

@@ -98,15 +98,7 @@ pub fn check(creds: &Creds, ino: &InodeSnap, mask: u32) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn snap(mode: u32, uid: u32, gid: u32) -> InodeSnap {
-        InodeSnap {
-            mode,
-            uid,
-            gid,
-            ..InodeSnap::default()
-        }
-    }
+    use crate::tests_util::snap;
 
     #[test]
     fn owner_group_other() {

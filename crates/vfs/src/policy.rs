@@ -149,24 +149,7 @@ pub(crate) fn may_set_times(creds: &Creds, s: &InodeSnap, explicit: bool) -> Res
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-
-    fn snap(mode: u32, uid: u32, gid: u32) -> InodeSnap {
-        InodeSnap {
-            mode,
-            uid,
-            gid,
-            ..InodeSnap::default()
-        }
-    }
-
-    fn user(uid: u32, gid: u32, groups: &[u32]) -> Creds {
-        Creds {
-            uid,
-            gid,
-            groups: groups.to_vec(),
-            privileged: false,
-        }
-    }
+    use crate::tests_util::{snap, user};
 
     #[test]
     fn new_nodes_take_a_setgid_directorys_group() {

@@ -8,7 +8,28 @@ use walkfs_fsapi::{
     Attr, DirEntry, Entry, FileHandle, FileSystem, NodeId, OpenFlags, Owner, Result, SetAttr,
 };
 
+use crate::dcache::InodeSnap;
 use crate::{Creds, Ctx, Options, Vfs, AT_FDCWD};
+
+/// An inode snapshot with just a mode and owners (for permission rules).
+pub(crate) fn snap(mode: u32, uid: u32, gid: u32) -> InodeSnap {
+    InodeSnap {
+        mode,
+        uid,
+        gid,
+        ..InodeSnap::default()
+    }
+}
+
+/// An unprivileged caller.
+pub(crate) fn user(uid: u32, gid: u32, groups: &[u32]) -> Creds {
+    Creds {
+        uid,
+        gid,
+        groups: groups.to_vec(),
+        privileged: false,
+    }
+}
 
 /// A vfs over an empty memfs with the options `opts` (`name=value,...`).
 pub(crate) fn mem_vfs(opts: &str) -> Vfs {

@@ -444,6 +444,32 @@ impl Writer {
         Some(idx)
     }
 
+    /// Make the name (`parent`, `name`) mean `inode`: the dentry already
+    /// holding the name (`existing`, found under the mutex) turns positive
+    /// or is replaced, or a new one is added. Consumes the caller's
+    /// reference on `inode`; the dentry that now holds the name, `None`
+    /// when the cache is full.
+    pub fn d_instantiate(
+        &mut self,
+        dc: &Dcache,
+        parent: DIdx,
+        name: &[u8],
+        hash: u32,
+        existing: Option<DIdx>,
+        inode: IIdx,
+    ) -> Option<DIdx> {
+        let idx = match existing {
+            Some(idx) => self.d_set_inode(dc, idx, inode),
+            None => self.d_add(dc, parent, name, hash, inode, 0),
+        };
+        // d_set_inode took its own reference and d_add took ours: either
+        // way the caller's is dropped unless d_add kept it.
+        if existing.is_some() || idx.is_none() {
+            self.put_inode(dc, inode);
+        }
+        idx
+    }
+
     /// Move a dentry to a new (parent, name): rename.
     pub fn d_move(&mut self, dc: &Dcache, idx: DIdx, parent: DIdx, name: &[u8], hash: u32) {
         let Some(d) = dc.dentry(idx) else { return };

@@ -282,8 +282,8 @@ impl Ctx {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use crate::tests_util::{mem_vfs, with_dirs};
-    use crate::{Creds, Errno, AT_FDCWD};
+    use crate::tests_util::{mem_vfs, user, with_dirs};
+    use crate::{Errno, AT_FDCWD};
     use std::sync::atomic::Ordering;
 
     #[test]
@@ -305,12 +305,7 @@ mod tests {
         let (ns2, attr2) = gens();
         assert!(ns2 > ns && attr2 > attr);
         // A user who may no longer search it is told so from the cache.
-        let user = vfs.context(Creds {
-            uid: 1000,
-            gid: 1000,
-            groups: vec![],
-            privileged: false,
-        });
+        let user = vfs.context(user(1000, 1000, &[]));
         assert_eq!(user.faccessat(AT_FDCWD, b"/d/x", 0, 0), Err(Errno::EACCES));
         assert_eq!(user.fchmodat(AT_FDCWD, b"/d", 0o777, 0), Err(Errno::EPERM));
     }

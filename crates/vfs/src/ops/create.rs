@@ -49,21 +49,9 @@ impl Ctx {
             }
         };
         let ino = w.iget(dc, ds.sb(), &entry, true).ok_or(Errno::ENOMEM)?;
-        let idx = match existing {
-            Some(idx) => {
-                let now = w.d_set_inode(dc, idx, ino);
-                w.put_inode(dc, ino);
-                now
-            }
-            None => {
-                let idx = w.d_add(dc, dir.d, name, hash, ino, 0);
-                if idx.is_none() {
-                    w.put_inode(dc, ino);
-                }
-                idx
-            }
-        }
-        .ok_or(Errno::ENOMEM)?;
+        let idx = w
+            .d_instantiate(dc, dir.d, name, hash, existing, ino)
+            .ok_or(Errno::ENOMEM)?;
         w.mark_stale(dc, dir.ino);
         if pin {
             w.get_dentry(dc, idx);
@@ -244,7 +232,7 @@ impl Ctx {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use crate::tests_util::{mem_vfs, with_dirs, GatedFs};
+    use crate::tests_util::{mem_vfs, user, with_dirs, GatedFs};
     use crate::{Creds, Errno, Options, Vfs, AT_FDCWD};
     use std::sync::atomic::Ordering;
     use std::sync::mpsc;
@@ -341,12 +329,7 @@ mod tests {
         let ctx = with_dirs(&vfs, &["/g"]);
         ctx.fchownat(AT_FDCWD, b"/g", 0, 50, 0).expect("chown");
         ctx.fchmodat(AT_FDCWD, b"/g", 0o2777, 0).expect("chmod");
-        let user = vfs.context(Creds {
-            uid: 1000,
-            gid: 1000,
-            groups: vec![],
-            privileged: false,
-        });
+        let user = vfs.context(user(1000, 1000, &[]));
         user.mkdirat(AT_FDCWD, b"/g/sub", 0o777).expect("mkdir");
         let st = user
             .statx(AT_FDCWD, b"/g/sub", 0, libc::STATX_BASIC_STATS)

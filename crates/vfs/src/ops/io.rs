@@ -210,8 +210,8 @@ impl Ctx {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use crate::tests_util::{mem_vfs, with_dirs};
-    use crate::{Creds, Errno, AT_FDCWD};
+    use crate::tests_util::{mem_vfs, user, with_dirs};
+    use crate::{Errno, AT_FDCWD};
 
     #[test]
     fn reads_writes_appends_and_seeks() {
@@ -250,12 +250,7 @@ mod tests {
             .expect("create");
         ctx.close(fd).expect("close");
         ctx.fchmodat(AT_FDCWD, b"/d/s", 0o6777, 0).expect("chmod");
-        let user = vfs.context(Creds {
-            uid: 1000,
-            gid: 1000,
-            groups: vec![],
-            privileged: false,
-        });
+        let user = vfs.context(user(1000, 1000, &[]));
         let fd = user
             .openat(AT_FDCWD, b"/d/s", libc::O_WRONLY, 0)
             .expect("open");

@@ -126,19 +126,12 @@ impl Ctx {
     /// Resolve all but the last component.
     pub(super) fn lookup_parent(&self, dirfd: i32, path: &[u8]) -> Res<(Cur, Last, bool)> {
         let start = self.start_of(dirfd, path)?;
-        match self.nd(start, 0).walk(path, true)? {
-            Walked::Parent {
-                dir,
-                last,
-                trailing,
-            } => Ok((dir, last, trailing)),
-            Walked::Found(_) => Err(Errno::EIO.into()),
-        }
+        self.lookup_parent_from(start, path)
     }
 
     /// `lookup_parent` starting at a dentry (a symlink's directory).
-    pub(super) fn lookup_parent_from(&self, dir: Cur, path: &[u8]) -> Res<(Cur, Last, bool)> {
-        match self.nd(dir.d, 0).walk(path, true)? {
+    pub(super) fn lookup_parent_from(&self, start: DIdx, path: &[u8]) -> Res<(Cur, Last, bool)> {
+        match self.nd(start, 0).walk(path, true)? {
             Walked::Parent {
                 dir,
                 last,

@@ -43,7 +43,7 @@ impl Ctx {
         for _ in 0..=40 {
             let (dir, last, trailing) = match start_dir {
                 None => self.lookup_parent(dirfd_path.0, &dirfd_path.1)?,
-                Some(d) => self.lookup_parent_from(d, &dirfd_path.1)?,
+                Some(d) => self.lookup_parent_from(d.d, &dirfd_path.1)?,
             };
             // Linux: a trailing slash is EISDIR before anything is looked
             // up; `.`, `..` and `/` name the directory itself.
