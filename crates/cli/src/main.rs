@@ -1045,6 +1045,7 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
         ("slow_lookups", s.vfs_slow_lookups),
         ("backend_lookups", s.vfs_backend_lookups),
         ("negative_created", s.vfs_negative_created),
+        ("restarts", s.vfs_restarts),
         ("dentries", u64::from(s.vfs_dentries)),
         ("changes_reported", s.vfs_changes),
         ("changes_lost", s.vfs_changes_lost),

@@ -40,6 +40,11 @@ pub struct MountStats {
     pub vfs_slow_lookups: u64,
     pub vfs_backend_lookups: u64,
     pub vfs_negative_created: u64,
+    /// Calls that started over because what they stood on changed under
+    /// them (a rename, a removal, a busy writer): rare, or something is
+    /// wrong.
+    #[serde(default)]
+    pub vfs_restarts: u64,
     pub vfs_dentries: u32,
     /// cache=coherent: changes the backend reported, times it lost some
     /// (everything was dropped), and whether every change is being seen.
@@ -92,6 +97,7 @@ impl MountStats {
             vfs_slow_lookups: cs.slow_lookups,
             vfs_backend_lookups: cs.backend_lookups,
             vfs_negative_created: cs.negative_created,
+            vfs_restarts: cs.retries,
             vfs_dentries: cs.dentries,
             vfs_changes: cs.changes,
             vfs_changes_lost: cs.changes_lost,

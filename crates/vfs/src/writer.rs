@@ -32,14 +32,14 @@
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::MutexGuard;
 
 use walkfs_fsapi::{Attr, Entry, FileSystem};
 
 use crate::dcache::*;
-use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use crate::Inner;
 
 /// A dentry count that is being freed: no pin may take it.
@@ -66,6 +66,9 @@ pub(crate) struct Writer {
     /// Directory inode -> its live dentry, for changes reported by inode
     /// (a directory has one name; the newest dentry wins).
     pub dir_alias: HashMap<IIdx, DIdx>,
+    /// Every context's table of parked pins, so that a name's removal
+    /// takes back the pins parked on its dentry (see [`PinCache`]).
+    parked: Vec<Weak<PinCache>>,
 }
 
 impl Writer {
@@ -88,6 +91,7 @@ impl Writer {
             forgets: Vec::new(),
             ns_dirty: false,
             dir_alias: HashMap::new(),
+            parked: Vec::new(),
         }
     }
 
@@ -380,8 +384,36 @@ impl Writer {
         d.seq.write_end();
         if flags & D_NEGATIVE == 0 {
             self.drop_alias(IIdx(d.target.load(Relaxed)), idx);
+            self.unpark(dc, idx);
         }
         self.free_if_dead(dc, idx);
+    }
+
+    /// Take back every pin a context parked on `idx`, which was just
+    /// marked dead: a removed file must let its inode (and the backend's
+    /// node) go at its last real close, or a new file that the host gives
+    /// the same inode number would meet the old node.
+    fn unpark(&mut self, dc: &Dcache, idx: DIdx) {
+        // Pairs with the fence in `PinCache::park`: either that park sees
+        // D_DEAD (stored above) and takes its pin back, or this scan sees
+        // the parked pin.
+        crate::sync::fence(SeqCst);
+        let mut taken = 0;
+        for w in &self.parked {
+            if w.upgrade().is_some_and(|pc| pc.unpark(idx)) {
+                taken += 1;
+            }
+        }
+        for _ in 0..taken {
+            self.put_dentry(dc, idx);
+        }
+    }
+
+    /// Register a context's parked pins (dropping the entries of
+    /// contexts gone).
+    pub fn register_pins(&mut self, pc: &Arc<PinCache>) {
+        self.parked.retain(|w| w.strong_count() > 0);
+        self.parked.push(Arc::downgrade(pc));
     }
 
     fn drop_alias(&mut self, inode: IIdx, idx: DIdx) {
@@ -951,6 +983,13 @@ fn parked(d: DIdx, seq: u32) -> u64 {
 }
 
 impl PinCache {
+    /// A new table, registered with the writer so that removals find it.
+    pub fn registered(inner: &Inner) -> Arc<PinCache> {
+        let pc = Arc::new(PinCache::default());
+        inner.writer().register_pins(&pc);
+        pc
+    }
+
     fn slot(&self, d: DIdx) -> &crate::sync::AtomicU64 {
         &self.slots[d.0 as usize % PARKED]
     }
@@ -973,10 +1012,29 @@ impl PinCache {
             Some(s) if den.flags.load(Relaxed) & D_DEAD == 0 => s,
             _ => return inner.unpin(d),
         };
-        let old = self.slot(d).swap(parked(d, seq), AcqRel);
+        let v = parked(d, seq);
+        let slot = self.slot(d);
+        let old = slot.swap(v, AcqRel);
         if old != 0 {
             inner.unpin(DIdx((old >> 32) as u32));
         }
+        // Removed meanwhile? Then `Writer::unpark` may have scanned
+        // before the swap: take the pin back (unless it did, or an open
+        // did). Pairs with the fence there.
+        crate::sync::fence(SeqCst);
+        if den.flags.load(Relaxed) & D_DEAD != 0
+            && slot.compare_exchange(v, 0, AcqRel, Relaxed).is_ok()
+        {
+            inner.unpin(d);
+        }
+    }
+
+    /// Take back the pin parked on `d`, if this table holds one (a name's
+    /// removal, under the writer mutex).
+    fn unpark(&self, d: DIdx) -> bool {
+        let s = self.slot(d);
+        let v = s.load(Acquire);
+        v != 0 && (v >> 32) as u32 == d.0 && s.compare_exchange(v, 0, AcqRel, Relaxed).is_ok()
     }
 
     /// Drop every parked pin (the context is going).
@@ -1078,6 +1136,42 @@ mod tests {
         drop(other);
         drop(ctx);
         assert_eq!(refs(inner, f.d), 0, "a context takes its parked pins along");
+    }
+
+    #[test]
+    fn removing_a_name_takes_back_the_pins_parked_on_it() {
+        let vfs = mem_vfs("");
+        let ctx = with_dirs(&vfs, &["/d"]);
+        let other = vfs.context(Creds::root());
+        for c in [&ctx, &other] {
+            let fd = c
+                .openat(AT_FDCWD, b"/d/f", libc::O_CREAT | libc::O_WRONLY, 0o644)
+                .expect("create");
+            c.close(fd).expect("close");
+        }
+        let f = dentry_of(&vfs, b"/d/f");
+        let inner = &vfs.inner;
+        assert_eq!(refs(inner, f.d), 2, "parked in both contexts");
+        let inodes = vfs.cache_stats().inodes;
+        ctx.unlinkat(AT_FDCWD, b"/d/f", 0).expect("unlink");
+        // Freed at once (its slot may already hold the negative entry
+        // that took the name), its inode and backend node with it: a new
+        // file given the same inode number by the host must not meet them.
+        assert!(!inner.dc.unchanged(&f));
+        assert_eq!(vfs.cache_stats().inodes, inodes - 1);
+        // And replaced by a rename: the same.
+        for c in [&ctx, &other] {
+            for p in [&b"/d/a"[..], b"/d/b"] {
+                let fd = c
+                    .openat(AT_FDCWD, p, libc::O_CREAT | libc::O_WRONLY, 0o644)
+                    .expect("create");
+                c.close(fd).expect("close");
+            }
+        }
+        let inodes = vfs.cache_stats().inodes;
+        ctx.renameat2(AT_FDCWD, b"/d/a", AT_FDCWD, b"/d/b", 0)
+            .expect("rename");
+        assert_eq!(vfs.cache_stats().inodes, inodes - 1);
     }
 
     #[test]

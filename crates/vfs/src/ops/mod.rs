@@ -74,7 +74,7 @@ pub struct Ctx {
     /// Shared with the contexts [`Ctx::with_creds`] made from this one.
     fds: Arc<FdTable>,
     /// Pins kept after close for the next open (writer.rs).
-    pins: PinCache,
+    pins: Arc<PinCache>,
     beneath: bool,
 }
 
@@ -119,12 +119,13 @@ impl Ctx {
     pub(crate) fn new(vfs: Vfs, creds: Creds, max_fds: usize) -> Ctx {
         let cred_id = vfs.inner.cred_ids.id(&creds);
         let fds = Arc::new(FdTable::new(max_fds));
+        let pins = PinCache::registered(&vfs.inner);
         Ctx {
             vfs,
             creds,
             cred_id,
             fds,
-            pins: PinCache::default(),
+            pins,
             beneath: false,
         }
     }
@@ -147,7 +148,7 @@ impl Ctx {
             cred_id: self.vfs.inner.cred_ids.id(&creds),
             creds,
             fds: Arc::clone(&self.fds),
-            pins: PinCache::default(),
+            pins: PinCache::registered(&self.vfs.inner),
             beneath: self.beneath,
         }
     }
