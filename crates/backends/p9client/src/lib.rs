@@ -478,6 +478,107 @@ impl P9Fs {
         }
     }
 
+    /// Create `name` in the directory of fid `dir` and open it, and get
+    /// the new file's attributes from the open fid: a clone walk, the
+    /// create and a getattr back to back, one round trip (three
+    /// requests, where a walk to the new name and its getattr after the
+    /// create took a second). A server that does not keep a fid's
+    /// requests in order gets them one at a time.
+    fn create_getattr(
+        &self,
+        dir: u32,
+        name: &[u8],
+        flags: OpenFlags,
+        mode: u32,
+        gid: u32,
+    ) -> Result<(u32, Attr)> {
+        let lcreate = |nf| Fcall::Tlcreate {
+            fid: nf,
+            name: Str(name),
+            flags: (flags.0 | libc::O_CREAT | libc::O_EXCL) as u32,
+            mode: mode & 0o7777,
+            gid,
+        };
+        let created = |r: &Fcall<'_>| matches!(r, Fcall::Rlcreate { .. });
+        if self.pipeline.load(Relaxed) {
+            let nf = self.alloc_fid();
+            let (mut walked, mut made, mut attr) = (None, None, None);
+            let reqs = [
+                Fcall::Twalk {
+                    fid: dir,
+                    newfid: nf,
+                    names: Names::default(),
+                },
+                lcreate(nf),
+                Fcall::Tgetattr {
+                    fid: nf,
+                    request_mask: p9::GETATTR_BASIC,
+                },
+            ];
+            let sent = self.rpc.call_many(&reqs, |i, r| match i {
+                0 => {
+                    walked = Some(
+                        matches!(r, Fcall::Rwalk { .. })
+                            .then_some(())
+                            .ok_or_else(|| err_of(&r)),
+                    )
+                }
+                1 => made = Some(created(&r).then_some(()).ok_or_else(|| err_of(&r))),
+                _ => {
+                    attr = Some(match r {
+                        Fcall::Rgetattr { st } => Ok(attr_of(&st)),
+                        r => Err(err_of(&r)),
+                    })
+                }
+            });
+            let walked_ok = matches!(walked, Some(Ok(())));
+            if let Err(e) = sent {
+                return Err(self.abandon(nf, walked_ok, e));
+            }
+            match (walked, made) {
+                (Some(Ok(())), Some(Ok(()))) => {
+                    return match attr {
+                        Some(Ok(a)) => Ok((nf, a)),
+                        // Run before the create: ask again.
+                        _ => self.getattr_of(nf),
+                    };
+                }
+                (Some(Ok(())), Some(Err(Errno::EIO | Errno::EBADF))) => {
+                    // The create ran before the walk made its fid.
+                    tracing::info!("9p server runs a fid's requests out of order: not pipelining");
+                    self.pipeline.store(false, Relaxed);
+                    self.clunk(nf);
+                }
+                (Some(Ok(())), Some(Err(e))) => return Err(self.abandon(nf, true, e)),
+                (Some(Err(e)), _) => return Err(self.abandon(nf, false, e)),
+                _ => return Err(self.abandon(nf, walked_ok, Errno::EPROTO)),
+            }
+        }
+        let nf = self.clone_then(dir, lcreate, created)?;
+        self.getattr_of(nf)
+    }
+
+    /// The attributes of open fid `nf` (clunked on failure).
+    fn getattr_of(&self, nf: u32) -> Result<(u32, Attr)> {
+        let r = self.rpc.call(
+            Fcall::Tgetattr {
+                fid: nf,
+                request_mask: p9::GETATTR_BASIC,
+            },
+            |r| match r {
+                Fcall::Rgetattr { st } => Ok(attr_of(&st)),
+                r => Err(err_of(&r)),
+            },
+        );
+        match r {
+            Ok(a) => Ok((nf, a)),
+            Err(e) => {
+                self.clunk(nf);
+                Err(e)
+            }
+        }
+    }
+
     /// A new fid for `node`, opened with `flags`: walk + open in one round
     /// trip.
     fn open_fid(&self, node: u32, flags: u32) -> Result<u32> {
@@ -715,36 +816,18 @@ impl FileSystem for P9Fs {
         flags: OpenFlags,
     ) -> Result<(Entry, FileHandle)> {
         let pin = self.pin(parent)?;
-        let dir = pin.fid;
-        let nf = self.clone_then(
-            dir,
-            |nf| Fcall::Tlcreate {
-                fid: nf,
-                name: Str(name),
-                flags: (flags.0 | libc::O_CREAT | libc::O_EXCL) as u32,
-                mode: mode & 0o7777,
-                gid: owner.gid,
+        let (nf, mut attr) = self.create_getattr(pin.fid, name, flags, mode, owner.gid)?;
+        self.own(nf, owner, &mut attr);
+        // No path fid for the new node (see `Nodes::adopt_open`): it is
+        // counted as open until `release`, as `open` pins.
+        self.nodes.lock().adopt_open(attr.ino, parent.0, name);
+        Ok((
+            Entry {
+                node: NodeId(attr.ino),
+                attr,
             },
-            |r| matches!(r, Fcall::Rlcreate { .. }),
-        )?;
-        match self.entry_of(parent, dir, name) {
-            Ok(mut e) => {
-                self.own(nf, owner, &mut e.attr);
-                // Pinned while open, as in `open`.
-                match self.pin(e.node) {
-                    Ok(p) => p.keep(),
-                    Err(err) => {
-                        self.clunk(nf);
-                        return Err(err);
-                    }
-                }
-                Ok((e, FileHandle(nf as u64)))
-            }
-            Err(e) => {
-                self.clunk(nf);
-                Err(e)
-            }
-        }
+            FileHandle(nf as u64),
+        ))
     }
 
     fn read(&self, _node: NodeId, fh: FileHandle, off: u64, buf: &mut [u8]) -> Result<usize> {

@@ -208,6 +208,32 @@ impl Nodes {
         None
     }
 
+    /// A create made `id` at `name` in `parent` and opened it: count the
+    /// reference and the open (busy), remember the place, but hold no
+    /// path fid for it. The open fid serves the file while it is open; a
+    /// call that needs the node itself walks to it by name (see
+    /// [`Nodes::need`]), which most new files never see.
+    pub fn adopt_open(&mut self, id: u64, parent: u64, name: &[u8]) {
+        if id == self.root {
+            return;
+        }
+        let n = self.by_id.entry(id).or_insert_with(|| PNode {
+            lookups: 0,
+            parent,
+            name: name.into(),
+            fid: NOFID,
+            busy: 0,
+            referenced: true,
+        });
+        n.lookups += 1;
+        n.busy += 1;
+        n.referenced = true;
+        n.parent = parent;
+        if *n.name != *name {
+            n.name = name.into();
+        }
+    }
+
     /// `id` now lives at `name` in `parent` (a rename through us).
     pub fn moved(&mut self, id: u64, parent: u64, name: &[u8]) {
         if let Some(n) = self.by_id.get_mut(&id).filter(|_| id != self.root) {

@@ -55,6 +55,14 @@ impl Ctx {
                 _ if flags & libc::O_EXCL != 0 => return Err(Errno::EEXIST.into()),
                 _ => return Err(Errno::EISDIR.into()),
             };
+            if flags & libc::O_EXCL != 0 && self.may_create_unseen(dir, &name) {
+                // Linux's atomic_open: a name the cache knows nothing of
+                // is created without asking first whether it exists (one
+                // round trip fewer on a share): the backend's EEXIST is
+                // the answer when it does, as it is for O_EXCL anyway.
+                let (c, fh) = self.create_file(dir, &name, mode, flags)?;
+                return Ok((c, Some(fh)));
+            }
             match self.lookup_child(dir, &name)? {
                 Some(c) => {
                     if flags & libc::O_EXCL != 0 {
@@ -181,6 +189,18 @@ impl Ctx {
                 Err(e.into())
             }
         }
+    }
+
+    /// May `name` be created in `dir` without looking it up first? Only
+    /// when nothing is cached under it (a cached name, positive or
+    /// negative, a mount point, takes the usual way) and the caller may
+    /// create there: otherwise Linux's error order (EEXIST over EACCES
+    /// for a name that exists) needs the lookup.
+    fn may_create_unseen(&self, dir: Cur, name: &[u8]) -> bool {
+        let inner = self.inner();
+        inner.dc.d_lookup(dir.d, name, hash_name(name)).is_none()
+            && self.check_writable().is_ok()
+            && self.may_create(dir).is_ok()
     }
 
     /// Pin the dentry of `c` for a descriptor: a pin this context parked
