@@ -523,7 +523,12 @@ impl P9Fs {
                             .ok_or_else(|| err_of(&r)),
                     )
                 }
-                1 => made = Some(created(&r).then_some(()).ok_or_else(|| err_of(&r))),
+                1 => {
+                    made = Some(match r {
+                        Fcall::Rlcreate { qid, .. } => Ok(qid.path),
+                        r => Err(err_of(&r)),
+                    })
+                }
                 _ => {
                     attr = Some(match r {
                         Fcall::Rgetattr { st } => Ok(attr_of(&st)),
@@ -536,10 +541,13 @@ impl P9Fs {
                 return Err(self.abandon(nf, walked_ok, e));
             }
             match (walked, made) {
-                (Some(Ok(())), Some(Ok(()))) => {
+                (Some(Ok(())), Some(Ok(path))) => {
                     return match attr {
-                        Some(Ok(a)) => Ok((nf, a)),
-                        // Run before the create: ask again.
+                        Some(Ok(a)) if a.ino == path => Ok((nf, a)),
+                        // Answered before the create ran (the fid was
+                        // still the directory's clone; walkfs serve runs
+                        // a getattr on its reader thread, the create in
+                        // its pool): ask again, now that it has.
                         _ => self.getattr_of(nf),
                     };
                 }
