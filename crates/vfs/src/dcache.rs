@@ -297,26 +297,12 @@ impl Dcache {
         self.dentry(idx).is_some_and(|d| !d.seq.read_retry(seq))
     }
 
-    /// A validated snapshot of dentry `idx`, waiting out a writer for a
-    /// bounded time.
+    /// A validated snapshot of dentry `idx`; `None` while a writer is
+    /// busy with it (the caller starts over, and the driver in step.rs
+    /// decides how long to wait: one retry policy).
     #[inline(always)]
     pub fn snap(&self, idx: DIdx) -> Option<DSnap> {
-        if let Some(s) = self.snap_once(idx) {
-            return Some(s);
-        }
-        self.snap_spin(idx)
-    }
-
-    #[inline(never)]
-    fn snap_spin(&self, idx: DIdx) -> Option<DSnap> {
-        self.dentry(idx)?;
-        for _ in 0..10_000 {
-            std::hint::spin_loop();
-            if let Some(s) = self.snap_once(idx) {
-                return Some(s);
-            }
-        }
-        None
+        self.snap_once(idx)
     }
 
     #[inline(always)]
