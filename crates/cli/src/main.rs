@@ -1044,6 +1044,7 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
     for (n, c) in [
         ("slow_lookups", s.vfs_slow_lookups),
         ("backend_lookups", s.vfs_backend_lookups),
+        ("complete_misses", s.vfs_complete_misses),
         ("negative_created", s.vfs_negative_created),
         ("restarts", s.vfs_restarts),
         ("dentries", u64::from(s.vfs_dentries)),
@@ -1075,6 +1076,13 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
         "wait_ms".into(),
         format!("{:.1}", s.wait_ms),
     ]);
+    for (n, c) in [
+        ("async_sent", s.async_sent),
+        ("async_inflight", s.async_inflight),
+        ("async_errors", s.async_errors),
+    ] {
+        rows.push(vec!["9p".into(), n.into(), c.to_string()]);
+    }
     print!("{}", report::table(&["layer", "counter", "value"], &rows));
     Ok(())
 }

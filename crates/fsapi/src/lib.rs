@@ -275,6 +275,12 @@ pub struct RpcStats {
     pub bytes_received: u64,
     /// Nanoseconds callers spent waiting for replies.
     pub wait_ns: u64,
+    /// Changes sent without waiting for their replies, those still in
+    /// flight, and those the server refused (reported at fsync, close,
+    /// syncfs).
+    pub async_sent: u64,
+    pub async_inflight: u64,
+    pub async_errors: u64,
 }
 
 /// A backend's use of the remote handles it keeps for cached nodes (a 9P
@@ -316,6 +322,47 @@ pub trait FileSystem: Send + Sync {
     fn setattr(&self, node: NodeId, set: &SetAttr) -> Result<Attr> {
         Err(Errno::ENOSYS)
     }
+
+    /// [`setattr`](FileSystem::setattr) of a node whose attributes the
+    /// caller has cached (`cur`): a backend with asynchronous changes may
+    /// answer from them without waiting for its server.
+    fn setattr_cached(&self, node: NodeId, set: &SetAttr, cur: &Attr) -> Result<Attr> {
+        self.setattr(node, set)
+    }
+
+    /// Writes are answered before the server has them (asynchronous
+    /// changes): the caller keeps a written file's size and times itself
+    /// rather than asking the server after each write.
+    fn writes_behind(&self) -> bool {
+        false
+    }
+
+    /// Wait until every change of `node` (a file's writes and attributes,
+    /// a directory's entries) sent without waiting has reached the server;
+    /// the first error one of them met since the last report is returned
+    /// (once), as `fsync(2)` reports a write-back error.
+    fn fsync(&self, node: NodeId) -> Result<()> {
+        Ok(())
+    }
+
+    /// As [`fsync`](FileSystem::fsync) for everything: `syncfs(2)`. Each
+    /// error is reported by one `syncfs` (a later one reports only newer
+    /// errors).
+    fn syncfs(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// At `close(2)`: an error that a change of `node` sent without waiting
+    /// has already met (not waiting for the ones still in flight).
+    fn take_error(&self, node: NodeId) -> Result<()> {
+        Ok(())
+    }
+
+    /// Where to report what an asynchronous change that failed leaves
+    /// wrong in the caller's cache (the entry or the attributes it
+    /// answered from), so that no name stays visible that the server does
+    /// not have. Backends without asynchronous changes ignore it.
+    fn set_correction_sink(&self, sink: std::sync::Arc<dyn ChangeSink>) {}
 
     /// The body of a symlink.
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {

@@ -125,6 +125,9 @@ pub struct WalkFuse {
     opts: MountOptions,
     /// `cache=coherent`: small writes gathered (see writebehind.rs).
     wb: Option<Arc<writebehind::WriteBehind>>,
+    /// The backend sends changes without waiting (errors come at flush
+    /// and fsync).
+    async_changes: bool,
     pub counters: Arc<FuseCounters>,
 }
 
@@ -252,6 +255,7 @@ impl WalkFuse {
         } else {
             None
         };
+        let vfs_async = vfs.writes_behind();
         let closer = Arc::new(fds::Closer {
             ctx: base.with_creds(Creds::root()),
             wb: wb.clone(),
@@ -271,6 +275,7 @@ impl WalkFuse {
             next_dir: AtomicU64::new(1),
             opts,
             wb,
+            async_changes: vfs_async,
             counters: Arc::new(FuseCounters::default()),
         })
     }
@@ -1034,16 +1039,26 @@ impl Filesystem for WalkFuse {
         _lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
-        match &self.wb {
+        let r = match &self.wb {
             // close(2): gathered writes go out (others see the file
             // whole), and one that failed is reported.
-            Some(wb) => done(reply, wb.flush(&self.base, ino.0)),
-            // Nothing to do at close(2) (no locks, writes already sent;
-            // the kernel writes dirty pages back before it asks). ENOSYS
-            // once makes the kernel stop asking, so a close costs no
-            // round trip.
-            None => reply.error(fuser::Errno::ENOSYS),
-        }
+            Some(wb) => wb.flush(&self.base, ino.0),
+            None if !self.async_changes => {
+                // Nothing to do at close(2) (no locks, writes already
+                // sent; the kernel writes dirty pages back before it
+                // asks). ENOSYS once makes the kernel stop asking, so a
+                // close costs no round trip.
+                return reply.error(fuser::Errno::ENOSYS);
+            }
+            None => Ok(()),
+        };
+        // Asynchronous changes: an error the server has already answered
+        // one of the file's changes with (no waiting, no server).
+        let r = r.and_then(|()| match self.async_changes {
+            true => self.base.flush(self.fd(ino)?.fd),
+            false => Ok(()),
+        });
+        done(reply, r)
     }
 
     fn release(
@@ -1074,12 +1089,13 @@ impl Filesystem for WalkFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // Writes reach the backend when answered, or (cache=coherent)
-        // once gathered ones are sent here.
-        match &self.wb {
-            Some(wb) => done(reply, wb.flush(&self.base, ino.0)),
-            None => reply.ok(),
-        }
+        // Gathered writes (cache=coherent) go out, then everything the
+        // backend sent without waiting is waited for.
+        let r = match &self.wb {
+            Some(wb) => wb.flush(&self.base, ino.0),
+            None => Ok(()),
+        };
+        done(reply, r.and_then(|()| self.base.fsync(self.fd(ino)?.fd)))
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -1212,12 +1228,13 @@ impl Filesystem for WalkFuse {
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        // The directory's entries changed without waiting, their errors.
+        done(reply, self.fd(ino).and_then(|fd| self.base.fsync(fd.fd)))
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {

@@ -39,6 +39,8 @@ pub struct MountStats {
     /// lookups that reached the backend, negative entries made.
     pub vfs_slow_lookups: u64,
     pub vfs_backend_lookups: u64,
+    #[serde(default)]
+    pub vfs_complete_misses: u64,
     pub vfs_negative_created: u64,
     /// Calls that started over because what they stood on changed under
     /// them (a rename, a removal, a busy writer): rare, or something is
@@ -61,6 +63,15 @@ pub struct MountStats {
     pub bytes_received: u64,
     /// Time spent waiting for the server's replies.
     pub wait_ms: f64,
+    /// Changes sent without waiting (asynchronous changes), those still
+    /// in flight, and those the server refused (each also logged, and
+    /// reported at fsync/close/syncfs).
+    #[serde(default)]
+    pub async_sent: u64,
+    #[serde(default)]
+    pub async_inflight: u64,
+    #[serde(default)]
+    pub async_errors: u64,
     /// Bounded resources and their use: the nodes the kernel holds, the
     /// vfs descriptors cached for them (and their bounds), the 9P
     /// client's fids (held, bound, released, walks to get one back).
@@ -96,6 +107,7 @@ impl MountStats {
             fuse,
             vfs_slow_lookups: cs.slow_lookups,
             vfs_backend_lookups: cs.backend_lookups,
+            vfs_complete_misses: cs.complete_misses,
             vfs_negative_created: cs.negative_created,
             vfs_restarts: cs.retries,
             vfs_dentries: cs.dentries,
@@ -120,6 +132,9 @@ impl MountStats {
             s.bytes_sent = p.bytes_sent;
             s.bytes_received = p.bytes_received;
             s.wait_ms = p.wait_ns as f64 / 1e6;
+            s.async_sent = p.async_sent;
+            s.async_inflight = p.async_inflight;
+            s.async_errors = p.async_errors;
         }
         s
     }

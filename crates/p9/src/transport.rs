@@ -141,6 +141,13 @@ impl Stream {
             Stream::Tcp(s) => s.shutdown(Shutdown::Both),
         }
     }
+    /// Stop sending; what the peer sent can still be read.
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.shutdown(Shutdown::Write),
+            Stream::Tcp(s) => s.shutdown(Shutdown::Write),
+        }
+    }
     /// Give up on a write that makes no progress for `t` (a peer that
     /// stopped reading); `None` waits forever.
     pub fn set_write_timeout(&self, t: Option<std::time::Duration>) -> io::Result<()> {

@@ -1,7 +1,25 @@
 //! One client connection: framing, fid resolution in arrival order, the
-//! tag table (`Tflush`), limits, and replies.
+//! tag table (`Tflush`), the order of dependent requests (the strand),
+//! limits, and replies.
+//!
+//! # Order (docs/9p-ordering.md)
+//! A client may send a change and, without waiting for its reply, the
+//! requests that depend on it (`Tunlinkat` of every entry, then the
+//! directory's; `Twrite`, then `Tsetattr` of the times). The server
+//! keeps a connection's order this way:
+//! - every request that changes the file system ([`changes_state`]) runs
+//!   on the connection's *strand*: one at a time, in arrival order;
+//! - a request of any kind that arrives while the strand has work joins
+//!   it, so it sees every change sent before it;
+//! - when the strand is idle, the others run as before: in parallel on
+//!   the pool, or on the reader thread when cheap.
+//!
+//! The exception is I/O that may wait for another party for ever (open,
+//! read or write of a fifo, socket or device): the strand hands it to the
+//! pool when it reaches it, so one blocked fifo never stalls the
+//! connection's later changes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -36,6 +54,9 @@ pub(crate) struct Conn {
     /// Set once a reply could not be written (the peer stopped reading or
     /// went away): the connection is shut down and nothing more is sent.
     broken: AtomicBool,
+    /// Set once nothing more can be sent (a broken connection, or a peer
+    /// that went away while its requests are still being read).
+    mute: AtomicBool,
     /// Bytes of request frames handed to the pool and not yet answered.
     /// The reader waits on `room` while this is over
     /// `Config::max_pending_bytes`, so a client that pipelines faster than
@@ -54,6 +75,58 @@ pub(crate) struct Conn {
     auth: Mutex<HashMap<u32, Vec<u8>>>,
     /// The change-notification subscription (see notify.rs).
     pub(crate) notify: Mutex<Option<crate::notify::Sub>>,
+    /// Requests that must run in arrival order (see the module comment).
+    strand: Mutex<Strand>,
+}
+
+/// A connection's ordered requests. Invariant: `running` is true exactly
+/// while a [`Work::Strand`] for this connection is queued in the pool or
+/// being run, and only that runner pops `queue`.
+#[derive(Default)]
+struct Strand {
+    running: bool,
+    queue: VecDeque<Job>,
+}
+
+/// What the pool's workers run.
+pub(crate) enum Work {
+    /// One request, in parallel with the connection's others.
+    Job(Job),
+    /// A connection's strand, drained in order until empty.
+    Strand(Arc<Conn>),
+}
+
+impl Work {
+    pub(crate) fn run(self) {
+        match self {
+            Work::Job(j) => {
+                j.run();
+            }
+            Work::Strand(c) => run_strand(&c),
+        }
+    }
+}
+
+/// Drain `conn`'s strand: each job in turn, so each sees the effects of
+/// the ones before it.
+fn run_strand(conn: &Arc<Conn>) {
+    loop {
+        let job = {
+            let mut s = conn.strand.lock();
+            match s.queue.pop_front() {
+                Some(j) => j,
+                None => {
+                    s.running = false;
+                    return;
+                }
+            }
+        };
+        if job.may_wait_for_ever() {
+            conn.to_pool(job);
+        } else {
+            job.run();
+        }
+    }
 }
 
 /// A request handed to the pool, with the fids it names resolved when it
@@ -98,6 +171,7 @@ impl Conn {
         Conn {
             writer: Mutex::new(sink),
             broken: AtomicBool::new(false),
+            mute: AtomicBool::new(false),
             pending: Mutex::new(0),
             room: Condvar::new(),
             tags: Mutex::new(HashMap::new()),
@@ -109,11 +183,24 @@ impl Conn {
             server,
             auth: Mutex::new(HashMap::new()),
             notify: Mutex::new(None),
+            strand: Mutex::new(Strand::default()),
+        }
+    }
+
+    /// Hand `job` to the pool, to run in parallel with the others.
+    fn to_pool(self: &Arc<Self>, job: Job) {
+        if let Err(e) = self.server.pool.send(Work::Job(job)) {
+            // The pool is gone (server shutting down): nothing will answer.
+            tracing::error!("worker pool closed");
+            if let Work::Job(job) = e.into_inner() {
+                self.finish(job.tag, None);
+                self.release(job.counted);
+            }
         }
     }
 
     fn send(&self, out: &[u8]) {
-        if self.broken.load(Ordering::Relaxed) {
+        if self.mute.load(Ordering::Relaxed) {
             return;
         }
         let mut w = self.writer.lock();
@@ -126,23 +213,30 @@ impl Conn {
         };
         if let Err(e) = s.write_all(out) {
             // A reply cut short breaks the framing: nothing more can be
-            // sent on this connection. Shutting it down also ends the
-            // reader, so the connection's fids and pending work go.
-            self.broken.store(true, Ordering::Relaxed);
+            // sent on this connection.
+            self.mute.store(true, Ordering::Relaxed);
             if matches!(
                 e.kind(),
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
             ) {
+                // A peer that stopped reading: shutting the connection
+                // down ends the reader too, so its fids and work go.
+                self.broken.store(true, Ordering::Relaxed);
                 self.server.stats.stalled.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
                     "{}: not reading its replies for {:?}: closing the connection",
                     self.peer,
                     self.server.cfg.reply_timeout
                 );
+                let _ = s.shutdown();
             } else {
+                // A peer that went away (killed, crashed). What it sent
+                // before going is still read and carried out: a client
+                // with changes in flight (it did not wait for their
+                // replies) loses none of them.
                 tracing::debug!("{}: write: {e}", self.peer);
+                let _ = s.shutdown_write();
             }
-            let _ = s.shutdown();
         }
     }
 
@@ -392,6 +486,7 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         tags.insert(tag, TagState::default());
     }
     let cfg = &conn.server.cfg;
+    let ordered = !cfg.inline_all && changes_state(&f);
     let inline = cfg.inline_all || answers_from_cache(&f);
     let mut job = Job {
         conn: Arc::clone(conn),
@@ -401,7 +496,10 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         fids,
         newfid,
     };
-    if inline {
+    // Cheap requests run here when nothing sent before them is still
+    // changing the file system (a racy peek: a strand that empties just
+    // now only costs this request the queue).
+    if inline && (cfg.inline_all || !conn.strand.lock().running) {
         let mut frame = job.run();
         frame.clear();
         return Some(frame);
@@ -417,14 +515,61 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         .stats
         .pending_peak
         .fetch_max(now as u64, Ordering::Relaxed);
-    if let Err(e) = conn.server.pool.send(job) {
-        // The pool is gone (server shutting down): nothing will answer.
-        tracing::error!("worker pool closed");
-        let job = e.into_inner();
-        conn.finish(job.tag, None);
-        conn.release(job.counted);
+    let start = {
+        let mut s = conn.strand.lock();
+        if s.running || ordered {
+            s.queue.push_back(job);
+            let start = !s.running;
+            s.running = true;
+            start
+        } else {
+            drop(s);
+            conn.to_pool(job);
+            return None;
+        }
+    };
+    if start {
+        if let Err(e) = conn.server.pool.send(Work::Strand(Arc::clone(conn))) {
+            tracing::error!("worker pool closed");
+            if let Work::Strand(c) = e.into_inner() {
+                let mut s = c.strand.lock();
+                for job in std::mem::take(&mut s.queue) {
+                    c.finish(job.tag, None);
+                    c.release(job.counted);
+                }
+                s.running = false;
+            }
+        }
     }
     None
+}
+
+/// Requests that change the file system (names, attributes, data): they
+/// run on the connection's strand, in arrival order (module comment).
+/// `Tlopen` counts when it truncates or creates.
+fn changes_state(f: &Fcall<'_>) -> bool {
+    match f {
+        Fcall::Tlopen { flags, .. } => {
+            // 9P2000.L open flags are Linux's.
+            flags & (libc::O_TRUNC | libc::O_CREAT) as u32 != 0
+        }
+        _ => matches!(
+            f,
+            Fcall::Tlcreate { .. }
+                | Fcall::Tmkdir { .. }
+                | Fcall::Tsymlink { .. }
+                | Fcall::Tmknod { .. }
+                | Fcall::Tlink { .. }
+                | Fcall::Trename { .. }
+                | Fcall::Trenameat { .. }
+                | Fcall::Tunlinkat { .. }
+                | Fcall::Tremove { .. }
+                | Fcall::Tsetattr { .. }
+                | Fcall::Txattrcreate { .. }
+                | Fcall::Twrite { .. }
+                | Fcall::Tfsync { .. }
+        ),
+    }
 }
 
 /// The messages of 9P authentication, answered here when the server asks
@@ -595,6 +740,29 @@ fn version_reply(conn: &Conn, tag: u16, msize: u32, version: &[u8]) {
 }
 
 impl Job {
+    /// Is this I/O on a fifo, socket or device — an open, read or write
+    /// that may wait for another party for ever? (The strand must not.)
+    fn may_wait_for_ever(&self) -> bool {
+        // Tlopen, Tread, Twrite.
+        let io = matches!(peek_header(&self.frame), Some((12 | 116 | 118, _)));
+        if !io {
+            return false;
+        }
+        let Some(fid) = self.fids.first() else {
+            return false;
+        };
+        match fid.get() {
+            Ok(st) => st
+                .ctx
+                .fstatx(st.open.unwrap_or(st.fd), libc::STATX_TYPE)
+                .is_ok_and(|x| {
+                    let t = u32::from(x.stx_mode) & libc::S_IFMT;
+                    t != libc::S_IFREG && t != libc::S_IFDIR
+                }),
+            Err(_) => false,
+        }
+    }
+
     /// A request that made no fid after all: its pending newfid goes (if
     /// the table still holds this one, not a later fid of that number).
     fn abandon_newfid(&self) {

@@ -118,7 +118,7 @@ pub struct Stats {
 pub struct Server {
     pub(crate) vfs: Vfs,
     pub(crate) cfg: Config,
-    pub(crate) pool: Sender<conn::Job>,
+    pub(crate) pool: Sender<conn::Work>,
     pub(crate) notify: Arc<notify::Hub>,
     /// The injected reply delay, when there is one (link.rs).
     pub(crate) link: Option<Arc<link::Link>>,
@@ -129,7 +129,7 @@ impl Server {
     /// Start the worker pool. Connections come with [`Server::serve`] or
     /// [`Server::serve_stream`].
     pub fn new(vfs: Vfs, cfg: Config) -> Arc<Server> {
-        let (tx, rx) = crossbeam_channel::unbounded::<conn::Job>();
+        let (tx, rx) = crossbeam_channel::unbounded::<conn::Work>();
         let threads = if cfg.inline_all {
             0
         } else {
@@ -149,7 +149,7 @@ impl Server {
             stats: Stats::default(),
         });
         for i in 0..threads {
-            let rx: Receiver<conn::Job> = rx.clone();
+            let rx: Receiver<conn::Work> = rx.clone();
             // Workers hold no reference to the server: they end when the
             // last sender (the server) is gone.
             let r = std::thread::Builder::new()

@@ -108,6 +108,12 @@ pub struct BackendOptions {
     /// For a host directory: `O_PATH` descriptors kept for files not in
     /// use (the rest are opened again by name when needed).
     pub host_fds: u32,
+    /// For a 9P source with `cache=loose` or `cache=coherent`: wait for
+    /// the server's answer to every change (as CephFS's `wsync`). Off by
+    /// default: unlinks, writes and attribute changes the cache can decide
+    /// are answered at once and sent without waiting; their errors are
+    /// reported at fsync, close and syncfs (docs/9p-ordering.md).
+    pub sync_metadata: bool,
 }
 
 impl Default for BackendOptions {
@@ -118,6 +124,7 @@ impl Default for BackendOptions {
             secret_file: None,
             fids: walkfs_p9client::DEFAULT_NODE_FIDS as u32,
             host_fds: walkfs_hostfs::DEFAULT_CACHED_FDS as u32,
+            sync_metadata: false,
         }
     }
 }
@@ -125,7 +132,7 @@ impl Default for BackendOptions {
 impl BackendOptions {
     /// The names [`BackendOptions::set`] takes.
     pub const NAMES: &'static [&'static str] =
-        &["msize", "aname", "secret_file", "fids", "host_fds"];
+        &["msize", "aname", "secret_file", "fids", "host_fds", "sync_metadata"];
 
     /// Is `name` a backend's option (rather than the vfs's)?
     pub fn handles(name: &str) -> bool {
@@ -150,6 +157,13 @@ impl BackendOptions {
             "secret_file" if !value.is_empty() => self.secret_file = Some(PathBuf::from(value)),
             "fids" => self.fids = count(value, 1)?,
             "host_fds" => self.host_fds = count(value, 1)?,
+            "sync_metadata" => {
+                self.sync_metadata = match value {
+                    "1" | "" => true,
+                    "0" => false,
+                    _ => return Err(Errno::EINVAL),
+                }
+            }
             _ => return Err(Errno::EINVAL),
         }
         Ok(())
@@ -248,6 +262,7 @@ pub fn open_9p(stream: Stream, opts: &SourceOptions) -> Result<Vfs> {
         // Ask the server to report changes only when they are used.
         notify: opts.vfs.cache == CachePolicy::Coherent,
         node_fids: b.fids as usize,
+        async_changes: opts.vfs.cache != CachePolicy::None && !b.sync_metadata,
         ..Default::default()
     };
     let fs = Arc::new(walkfs_p9client::P9Fs::on_stream(stream, &cfg)?);

@@ -75,6 +75,7 @@ impl Inner {
                         continue;
                     };
                     w.mark_stale(dc, ino);
+                    w.set_complete(dc, ino, false);
                     let Some(&d) = w.dir_alias.get(&ino) else {
                         continue;
                     };

@@ -113,6 +113,13 @@ pub(crate) const I_CACHED_LINK: u32 = 1 << 2;
 pub(crate) const I_STALE: u32 = 1 << 3;
 /// An ACL or similar decides access: never take the fast permission path.
 pub(crate) const I_ACL: u32 = 1 << 4;
+/// A directory every entry of which is in the dcache (it was made empty
+/// here, and no positive child has been evicted since): a name not found
+/// in it does not exist, and a miss needs no backend lookup. Cleared by
+/// an eviction of a child and by any change reported behind our back;
+/// used only while negative entries never expire (`negtimeout=-1`, the
+/// same promise for every name).
+pub(crate) const I_COMPLETE: u32 = 1 << 5;
 pub(crate) const SB_SHIFT: u32 = 16;
 
 #[derive(Default)]
@@ -207,6 +214,28 @@ pub(crate) struct InodeSnap {
 }
 
 impl InodeSnap {
+    /// The cached attributes, as a backend reports them.
+    pub fn attr(&self) -> Attr {
+        Attr {
+            ino: self.ino,
+            mode: self.mode,
+            nlink: self.nlink,
+            uid: self.uid,
+            gid: self.gid,
+            rdev: u64::from(self.rdev),
+            size: self.size,
+            blocks: self.blocks,
+            atime: walkfs_fsapi::Timespec::from_nanos(self.atime),
+            mtime: walkfs_fsapi::Timespec::from_nanos(self.mtime),
+            ctime: walkfs_fsapi::Timespec::from_nanos(self.ctime),
+            has_acl: self.flags & I_ACL != 0,
+        }
+    }
+    /// The attributes were last known true (not marked stale by a write
+    /// or a change report).
+    pub fn fresh(&self) -> bool {
+        self.flags & I_STALE == 0
+    }
     pub fn sb(&self) -> usize {
         (self.flags >> SB_SHIFT) as usize
     }

@@ -219,6 +219,8 @@ pub struct CacheStats {
     pub bytes: usize,
     pub slow_lookups: u64,
     pub backend_lookups: u64,
+    /// Misses answered by a directory known complete, without the backend.
+    pub complete_misses: u64,
     pub negative_created: u64,
     pub retries: u64,
     /// cache=coherent: changes reported by the backend, and times it lost
@@ -306,14 +308,17 @@ impl Vfs {
     /// With `cache=coherent`, ask superblock `sb` to report changes; one
     /// that cannot leaves the whole vfs revalidating.
     fn watch_sb(&self, sb: usize, start: bool) {
-        if !self.inner.coherent {
-            return;
-        }
         let Ok(fs) = self.inner.sb(sb) else { return };
         let sink = Arc::new(coherent::Invalidator {
             inner: Arc::downgrade(&self.inner),
             sb,
         });
+        // Whatever the cache mode: a change the backend answered without
+        // its server and the server then refused must leave the cache.
+        fs.set_correction_sink(sink.clone());
+        if !self.inner.coherent {
+            return;
+        }
         let r = fs
             .watch_changes(sink)
             .and_then(|()| if start { fs.start_watching() } else { Ok(()) });
@@ -330,6 +335,12 @@ impl Vfs {
     /// dropped what it names (`cache=coherent` only).
     pub fn add_change_listener(&self, l: Arc<dyn walkfs_fsapi::ChangeSink>) {
         self.inner.listeners.write().push(l);
+    }
+
+    /// Some backend answers changes before its server has them
+    /// (asynchronous changes): `close` and `fsync` have errors to report.
+    pub fn writes_behind(&self) -> bool {
+        self.inner.sbs.read().iter().any(|fs| fs.writes_behind())
     }
 
     /// `cache=coherent` and every change is being seen: what is cached may
@@ -472,6 +483,7 @@ impl Vfs {
                 + inner.pc.bytes(),
             slow_lookups: c.slow_lookups.get(),
             backend_lookups: c.backend_lookups.get(),
+            complete_misses: c.complete_misses.get(),
             negative_created: c.negative_created.get(),
             retries: c.retries.get(),
             changes: c.changes.get(),
@@ -499,6 +511,13 @@ impl Inner {
             t if t < 0 => Some(dcache::EXPIRY_FOREVER),
             t => Some((self.now_ms().saturating_add(t as u64)).min(u32::MAX as u64 - 1) as u32),
         }
+    }
+
+    /// May a directory known complete answer a miss (see
+    /// [`dcache::I_COMPLETE`])? Only while negative entries never expire.
+    #[inline]
+    pub(crate) fn complete_dirs(&self) -> bool {
+        self.sw.negtimeout.load(Ordering::Relaxed) < 0
     }
 
     /// Is a negative dentry with this expiry still good?

@@ -392,8 +392,14 @@ impl<'a> Nameidata<'a> {
         let seen = vfs.ext_seen.load(AtomicOrdering::Acquire);
         let snap = dc.inode_snap(parent.ino).ok_or(Step::Restart)?;
         let fs = vfs.sb(snap.sb())?;
-        vfs.counters.backend_lookups.inc();
-        let res = fs.lookup(NodeId(snap.node), name);
+        let res = if snap.flags & crate::dcache::I_COMPLETE != 0 && vfs.complete_dirs() {
+            // Every entry of the directory is cached and this is not one.
+            vfs.counters.complete_misses.inc();
+            Err(Errno::ENOENT)
+        } else {
+            vfs.counters.backend_lookups.inc();
+            fs.lookup(NodeId(snap.node), name)
+        };
         let mut w = vfs.writer();
         if !dc.unchanged(&parent) {
             // The directory was removed or moved meanwhile.

@@ -602,6 +602,14 @@ impl Writer {
             if d.refs.compare_exchange(0, DYING, AcqRel, Relaxed).is_err() {
                 continue;
             }
+            // A name leaves the cache while it still exists: its
+            // directory's cached entries are no longer all of them.
+            if flags & D_NEGATIVE == 0 {
+                let parent = dc.dentry(DIdx(d.parent.load(Relaxed)));
+                if let Some(p) = parent {
+                    self.set_complete(dc, IIdx(p.target.load(Relaxed)), false);
+                }
+            }
             self.free_dentry(dc, idx);
             freed += 1;
         }
@@ -707,9 +715,43 @@ impl Writer {
         if let Some(i) = dc.inode(idx) {
             i.seq.write_begin();
             self.drop_link_locked(dc, i);
-            i.flags.store(i.flags.load(Relaxed) | I_STALE, Relaxed);
+            let f = i.flags.load(Relaxed);
+            i.flags.store((f | I_STALE) & !crate::dcache::I_COMPLETE, Relaxed);
             i.seq.write_end();
         }
+    }
+
+    /// A directory's entries changed through a backend that does not wait
+    /// for its server (asynchronous changes): its times move to `now` and
+    /// its link count by `nlink` (a subdirectory made or removed), here,
+    /// rather than marking it stale for a round trip the next stat would
+    /// pay (as NFS's wcc data spares one). A stale directory stays stale.
+    pub fn dir_touched(&mut self, dc: &Dcache, idx: IIdx, now: walkfs_fsapi::Timespec, nlink: i32) {
+        let Some(i) = dc.inode(idx) else { return };
+        if i.flags.load(Relaxed) & I_STALE != 0 {
+            return;
+        }
+        i.seq.write_begin();
+        i.mtime.store(now.as_nanos(), Relaxed);
+        i.ctime.store(now.as_nanos(), Relaxed);
+        let n = i.nlink.load(Relaxed);
+        i.nlink.store(n.saturating_add_signed(nlink), Relaxed);
+        i.seq.write_end();
+    }
+
+    /// Set or clear [`I_COMPLETE`](crate::dcache::I_COMPLETE) on a
+    /// directory's inode.
+    pub fn set_complete(&mut self, dc: &Dcache, idx: IIdx, on: bool) {
+        use crate::dcache::I_COMPLETE;
+        let Some(i) = dc.inode(idx) else { return };
+        let f = i.flags.load(Relaxed);
+        if (f & I_COMPLETE != 0) == on {
+            return;
+        }
+        i.seq.write_begin();
+        i.flags
+            .store(if on { f | I_COMPLETE } else { f & !I_COMPLETE }, Relaxed);
+        i.seq.write_end();
     }
 
     /// Changes were lost: every negative dentry goes, every positive one
@@ -885,6 +927,28 @@ impl Inner {
     /// backend node `node`. Moves the attribute generation in the same
     /// writer section: a miss that asked the backend before this change
     /// and caches its answer after it sees the move and keeps these.
+    /// A write ending at `end` was sent without waiting: grow the cached
+    /// size and move the times, unless the attributes are stale already
+    /// (then the next stat asks the server, which has the write by then).
+    pub fn wrote(&self, ino: IIdx, node: u64, end: u64, now: walkfs_fsapi::Timespec) {
+        let _w = self.writer();
+        let Some(i) = self.dc.inode(ino) else { return };
+        if i.node.load(Relaxed) != node || i.flags.load(Relaxed) & crate::dcache::I_STALE != 0 {
+            return;
+        }
+        i.seq.write_begin();
+        if i.size.load(Relaxed) < end {
+            i.size.store(end, Relaxed);
+            // What a 4 KiB-block file system allocates (ext4, xfs): du
+            // of a tree just written reads as it will once refreshed.
+            i.blocks.store(end.div_ceil(4096) * 8, Relaxed);
+        }
+        i.mtime.store(now.as_nanos(), Relaxed);
+        i.ctime.store(now.as_nanos(), Relaxed);
+        i.seq.write_end();
+        self.attr_gen.fetch_add(1, Release);
+    }
+
     pub fn changed_attrs(&self, ino: IIdx, node: u64, attr: &Attr) {
         let mut w = self.writer();
         if self

@@ -15,6 +15,7 @@
 mod nodes;
 mod notify;
 mod rpc;
+mod wb;
 
 use nodes::{Need, Nodes};
 
@@ -50,6 +51,10 @@ pub struct Config {
     /// Fids kept for cached nodes beyond those in use (open files and
     /// calls in flight hold theirs as long as they need them).
     pub node_fids: usize,
+    /// Send unlinks, writes and attribute changes without waiting for
+    /// their replies (see wb.rs). Needs a server that runs a connection's
+    /// changes in order, as `walkfs serve` and diod do.
+    pub async_changes: bool,
 }
 
 impl Default for Config {
@@ -62,6 +67,7 @@ impl Default for Config {
             secret: None,
             notify: false,
             node_fids: DEFAULT_NODE_FIDS,
+            async_changes: false,
         }
     }
 }
@@ -124,6 +130,12 @@ pub struct P9Fs {
     /// Who we attached as: new files are theirs on the server, so one
     /// made for someone else is handed over (when we are root there).
     attach_uid: u32,
+    /// Changes are sent without waiting (`Config::async_changes`).
+    async_changes: bool,
+    /// The server has answered a `Tunlinkat` (diod 1.0 does not know it,
+    /// and an asynchronous one could not fall back).
+    unlinkat_ok: std::sync::atomic::AtomicBool,
+    wb: Arc<wb::WriteBack>,
 }
 
 fn attr_of(st: &p9::Stat) -> Attr {
@@ -232,7 +244,13 @@ impl P9Fs {
         let root_ino = attached?;
         let notify = cfg.notify && notify::subscribe(&rpc);
         let iounit = rpc.msize - IOHDRSZ;
+        let wb = Arc::new(wb::WriteBack::default());
+        let w = Arc::clone(&wb);
+        rpc.set_on_error(Box::new(move |op, e| w.failed(op, e)));
         Ok(P9Fs {
+            async_changes: cfg.async_changes,
+            unlinkat_ok: std::sync::atomic::AtomicBool::new(false),
+            wb,
             rpc,
             nodes: Arc::new(Mutex::new(Nodes::new(root_ino, ROOT_FID, cfg.node_fids))),
             root_ino,
@@ -247,7 +265,9 @@ impl P9Fs {
 
     /// RPCs by type, bytes, time waiting for replies.
     pub fn stats(&self) -> Stats {
-        self.rpc.counters.snapshot()
+        let mut s = self.rpc.counters.snapshot();
+        s.async_inflight = self.rpc.async_inflight();
+        s
     }
 
     pub fn reset_stats(&self) {
@@ -491,7 +511,7 @@ impl P9Fs {
         flags: OpenFlags,
         mode: u32,
         gid: u32,
-    ) -> Result<(u32, Attr)> {
+    ) -> Result<(u32, Option<u32>, Attr)> {
         let lcreate = |nf| Fcall::Tlcreate {
             fid: nf,
             name: Str(name),
@@ -501,8 +521,11 @@ impl P9Fs {
         };
         let created = |r: &Fcall<'_>| matches!(r, Fcall::Rlcreate { .. });
         if self.pipeline.load(Relaxed) {
+            // The open fid, and a path fid for the node (its later
+            // setattr or getattr needs no walk): one round trip.
             let nf = self.alloc_fid();
-            let (mut walked, mut made, mut attr) = (None, None, None);
+            let pf = self.alloc_fid();
+            let (mut walked, mut made, mut pwalked, mut attr) = (None, None, false, None);
             let reqs = [
                 Fcall::Twalk {
                     fid: dir,
@@ -510,8 +533,13 @@ impl P9Fs {
                     names: Names::default(),
                 },
                 lcreate(nf),
+                Fcall::Twalk {
+                    fid: dir,
+                    newfid: pf,
+                    names: one(name),
+                },
                 Fcall::Tgetattr {
-                    fid: nf,
+                    fid: pf,
                     request_mask: p9::GETATTR_BASIC,
                 },
             ];
@@ -529,6 +557,7 @@ impl P9Fs {
                         r => Err(err_of(&r)),
                     })
                 }
+                2 => pwalked = matches!(r, Fcall::Rwalk { ref qids } if qids.as_slice().len() == 1),
                 _ => {
                     attr = Some(match r {
                         Fcall::Rgetattr { st } => Ok(attr_of(&st)),
@@ -537,18 +566,29 @@ impl P9Fs {
                 }
             });
             let walked_ok = matches!(walked, Some(Ok(())));
+            // The path fid is kept only if it names the file made (a
+            // server that runs a connection's requests out of order may
+            // have walked before the create, or to another file).
+            let path_fid = match (&made, &attr) {
+                (Some(Ok(path)), Some(Ok(a))) if pwalked && a.ino == *path => Some(pf),
+                _ => {
+                    let _ = self.abandon(pf, pwalked, Errno::EIO);
+                    None
+                }
+            };
             if let Err(e) = sent {
+                if let Some(pf) = path_fid {
+                    self.clunk(pf);
+                }
                 return Err(self.abandon(nf, walked_ok, e));
             }
             match (walked, made) {
-                (Some(Ok(())), Some(Ok(path))) => {
-                    return match attr {
-                        Some(Ok(a)) if a.ino == path => Ok((nf, a)),
-                        // Answered before the create ran (the fid was
-                        // still the directory's clone; walkfs serve runs
-                        // a getattr on its reader thread, the create in
-                        // its pool): ask again, now that it has.
-                        _ => self.getattr_of(nf),
+                (Some(Ok(())), Some(Ok(_))) => {
+                    return match (path_fid, attr) {
+                        (Some(pf), Some(Ok(a))) => Ok((nf, Some(pf), a)),
+                        // Not answered for the file made: ask its open
+                        // fid.
+                        _ => self.getattr_of(nf).map(|(nf, a)| (nf, None, a)),
                     };
                 }
                 (Some(Ok(())), Some(Err(Errno::EIO | Errno::EBADF))) => {
@@ -563,7 +603,7 @@ impl P9Fs {
             }
         }
         let nf = self.clone_then(dir, lcreate, created)?;
-        self.getattr_of(nf)
+        self.getattr_of(nf).map(|(nf, a)| (nf, None, a))
     }
 
     /// The attributes of open fid `nf` (clunked on failure).
@@ -649,6 +689,10 @@ impl P9Fs {
             name: Str(name),
             flags,
         }) {
+            Ok(()) => {
+                self.unlinkat_ok.store(true, Relaxed);
+                Ok(())
+            }
             Err(Errno::EOPNOTSUPP) => {
                 let (nf, _) = self.walk_getattr(dir, one(name))?;
                 let r = self.simple(Fcall::Tremove { fid: nf });
@@ -657,6 +701,48 @@ impl P9Fs {
             }
             r => r,
         }
+    }
+
+    /// Can `set` be answered from `cur` without the server? Then the
+    /// part of it to send and the attributes that result. Only changes
+    /// whose outcome does not depend on the server's policy: times,
+    /// owners, and modes, on a file with no set-id bit and setting none
+    /// (a chown clears them, a chmod may drop them); a chown to the
+    /// current owner is not sent at all; sizes wait. The caller (the vfs)
+    /// has checked the permission.
+    fn async_setattr(&self, set: &SetAttr, cur: &Attr) -> Option<(SetAttr, Attr)> {
+        const SETID: u32 = libc::S_ISUID | libc::S_ISGID;
+        if !self.async_changes || set.size.is_some() || cur.mode & SETID != 0 {
+            return None;
+        }
+        let mut set = *set;
+        if set.uid == Some(cur.uid) {
+            set.uid = None;
+        }
+        if set.gid == Some(cur.gid) {
+            set.gid = None;
+        }
+        if set.mode.is_some_and(|m| m & SETID != 0) {
+            return None;
+        }
+        let now = Timespec::now();
+        let mut a = *cur;
+        a.uid = set.uid.unwrap_or(a.uid);
+        a.gid = set.gid.unwrap_or(a.gid);
+        if let Some(m) = set.mode {
+            a.mode = (a.mode & libc::S_IFMT) | (m & 0o7777);
+        }
+        for (t, slot) in [(set.atime, &mut a.atime), (set.mtime, &mut a.mtime)] {
+            match t {
+                None => {}
+                Some(TimeSet::Now) => *slot = now,
+                Some(TimeSet::At(ts)) => *slot = ts,
+            }
+        }
+        if set != SetAttr::default() {
+            a.ctime = now;
+        }
+        Some((set, a))
     }
 
     fn simple(&self, req: Fcall<'_>) -> Result<()> {
@@ -694,6 +780,54 @@ impl Drop for P9Fs {
     fn drop(&mut self) {
         self.rpc.shutdown();
     }
+}
+
+/// The 9P form of an attribute change.
+fn p9_setattr(set: &SetAttr) -> p9::SetAttr {
+    let mut a = p9::SetAttr::default();
+    if let Some(m) = set.mode {
+        a.valid |= p9::SETATTR_MODE;
+        a.mode = m;
+    }
+    if let Some(u) = set.uid {
+        a.valid |= p9::SETATTR_UID;
+        a.uid = u;
+    }
+    if let Some(g) = set.gid {
+        a.valid |= p9::SETATTR_GID;
+        a.gid = g;
+    }
+    if let Some(s) = set.size {
+        a.valid |= p9::SETATTR_SIZE;
+        a.size = s;
+    }
+    for (t, set_bit, given_bit, sec, nsec) in [
+        (
+            set.atime,
+            p9::SETATTR_ATIME,
+            p9::SETATTR_ATIME_SET,
+            &mut a.atime_sec,
+            &mut a.atime_nsec,
+        ),
+        (
+            set.mtime,
+            p9::SETATTR_MTIME,
+            p9::SETATTR_MTIME_SET,
+            &mut a.mtime_sec,
+            &mut a.mtime_nsec,
+        ),
+    ] {
+        match t {
+            None => {}
+            Some(TimeSet::Now) => a.valid |= set_bit,
+            Some(TimeSet::At(ts)) => {
+                a.valid |= set_bit | given_bit;
+                *sec = ts.sec as u64;
+                *nsec = ts.nsec as u64;
+            }
+        }
+    }
+    a
 }
 
 fn kind_of_dtype(t: u8) -> Option<FileType> {
@@ -746,49 +880,7 @@ impl FileSystem for P9Fs {
     }
 
     fn setattr(&self, node: NodeId, set: &SetAttr) -> Result<Attr> {
-        let mut a = p9::SetAttr::default();
-        if let Some(m) = set.mode {
-            a.valid |= p9::SETATTR_MODE;
-            a.mode = m;
-        }
-        if let Some(u) = set.uid {
-            a.valid |= p9::SETATTR_UID;
-            a.uid = u;
-        }
-        if let Some(g) = set.gid {
-            a.valid |= p9::SETATTR_GID;
-            a.gid = g;
-        }
-        if let Some(s) = set.size {
-            a.valid |= p9::SETATTR_SIZE;
-            a.size = s;
-        }
-        for (t, set_bit, given_bit, sec, nsec) in [
-            (
-                set.atime,
-                p9::SETATTR_ATIME,
-                p9::SETATTR_ATIME_SET,
-                &mut a.atime_sec,
-                &mut a.atime_nsec,
-            ),
-            (
-                set.mtime,
-                p9::SETATTR_MTIME,
-                p9::SETATTR_MTIME_SET,
-                &mut a.mtime_sec,
-                &mut a.mtime_nsec,
-            ),
-        ] {
-            match t {
-                None => {}
-                Some(TimeSet::Now) => a.valid |= set_bit,
-                Some(TimeSet::At(ts)) => {
-                    a.valid |= set_bit | given_bit;
-                    *sec = ts.sec as u64;
-                    *nsec = ts.nsec as u64;
-                }
-            }
-        }
+        let a = p9_setattr(set);
         let pin = self.pin(node)?;
         self.simple(Fcall::Tsetattr {
             fid: pin.fid,
@@ -796,6 +888,52 @@ impl FileSystem for P9Fs {
         })?;
         self.getattr(node)
     }
+
+    fn setattr_cached(&self, node: NodeId, set: &SetAttr, cur: &Attr) -> Result<Attr> {
+        let Some((set, attr)) = self.async_setattr(set, cur) else {
+            return self.setattr(node, set);
+        };
+        if set != SetAttr::default() {
+            let pin = self.pin(node)?;
+            self.rpc.send_async(
+                Fcall::Tsetattr {
+                    fid: pin.fid,
+                    attr: p9_setattr(&set),
+                },
+                rpc::AsyncOp {
+                    node: node.0,
+                    entry: None,
+                    expect: 0,
+                },
+            )?;
+        }
+        Ok(attr)
+    }
+
+    fn writes_behind(&self) -> bool {
+        self.async_changes
+    }
+
+    fn fsync(&self, node: NodeId) -> Result<()> {
+        self.rpc.drain()?;
+        self.wb.take(node.0)
+    }
+
+    fn syncfs(&self) -> Result<()> {
+        self.rpc.drain()?;
+        self.wb.take_any()
+    }
+
+    fn take_error(&self, node: NodeId) -> Result<()> {
+        self.wb.take(node.0)
+    }
+
+    fn set_correction_sink(&self, sink: Arc<dyn walkfs_fsapi::ChangeSink>) {
+        if self.async_changes {
+            self.wb.set_sink(sink);
+        }
+    }
+
 
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
         let pin = self.pin(node)?;
@@ -824,11 +962,25 @@ impl FileSystem for P9Fs {
         flags: OpenFlags,
     ) -> Result<(Entry, FileHandle)> {
         let pin = self.pin(parent)?;
-        let (nf, mut attr) = self.create_getattr(pin.fid, name, flags, mode, owner.gid)?;
+        let (nf, pf, mut attr) = self.create_getattr(pin.fid, name, flags, mode, owner.gid)?;
         self.own(nf, owner, &mut attr);
-        // No path fid for the new node (see `Nodes::adopt_open`): it is
-        // counted as open until `release`, as `open` pins.
-        self.nodes.lock().adopt_open(attr.ino, parent.0, name);
+        // Counted as open until `release`, as `open` pins.
+        match pf {
+            Some(pf) => {
+                let surplus = {
+                    let mut n = self.nodes.lock();
+                    let s = n.adopt(attr.ino, parent.0, name, pf);
+                    let _ = n.need(attr.ino);
+                    s
+                };
+                if let Some(f) = surplus {
+                    self.clunk(f);
+                }
+                self.trim();
+            }
+            // No path fid (see `Nodes::adopt_open`).
+            None => self.nodes.lock().adopt_open(attr.ino, parent.0, name),
+        }
         Ok((
             Entry {
                 node: NodeId(attr.ino),
@@ -866,8 +1018,27 @@ impl FileSystem for P9Fs {
         Ok(done)
     }
 
-    fn write(&self, _node: NodeId, fh: FileHandle, off: u64, data: &[u8]) -> Result<usize> {
+    fn write(&self, node: NodeId, fh: FileHandle, off: u64, data: &[u8]) -> Result<usize> {
         let fid = u32::try_from(fh.0).map_err(|_| Errno::EBADF)?;
+        if self.async_changes {
+            // Write-back: the data is on the wire when this returns; a
+            // short or failed write is reported at fsync/close.
+            for (i, chunk) in data.chunks(self.iounit as usize).enumerate() {
+                self.rpc.send_async(
+                    Fcall::Twrite {
+                        fid,
+                        offset: off + (i * self.iounit as usize) as u64,
+                        data: p9::Data(chunk),
+                    },
+                    rpc::AsyncOp {
+                        node: node.0,
+                        entry: None,
+                        expect: chunk.len() as u32,
+                    },
+                )?;
+            }
+            return Ok(data.len());
+        }
         let mut done = 0;
         while done < data.len() {
             let chunk = &data[done..(done + self.iounit as usize).min(data.len())];
@@ -963,7 +1134,26 @@ impl FileSystem for P9Fs {
     }
 
     fn unlink(&self, parent: NodeId, name: &[u8]) -> Result<()> {
-        self.remove(self.pin(parent)?.fid, name, 0)
+        let dir = self.pin(parent)?;
+        if self.async_changes && self.unlinkat_ok.load(Relaxed) {
+            // The vfs has found the name and checked the permission from
+            // its cache; the server's answer can only be a refusal the
+            // cache could not foresee (another client, a policy change):
+            // reported at fsync/syncfs, the entry corrected.
+            return self.rpc.send_async(
+                Fcall::Tunlinkat {
+                    dirfid: dir.fid,
+                    name: Str(name),
+                    flags: 0,
+                },
+                rpc::AsyncOp {
+                    node: parent.0,
+                    entry: Some((parent.0, name.to_vec())),
+                    expect: 0,
+                },
+            );
+        }
+        self.remove(dir.fid, name, 0)
     }
 
     fn rmdir(&self, parent: NodeId, name: &[u8]) -> Result<()> {

@@ -30,6 +30,9 @@ pub struct Counters {
     pub bytes_received: AtomicU64,
     /// Nanoseconds callers spent waiting for replies.
     pub wait_ns: AtomicU64,
+    /// Asynchronous changes sent, and those the server refused.
+    pub async_sent: AtomicU64,
+    pub async_errors: AtomicU64,
 }
 
 impl Default for Counters {
@@ -39,6 +42,8 @@ impl Default for Counters {
             bytes_sent: AtomicU64::new(0),
             bytes_received: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
+            async_sent: AtomicU64::new(0),
+            async_errors: AtomicU64::new(0),
         }
     }
 }
@@ -60,6 +65,8 @@ impl Counters {
         s.bytes_sent = self.bytes_sent.load(Relaxed);
         s.bytes_received = self.bytes_received.load(Relaxed);
         s.wait_ns = self.wait_ns.load(Relaxed);
+        s.async_sent = self.async_sent.load(Relaxed);
+        s.async_errors = self.async_errors.load(Relaxed);
         s
     }
     pub fn reset(&self) {
@@ -69,6 +76,8 @@ impl Counters {
         self.bytes_sent.store(0, Relaxed);
         self.bytes_received.store(0, Relaxed);
         self.wait_ns.store(0, Relaxed);
+        self.async_sent.store(0, Relaxed);
+        self.async_errors.store(0, Relaxed);
     }
 }
 
@@ -81,6 +90,34 @@ struct Slot {
 /// Tags in flight at most (requests beyond wait for a free tag).
 const TAGS: usize = 256;
 
+/// Asynchronous changes in flight at most: the bound on what a client
+/// owes its server (count; the bytes are each request's, already sent).
+/// A quarter of the tags stays for the calls that wait.
+pub const MAX_ASYNC: usize = TAGS * 3 / 4;
+
+/// A change sent without waiting for its reply: what to blame and what
+/// to correct if the server refuses it.
+#[derive(Clone, Debug)]
+pub struct AsyncOp {
+    /// The node whose `fsync` reports the error (the file written or
+    /// changed, or the directory whose entry changed).
+    pub node: u64,
+    /// The entry the change made or removed, `(directory node, name)`.
+    pub entry: Option<(u64, Vec<u8>)>,
+    /// Bytes a write sent: fewer written is an error (`ENOSPC`).
+    pub expect: u32,
+}
+
+/// What the reader calls when an asynchronous change fails.
+pub type OnError = Box<dyn Fn(&AsyncOp, Errno) + Send + Sync>;
+
+/// Asynchronous changes in flight.
+#[derive(Default)]
+struct Inflight {
+    n: Mutex<usize>,
+    cv: Condvar,
+}
+
 pub struct Rpc {
     writer: Mutex<Stream>,
     slots: Vec<Slot>,
@@ -88,6 +125,11 @@ pub struct Rpc {
     free_cv: Condvar,
     /// Tags whose replies nobody waits for (fire-and-forget clunks).
     orphan: Vec<AtomicBool>,
+    /// Tags of asynchronous changes: their replies are checked by the
+    /// reader, and a failure is handed to `on_error`.
+    changes: Vec<Mutex<Option<AsyncOp>>>,
+    inflight: Inflight,
+    on_error: std::sync::OnceLock<OnError>,
     dead: AtomicBool,
     pub msize: u32,
     pub counters: Counters,
@@ -121,6 +163,9 @@ impl Rpc {
             free: Mutex::new((0..TAGS as u16).rev().collect()),
             free_cv: Condvar::new(),
             orphan: (0..TAGS).map(|_| AtomicBool::new(false)).collect(),
+            changes: (0..TAGS).map(|_| Mutex::new(None)).collect(),
+            inflight: Inflight::default(),
+            on_error: std::sync::OnceLock::new(),
             dead: AtomicBool::new(false),
             msize,
             counters: Counters::default(),
@@ -264,6 +309,90 @@ impl Rpc {
         }
     }
 
+    /// Send a change and return without waiting for its reply (see
+    /// "Asynchronous changes" in lib.rs). The request is written to the
+    /// connection before this returns, so a server keeps it even if this
+    /// process dies next. `ENOTCONN` when the connection is gone.
+    pub fn send_async(&self, req: Fcall<'_>, op: AsyncOp) -> Result<()> {
+        {
+            let mut n = self.inflight.n.lock();
+            while *n >= MAX_ASYNC && !self.dead.load(Relaxed) {
+                self.inflight.cv.wait(&mut n);
+            }
+            *n += 1;
+        }
+        let done = |rpc: &Rpc| {
+            *rpc.inflight.n.lock() -= 1;
+            rpc.inflight.cv.notify_all();
+        };
+        if self.dead.load(Relaxed) {
+            done(self);
+            return Err(Errno::ENOTCONN);
+        }
+        let Some(t) = self.take_tag() else {
+            done(self);
+            return Err(Errno::ENOTCONN);
+        };
+        *self.changes[t as usize].lock() = Some(op);
+        let mut out = Vec::with_capacity(64);
+        req.encode(t, &mut out);
+        self.counters.rpcs[req.msg_type() as usize].fetch_add(1, Relaxed);
+        self.counters.async_sent.fetch_add(1, Relaxed);
+        self.counters
+            .bytes_sent
+            .fetch_add(out.len() as u64, Relaxed);
+        if self.writer.lock().write_all(&out).is_err() {
+            self.dead.store(true, Relaxed);
+            self.changes[t as usize].lock().take();
+            done(self);
+            return Err(Errno::ENOTCONN);
+        }
+        Ok(())
+    }
+
+    /// Where failures of asynchronous changes go (set once).
+    pub fn set_on_error(&self, f: OnError) {
+        let _ = self.on_error.set(f);
+    }
+
+    /// Wait until no asynchronous change is in flight (their errors have
+    /// all been handed to `on_error`). `ENOTCONN` if the connection died
+    /// with changes unanswered: whether the server carried them out is
+    /// unknown.
+    pub fn drain(&self) -> Result<()> {
+        let mut n = self.inflight.n.lock();
+        while *n > 0 {
+            if self.dead.load(Relaxed) {
+                return Err(Errno::ENOTCONN);
+            }
+            self.inflight.cv.wait(&mut n);
+        }
+        Ok(())
+    }
+
+    pub fn async_inflight(&self) -> u64 {
+        *self.inflight.n.lock() as u64
+    }
+
+    /// The reply to asynchronous change `op`: a refusal goes to
+    /// `on_error`.
+    fn change_done(&self, op: AsyncOp, frame: &[u8]) {
+        let err = match Fcall::decode(frame) {
+            Ok((_, Fcall::Rlerror { ecode })) => Some(Errno::from_wire(ecode)),
+            Ok((_, Fcall::Rwrite { count })) if count < op.expect => Some(Errno::ENOSPC),
+            Ok(_) => None,
+            Err(_) => Some(Errno::EPROTO),
+        };
+        if let Some(e) = err {
+            self.counters.async_errors.fetch_add(1, Relaxed);
+            if let Some(f) = self.on_error.get() {
+                f(&op, e);
+            }
+        }
+        *self.inflight.n.lock() -= 1;
+        self.inflight.cv.notify_all();
+    }
+
     pub fn shutdown(&self) {
         let _ = self.writer.lock().shutdown();
     }
@@ -290,9 +419,13 @@ fn reader_loop(rpc: std::sync::Weak<Rpc>, stream: Stream, msize: u32) {
                     let _g = s.reply.lock();
                     s.cv.notify_all();
                 }
-                // And whoever waits for a free tag.
-                let _g = rpc.free.lock();
-                rpc.free_cv.notify_all();
+                // And whoever waits for a free tag or for changes.
+                {
+                    let _g = rpc.free.lock();
+                    rpc.free_cv.notify_all();
+                }
+                let _g = rpc.inflight.n.lock();
+                rpc.inflight.cv.notify_all();
                 return;
             }
         }
@@ -308,6 +441,12 @@ fn reader_loop(rpc: std::sync::Weak<Rpc>, stream: Stream, msize: u32) {
         }
         if rpc.orphan[t].swap(false, Relaxed) {
             rpc.put_tag(tag);
+            continue;
+        }
+        let change = rpc.changes[t].lock().take();
+        if let Some(op) = change {
+            rpc.put_tag(tag);
+            rpc.change_done(op, &buf);
             continue;
         }
         let slot = &rpc.slots[t];

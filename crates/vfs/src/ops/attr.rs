@@ -189,7 +189,12 @@ impl Ctx {
     pub(super) fn setattr(&self, c: Cur, set: &SetAttr) -> Res<()> {
         let inner = self.inner();
         let s = inner.dc.inode_snap(c.ino).ok_or(Step::Restart)?;
-        let attr = inner.sb(s.sb())?.setattr(NodeId(s.node), set)?;
+        let fs = inner.sb(s.sb())?;
+        let attr = if s.fresh() {
+            fs.setattr_cached(NodeId(s.node), set, &s.attr())?
+        } else {
+            fs.setattr(NodeId(s.node), set)?
+        };
         inner.changed_attrs(c.ino, s.node, &attr);
         Ok(())
     }

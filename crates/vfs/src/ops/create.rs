@@ -52,7 +52,12 @@ impl Ctx {
         let idx = w
             .d_instantiate(dc, dir.d, name, hash, existing, ino)
             .ok_or(Errno::ENOMEM)?;
-        w.mark_stale(dc, dir.ino);
+        if fs.writes_behind() {
+            let sub = i32::from(entry.attr.is_dir());
+            w.dir_touched(dc, dir.ino, Ctx::now(), sub);
+        } else {
+            w.mark_stale(dc, dir.ino);
+        }
         if pin {
             w.get_dentry(dc, idx);
         }
@@ -113,10 +118,14 @@ impl Ctx {
             self.check_writable()?;
             let ds = self.may_create(dir)?;
             let (owner, mode) = self.new_owner(&ds, mode, true);
-            self.modify(dir, &name, false, |fs| {
+            let (c, ()) = self.modify(dir, &name, false, |fs| {
                 Ok((fs.mkdir(NodeId(ds.node), &name, mode, owner)?, ()))
-            })
-            .map(drop)
+            })?;
+            // Made empty here: a miss in it needs no backend (until a
+            // child is evicted or a change is reported).
+            let inner = self.inner();
+            inner.writer().set_complete(&inner.dc, c.ino, true);
+            Ok(())
         })
     }
 

@@ -3,6 +3,7 @@
 //! and dropping set-id bits on a write (Linux's `file_remove_privs`).
 
 use super::prelude::*;
+use std::sync::Arc;
 
 impl Ctx {
     /// The open file behind `fd` with what I/O needs, opening it in the
@@ -87,8 +88,56 @@ impl Ctx {
             *pos = at + n as u64;
         }
         drop(pos);
-        inner.writer().mark_stale(&inner.dc, ino);
+        if fs.writes_behind() {
+            // The server has not seen the write yet: what it will make of
+            // the size and times is known here (the file's own writes are
+            // in order on the connection).
+            inner.wrote(ino, s.node, at + n as u64, Ctx::now());
+        } else {
+            inner.writer().mark_stale(&inner.dc, ino);
+        }
         Ok(n)
+    }
+
+    /// The file behind `fd` and its backend, for the sync calls.
+    fn sync_target(&self, fd: i32) -> Result<(Arc<dyn walkfs_fsapi::FileSystem>, NodeId)> {
+        let inner = self.inner();
+        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        let s = inner
+            .dc
+            .inode_snap(IIdx(file.inode.load(Relaxed)))
+            .ok_or(Errno::EBADF)?;
+        Ok((inner.sb(s.sb())?, NodeId(s.node)))
+    }
+
+    /// `fsync(fd)` (and `fdatasync`): every change of the file — or, for
+    /// a directory, of its entries — that the backend sent without
+    /// waiting has reached the server; the first error one of them met
+    /// since it was last reported is returned, once.
+    pub fn fsync(&self, fd: i32) -> Result<()> {
+        let (fs, node) = self.sync_target(fd)?;
+        fs.fsync(node)
+    }
+
+    /// `syncfs(fd)`: as [`Ctx::fsync`] for everything of every backend;
+    /// an error is reported by one `syncfs`.
+    pub fn syncfs(&self, fd: i32) -> Result<()> {
+        self.sync_target(fd)?;
+        let sbs: Vec<_> = self.inner().sbs.read().clone();
+        let mut r = Ok(());
+        for fs in sbs {
+            if let Err(e) = fs.syncfs() {
+                r = r.and(Err(e));
+            }
+        }
+        r
+    }
+
+    /// What `close(2)` reports without closing (FUSE's flush): an error
+    /// a change of the file sent without waiting has already met.
+    pub fn flush(&self, fd: i32) -> Result<()> {
+        let (fs, node) = self.sync_target(fd)?;
+        fs.take_error(node)
     }
 
     /// `lseek(fd, off, whence)` for `SEEK_SET`, `SEEK_CUR`, `SEEK_END`.

@@ -248,18 +248,23 @@ impl Ctx {
     }
 
     /// `close(fd)`.
+    /// `close(fd)`. The descriptor is closed whatever the result; an
+    /// error is one a change of the file sent without waiting has met
+    /// (as close(2) reports a write-back error on NFS).
     pub fn close(&self, fd: i32) -> Result<()> {
         let (d, fh, ino) = self.fds.remove(fd)?;
         let inner = self.inner();
+        let mut r = Ok(());
         if fh != NO_HANDLE && fh != crate::file::LAZY {
             if let Some(s) = inner.dc.inode_snap(ino) {
                 if let Ok(fs) = inner.sb(s.sb()) {
                     fs.release(NodeId(s.node), FileHandle(fh));
+                    r = fs.take_error(NodeId(s.node));
                 }
             }
         }
         self.pins.park(inner, d);
-        Ok(())
+        r
     }
 }
 

@@ -31,8 +31,16 @@ impl Ctx {
 
     /// Remove name `name` (dentry `victim`) from `dir` after the backend
     /// did: the dentry dies, a negative one takes its place.
-    fn forget_name(&self, w: &mut crate::writer::Writer, dir: Cur, name: &[u8], victim: Cur) {
+    fn forget_name(
+        &self,
+        w: &mut crate::writer::Writer,
+        dir: Cur,
+        name: &[u8],
+        victim: Cur,
+        behind: bool,
+    ) {
         let inner = self.inner();
+        let sub = -i32::from(victim.is_dir());
         let dc = &inner.dc;
         let hash = hash_name(name);
         if !victim.ino.is_none() {
@@ -42,7 +50,11 @@ impl Ctx {
         if let Some(exp) = inner.neg_expiry() {
             let _ = w.d_add(dc, dir.d, name, hash, IIdx::NONE, exp);
         }
-        w.mark_stale(dc, dir.ino);
+        if behind {
+            w.dir_touched(dc, dir.ino, Ctx::now(), sub);
+        } else {
+            w.mark_stale(dc, dir.ino);
+        }
     }
 
     /// `unlinkat(dirfd, path, flags)`; flag `AT_REMOVEDIR`.
@@ -92,7 +104,7 @@ impl Ctx {
             let mut w = inner.writer();
             w.changed();
             if let Ok(()) | Err(Errno::ENOENT) = r {
-                self.forget_name(&mut w, dir, &name, victim);
+                self.forget_name(&mut w, dir, &name, victim, fs.writes_behind());
             }
             drop(w);
             Ok(r?)
