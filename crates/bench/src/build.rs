@@ -3,8 +3,9 @@
 //! native file system, on `walkfs mount` in each cache mode, and on the
 //! FUSE peers a user would pick instead (bindfs, sshfs over 127.0.0.1);
 //! then the walkfs rows again behind a slow link (`walkfs serve
-//! --reply-delay-us`), and the shorter workloads users complain about on
-//! shares: `git status`, untar, `rm -rf`.
+//! --reply-delay-us`). The shorter workloads users complain about on
+//! shares are `walkfs bench workloads` (workloads.rs), on the same
+//! mounts.
 //!
 //! Every build starts from a fresh copy of the source and a fresh mount;
 //! configurations are interleaved across repetitions so a noisy moment
@@ -58,12 +59,8 @@ pub struct BuildOpts {
     pub only: Vec<String>,
     /// Repetitions (median reported); default 3, 1 with --quick.
     pub reps: Option<usize>,
-    /// Run the builds (off: the workloads alone).
-    pub builds: bool,
     /// Delay per reply of the slow-link rows, µs (0: no slow-link rows).
     pub slow_us: u64,
-    /// Also the shorter workloads (git status, untar, rm -rf).
-    pub workloads: bool,
     /// Another `walkfs` executable (an earlier release): every walkfs row
     /// also runs with it, as `NAME@baseline`, interleaved in the same run.
     pub baseline: Option<PathBuf>,
@@ -90,7 +87,7 @@ pub struct Row {
 
 /// A file system configuration under test.
 #[derive(Clone, Debug)]
-enum Kind {
+pub(crate) enum Kind {
     Native,
     /// `walkfs mount` of the local directory (embedded server) with these
     /// options; with a delay, a separate `walkfs serve --reply-delay-us`
@@ -106,9 +103,9 @@ enum Kind {
 }
 
 #[derive(Clone, Debug)]
-struct Config {
-    name: String,
-    kind: Kind,
+pub(crate) struct Config {
+    pub name: String,
+    pub kind: Kind,
 }
 
 fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
@@ -192,7 +189,7 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
     Ok(v)
 }
 
-fn sh(cmd: &mut Command) -> Result<(), String> {
+pub(crate) fn sh(cmd: &mut Command) -> Result<(), String> {
     let out = cmd
         .output()
         .map_err(|e| format!("{cmd:?}: cannot run: {e}"))?;
@@ -371,7 +368,7 @@ fn fresh_tree(tarball: &Path, dir: &Path) -> Result<PathBuf, String> {
 }
 
 /// Whatever runs a mount: killed and unmounted when dropped.
-struct Mounted {
+pub(crate) struct Mounted {
     mnt: PathBuf,
     /// Killed after the unmount (fields drop after `drop` runs).
     children: Vec<KillOnDrop>,
@@ -393,7 +390,7 @@ impl Drop for Mounted {
     }
 }
 
-fn is_mounted(p: &Path) -> bool {
+pub(crate) fn is_mounted(p: &Path) -> bool {
     let m = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
     let p = p.to_string_lossy();
     m.lines().any(|l| l.split(' ').nth(1) == Some(&*p))
@@ -401,14 +398,14 @@ fn is_mounted(p: &Path) -> bool {
 
 /// A private sshd on 127.0.0.1 with a key made for this run (sshfs's
 /// peer); nothing of the machine's ssh configuration is touched.
-struct Sshd {
+pub(crate) struct Sshd {
     port: u16,
     key: PathBuf,
     _child: KillOnDrop,
     _dir: tempfile::TempDir,
 }
 
-fn start_sshd() -> Result<Sshd, String> {
+pub(crate) fn start_sshd() -> Result<Sshd, String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let d = dir.path();
     for (f, t) in [("host", "ed25519"), ("user", "ed25519")] {
@@ -463,7 +460,7 @@ fn wait_mounted(mnt: &Path) -> Result<(), String> {
 }
 
 /// Mount `src` on `mnt` as configuration `c`.
-fn mount(
+pub(crate) fn mount(
     c: &Config,
     opts: &BuildOpts,
     src: &Path,
@@ -529,7 +526,7 @@ fn exe_of(opts: &BuildOpts, baseline: bool) -> &Path {
 }
 
 /// The mount's RPCs (walkfs rows only).
-fn rpcs(opts: &BuildOpts, mnt: &Path) -> Option<(u64, BTreeMap<String, u64>)> {
+pub(crate) fn rpcs(opts: &BuildOpts, mnt: &Path) -> Option<(u64, BTreeMap<String, u64>)> {
     let out = Command::new(&opts.walkfs)
         .arg("stats")
         .arg(mnt)
@@ -616,113 +613,6 @@ fn children_cpu() -> f64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// The shorter workloads on configuration `c`: untar, git status on a
-/// committed copy (untouched, then after touching 100 files), rm -rf.
-fn workloads(
-    c: &Config,
-    opts: &BuildOpts,
-    tarball: &Path,
-    sshd: Option<&Sshd>,
-) -> Result<Vec<(&'static str, f64)>, String> {
-    let work = Path::new(CACHE).join("wl");
-    let _ = std::fs::remove_dir_all(&work);
-    let src = work.join("src");
-    std::fs::create_dir_all(&src).map_err(|e| e.to_string())?;
-    let mnt = work.join("mnt");
-    let mut out = Vec::new();
-    // untar onto the (empty) share.
-    let m = mount(c, opts, &src, &mnt, sshd)?;
-    let dir = if m.is_some() {
-        mnt.clone()
-    } else {
-        src.clone()
-    };
-    let t0 = Instant::now();
-    sh(Command::new("tar")
-        .arg("xf")
-        .arg(tarball)
-        .arg("-C")
-        .arg(&dir))?;
-    out.push(("untar", t0.elapsed().as_secs_f64()));
-    if m.is_some() && !is_mounted(&mnt) {
-        return Err(format!(
-            "{} vanished from {} during the untar",
-            c.name,
-            mnt.display()
-        ));
-    }
-    drop(m);
-    // A committed repository, made on the host.
-    let root = std::fs::read_dir(&src)
-        .map_err(|e| e.to_string())?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.is_dir())
-        .ok_or("untar made no tree")?;
-    let rel = root
-        .strip_prefix(&src)
-        .map_err(|e| e.to_string())?
-        .to_path_buf();
-    let git = |dir: &Path, args: &[&str]| -> Result<(), String> {
-        sh(Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .env("GIT_AUTHOR_NAME", "bench")
-            .env("GIT_AUTHOR_EMAIL", "bench@walkfs")
-            .env("GIT_COMMITTER_NAME", "bench")
-            .env("GIT_COMMITTER_EMAIL", "bench@walkfs")
-            .stdout(Stdio::null()))
-    };
-    git(&root, &["init", "-q"])?;
-    git(&root, &["add", "."])?;
-    git(&root, &["commit", "-q", "-m", "tree"])?;
-    let m = mount(c, opts, &src, &mnt, sshd)?;
-    let dir = if m.is_some() {
-        mnt.join(&rel)
-    } else {
-        root.clone()
-    };
-    let t0 = Instant::now();
-    git(&dir, &["status", "--porcelain"])?;
-    out.push(("git-status", t0.elapsed().as_secs_f64()));
-    let files: Vec<PathBuf> = walk_files(&dir.join("src")).into_iter().take(100).collect();
-    for f in &files {
-        let now = std::fs::File::options().append(true).open(f);
-        if let Ok(h) = now {
-            let _ = h.set_modified(std::time::SystemTime::now());
-        }
-    }
-    let t0 = Instant::now();
-    git(&dir, &["status", "--porcelain"])?;
-    out.push(("git-status-touched", t0.elapsed().as_secs_f64()));
-    let t0 = Instant::now();
-    sh(Command::new("rm").arg("-rf").arg(&dir))?;
-    out.push(("rm-rf", t0.elapsed().as_secs_f64()));
-    drop(m);
-    Ok(out)
-}
-
-fn walk_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        let mut ents: Vec<_> = rd.flatten().map(|e| e.path()).collect();
-        ents.sort();
-        for p in ents {
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|e| e == "c") {
-                out.push(p);
-            }
-        }
-    }
-    out
-}
-
 pub struct BuildResult {
     pub rows: Vec<Row>,
 }
@@ -740,7 +630,7 @@ pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
     let mut samples: Vec<Vec<Sample>> = cfgs.iter().map(|_| Vec::new()).collect();
     let total = reps * cfgs.len();
     let mut n = 0;
-    for _ in 0..if opts.builds { reps } else { 0 } {
+    for _ in 0..reps {
         for (i, c) in cfgs.iter().enumerate() {
             n += 1;
             progress(&format!("build: [{n}/{total}] {} ...", c.name));
@@ -784,49 +674,8 @@ pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
             rpcs_by_type: r.map(|x| x.1).unwrap_or_default(),
         });
     }
-    if opts.workloads {
-        let mut wl: BTreeMap<(&'static str, String), Vec<f64>> = BTreeMap::new();
-        for _ in 0..reps {
-            for c in cfgs
-                .iter()
-                .filter(|c| !matches!(c.kind, Kind::Walkfs { delay_us, .. } if delay_us > 0))
-            {
-                progress(&format!("workloads: {} ...", c.name));
-                // A failed workload loses its own row, not the builds'.
-                match workloads(c, opts, &tarball, sshd.as_ref()) {
-                    Ok(v) => {
-                        for (b, s) in v {
-                            wl.entry((b, c.name.clone())).or_default().push(s);
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!("workloads on {}: {e}", c.name);
-                        eprintln!("walkfs: workloads on {}: {e}", c.name);
-                    }
-                }
-            }
-        }
-        let natives: BTreeMap<&str, f64> = wl
-            .iter_mut()
-            .filter(|((_, f), _)| f == "native")
-            .map(|((b, _), v)| (*b, median(v)))
-            .collect();
-        for ((b, f), v) in wl.iter_mut() {
-            let s = median(v);
-            rows.push(Row {
-                bench: (*b).into(),
-                fs: f.clone(),
-                seconds: s,
-                ratio_to_native: s / natives.get(b).copied().unwrap_or(f64::NAN),
-                cpu_seconds: None,
-                rpcs: None,
-                rpcs_by_type: BTreeMap::new(),
-            });
-        }
-    }
     progress_done();
     let _ = std::fs::remove_dir_all(Path::new(CACHE).join("run"));
-    let _ = std::fs::remove_dir_all(Path::new(CACHE).join("wl"));
     Ok(BuildResult { rows })
 }
 
@@ -939,9 +788,7 @@ mod tests {
             walkfs: PathBuf::from("walkfs"),
             only: vec![],
             reps: None,
-            builds: true,
             slow_us: 200,
-            workloads: false,
             baseline: None,
         };
         let names: Vec<String> = configs(&o).unwrap().into_iter().map(|c| c.name).collect();

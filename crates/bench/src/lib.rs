@@ -12,3 +12,4 @@ pub mod proc;
 pub mod report;
 pub mod scale;
 pub mod trace;
+pub mod workloads;

@@ -306,8 +306,8 @@ enum BenchCmd {
     /// `walkfs mount` of a served directory in cache=none, cache=loose,
     /// cache=loose,negtimeout=-1 and loose with symlink caching off, on
     /// bindfs and on sshfs over 127.0.0.1 (a private sshd); then the
-    /// walkfs rows behind a slow link (walkfs serve --reply-delay-us), and
-    /// git status / untar / rm -rf. Each build from a fresh copy and a
+    /// walkfs rows behind a slow link (walkfs serve --reply-delay-us).
+    /// Each build from a fresh copy and a
     /// fresh mount; medians of 3, configurations interleaved. Walkfs rows
     /// carry the build's RPCs by type. Needs root.
     Build {
@@ -333,17 +333,46 @@ enum BenchCmd {
         /// Reply delay of the slow-link rows in µs (0: none).
         #[arg(long, default_value_t = 200, value_name = "US")]
         slow_us: u64,
-        /// Skip git status / untar / rm -rf.
-        #[arg(long)]
-        no_workloads: bool,
-        /// Only git status / untar / rm -rf, no builds.
-        #[arg(long, conflicts_with = "no_workloads")]
-        workloads_only: bool,
         /// Another walkfs executable (an earlier release) to compare with:
         /// every walkfs row also runs with it, as NAME@baseline,
         /// interleaved in the same run.
         #[arg(long, value_name = "EXE")]
         baseline: Option<std::path::PathBuf>,
+    },
+    /// The metadata-heavy jobs users of shares complain about, natively
+    /// and through each mount side by side: untar of the hostap source,
+    /// git init + add + commit, git status cold (fresh mount, caches
+    /// dropped) and warm, find, du -s, rm -rf, untar of an npm project
+    /// with its node_modules (crates/bench/npm, installed once with npm
+    /// ci), and node requiring its packages. Configurations: native ext4,
+    /// walkfs mount cache=loose,negtimeout=-1 and cache=coherent (the
+    /// in-process server), bindfs, sshfs over 127.0.0.1; with
+    /// --reply-delay-us N the walkfs rows again behind walkfs serve
+    /// --reply-delay-us N. Fresh copies and mounts, interleaved
+    /// repetitions, medians, the RPCs of each workload by type. Needs
+    /// root.
+    Workloads {
+        /// One repetition, no sshfs (about 2 minutes).
+        #[arg(long)]
+        quick: bool,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Also draw the ratios to native as a bar chart into this PNG.
+        #[arg(long, value_name = "FILE.png")]
+        plot: Option<String>,
+        /// Repetitions (default 3; 1 with --quick).
+        #[arg(long)]
+        reps: Option<usize>,
+        /// Also the walkfs rows behind a link that holds each reply this
+        /// long (0: none).
+        #[arg(long, default_value_t = 0, value_name = "US")]
+        reply_delay_us: u64,
+        /// Only these workloads (comma-separated or repeated): untar-hostap,
+        /// git-commit, git-status-cold, git-status-warm, find, du-s, rm-rf,
+        /// untar-npm, node-require.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
     /// Issue 14's scale: trees of real size through a walkfs stack, with
     /// the descriptors and memory its processes hold (/proc polled every
@@ -684,8 +713,6 @@ fn run(cmd: Cmd) -> Result<(), String> {
             only,
             reps,
             slow_us,
-            no_workloads,
-            workloads_only,
             baseline,
         }) => {
             let walkfs = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
@@ -695,8 +722,6 @@ fn run(cmd: Cmd) -> Result<(), String> {
                 only,
                 reps,
                 slow_us: if quick { 0 } else { slow_us },
-                builds: !workloads_only,
-                workloads: workloads_only || !no_workloads && !quick,
                 baseline,
             })?;
             if json {
@@ -708,6 +733,35 @@ fn run(cmd: Cmd) -> Result<(), String> {
             }
             if let Some(path) = plot {
                 build::plot(&res, &path)?;
+                eprintln!("walkfs: plot written to {path}");
+            }
+            Ok(())
+        }
+        Cmd::Bench(BenchCmd::Workloads {
+            quick,
+            json,
+            plot,
+            reps,
+            reply_delay_us,
+            only,
+        }) => {
+            let walkfs = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+            let res = walkfs_bench::workloads::run(&walkfs_bench::workloads::WorkloadOpts {
+                quick,
+                walkfs,
+                reps,
+                reply_delay_us,
+                only,
+            })?;
+            if json {
+                for r in &res.rows {
+                    println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
+                }
+            } else {
+                print!("{}", walkfs_bench::workloads::render(&res));
+            }
+            if let Some(path) = plot {
+                walkfs_bench::workloads::plot(&res, &path)?;
                 eprintln!("walkfs: plot written to {path}");
             }
             Ok(())

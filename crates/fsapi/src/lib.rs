@@ -257,6 +257,17 @@ pub enum Change {
     Degraded,
 }
 
+/// One entry of a directory listed with attributes
+/// ([`FileSystem::readdir_plus`]): what a lookup of the name returns (and
+/// counts: each is matched by one [`FileSystem::forget`]), and a
+/// symlink's body when the backend has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirPlus {
+    pub name: Vec<u8>,
+    pub entry: Entry,
+    pub link: Option<Vec<u8>>,
+}
+
 /// Where a watched file system reports its changes: in batches, from a
 /// thread of the backend's own, never while it holds a lock a caller of
 /// the file system might need.
@@ -451,6 +462,14 @@ pub trait FileSystem: Send + Sync {
     /// Every entry of a directory except `.` and `..`.
     fn readdir(&self, node: NodeId) -> Result<Vec<DirEntry>> {
         Err(Errno::ENOSYS)
+    }
+
+    /// Every entry of a directory with its attributes, each counted as a
+    /// lookup, in one go (a remote backend: one round trip rather than
+    /// one per name). `None` when the backend cannot list that way (then
+    /// [`readdir`](FileSystem::readdir)).
+    fn readdir_plus(&self, node: NodeId) -> Option<Result<Vec<DirPlus>>> {
+        None
     }
 
     fn statfs(&self, node: NodeId) -> Result<StatFs> {

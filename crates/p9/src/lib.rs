@@ -16,6 +16,7 @@
 use std::fmt;
 use std::io::{self, Read};
 
+pub mod dirplus;
 pub mod notify;
 pub mod transport;
 pub use transport::{read_secret_file, Addr, Listener, Stream};

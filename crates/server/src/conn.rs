@@ -660,7 +660,7 @@ fn fid_fields(f: &Fcall<'_>) -> (fidlist::FidList, Option<u32>) {
     match *f {
         Fcall::Tattach { fid, .. } => (FidList::none(), Some(fid)),
         Fcall::Twalk { fid, newfid, .. } => (FidList::one(fid), Some(newfid)),
-        Fcall::Txattrwalk { fid, .. } => (FidList::one(fid), None),
+        Fcall::Txattrwalk { fid, newfid, .. } => (FidList::one(fid), Some(newfid)),
         Fcall::Tstatfs { fid }
         | Fcall::Tlopen { fid, .. }
         | Fcall::Tlcreate { fid, .. }

@@ -20,6 +20,9 @@ pub struct FidState {
     pub fd: i32,
     /// The descriptor `Tlopen`/`Tlcreate` opened, if any.
     pub open: Option<i32>,
+    /// A directory listing with attributes (the readdirplus extension,
+    /// p9::dirplus) this fid reads, as an xattr fid reads its value.
+    pub listing: Option<Arc<Vec<u8>>>,
 }
 
 enum Status {

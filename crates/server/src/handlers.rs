@@ -43,6 +43,61 @@ fn qid_of_step(s: &NameStep) -> Qid {
     qid_of(s.mode, s.ino)
 }
 
+/// `Rgetattr`'s stat of a file.
+fn stat_of(x: &Statx) -> p9::Stat {
+    p9::Stat {
+        valid: p9::GETATTR_BASIC,
+        qid: qid_of_statx(x),
+        mode: x.stx_mode as u32,
+        uid: x.stx_uid,
+        gid: x.stx_gid,
+        nlink: x.stx_nlink as u64,
+        rdev: libc::makedev(x.stx_rdev_major, x.stx_rdev_minor),
+        size: x.stx_size,
+        blksize: x.stx_blksize as u64,
+        blocks: x.stx_blocks,
+        atime_sec: x.stx_atime.tv_sec as u64,
+        atime_nsec: x.stx_atime.tv_nsec as u64,
+        mtime_sec: x.stx_mtime.tv_sec as u64,
+        mtime_nsec: x.stx_mtime.tv_nsec as u64,
+        ctime_sec: x.stx_ctime.tv_sec as u64,
+        ctime_nsec: x.stx_ctime.tv_nsec as u64,
+        ..p9::Stat::default()
+    }
+}
+
+/// The listing of directory `st` with each entry's attributes and a
+/// symlink's body (p9::dirplus). An entry removed while listed is left
+/// out; `E2BIG` past the extension's limit.
+fn listing_of(st: &FidState) -> Result<Vec<u8>> {
+    let ctx = &st.ctx;
+    let d = ctx.reopen(st.fd, libc::O_RDONLY | libc::O_DIRECTORY)?;
+    let entries = ctx.getdents(d);
+    let _ = ctx.close(d);
+    let mut out = Vec::new();
+    for e in entries? {
+        if e.name == b"." || e.name == b".." {
+            continue;
+        }
+        let x = match ctx.statx(st.fd, &e.name, libc::AT_SYMLINK_NOFOLLOW, libc::STATX_BASIC_STATS)
+        {
+            Ok(x) => x,
+            Err(Errno::ENOENT) => continue,
+            Err(e) => return Err(e),
+        };
+        let link = if u32::from(x.stx_mode) & libc::S_IFMT == libc::S_IFLNK {
+            ctx.readlinkat(st.fd, &e.name).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        p9::dirplus::encode(&e.name, &stat_of(&x), &link, &mut out);
+        if out.len() > p9::dirplus::MAX_LISTING {
+            return Err(Errno::E2BIG);
+        }
+    }
+    Ok(out)
+}
+
 fn fstatx(st: &FidState) -> Result<Statx> {
     let mut out = Statx::default();
     st.ctx
@@ -161,6 +216,7 @@ pub(crate) fn handle(
                 ctx,
                 fd,
                 open: None,
+                listing: None,
             };
             let qid = qid_of_statx(&fstatx(&st)?);
             newfid.ok_or(Errno::EBADF)?.complete(st);
@@ -180,6 +236,7 @@ pub(crate) fn handle(
                     ctx: Arc::clone(&from.ctx),
                     fd,
                     open: None,
+                    listing: None,
                 }),
                 // A walk of the fid onto itself.
                 (Some(fd), None) => {
@@ -202,28 +259,9 @@ pub(crate) fn handle(
         Fcall::Tgetattr { .. } => {
             let st = fid(0)?;
             let x = fstatx(&st)?;
-            let rdev = libc::makedev(x.stx_rdev_major, x.stx_rdev_minor);
             reply(
                 Fcall::Rgetattr {
-                    st: p9::Stat {
-                        valid: p9::GETATTR_BASIC,
-                        qid: qid_of_statx(&x),
-                        mode: x.stx_mode as u32,
-                        uid: x.stx_uid,
-                        gid: x.stx_gid,
-                        nlink: x.stx_nlink as u64,
-                        rdev,
-                        size: x.stx_size,
-                        blksize: x.stx_blksize as u64,
-                        blocks: x.stx_blocks,
-                        atime_sec: x.stx_atime.tv_sec as u64,
-                        atime_nsec: x.stx_atime.tv_nsec as u64,
-                        mtime_sec: x.stx_mtime.tv_sec as u64,
-                        mtime_nsec: x.stx_mtime.tv_nsec as u64,
-                        ctime_sec: x.stx_ctime.tv_sec as u64,
-                        ctime_nsec: x.stx_ctime.tv_nsec as u64,
-                        ..p9::Stat::default()
-                    },
+                    st: stat_of(&x),
                 },
                 out,
             )
@@ -303,6 +341,12 @@ pub(crate) fn handle(
         }
         Fcall::Tread { offset, count, .. } => {
             let st = fid(0)?;
+            if let Some(l) = &st.listing {
+                let from = (offset.min(l.len() as u64)) as usize;
+                let n = (count.min(iounit(conn)) as usize).min(l.len() - from);
+                let data = p9::Data(&l[from..from + n]);
+                return reply(Fcall::Rread { data }, out);
+            }
             let fd = st.open.ok_or(Errno::EBADF)?;
             let n = count.min(iounit(conn)) as usize;
             let start = p9::begin(out, msg::Rread, tag);
@@ -490,6 +534,21 @@ pub(crate) fn handle(
             let _ = st.ctx.close(pfd);
             r?;
             reply(Fcall::Rrename {}, out)
+        }
+        Fcall::Txattrwalk { name, .. } if name.0 == p9::dirplus::NAME => {
+            let st = fid(0)?;
+            let nf = newfid.ok_or(Errno::EINVAL)?;
+            let l = listing_of(&st)?;
+            let size = l.len() as u64;
+            // The fid names no file of its own: only reads of the
+            // listing work on it (anything else finds no descriptor).
+            nf.complete(FidState {
+                ctx: Arc::clone(&st.ctx),
+                fd: -1,
+                open: None,
+                listing: Some(Arc::new(l)),
+            });
+            reply(Fcall::Rxattrwalk { size }, out)
         }
         Fcall::Txattrwalk { .. } | Fcall::Txattrcreate { .. } => Err(Errno::EOPNOTSUPP),
         Fcall::Tmknod {

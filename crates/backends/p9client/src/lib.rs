@@ -123,6 +123,9 @@ pub struct P9Fs {
     next_fid: AtomicU32,
     free_fids: Mutex<Vec<u32>>,
     iounit: u32,
+    /// The server lists directories with attributes (p9::dirplus); off
+    /// for good once it says it cannot.
+    dirplus: std::sync::atomic::AtomicBool,
     /// Send dependent requests back to back. Turned off for good the
     /// first time the server shows it does not keep a fid's requests in
     /// order (diod runs them concurrently and answers "invalid fid").
@@ -249,6 +252,7 @@ impl P9Fs {
         rpc.set_on_error(Box::new(move |op, e| w.failed(op, e)));
         Ok(P9Fs {
             async_changes: cfg.async_changes,
+            dirplus: std::sync::atomic::AtomicBool::new(true),
             unlinkat_ok: std::sync::atomic::AtomicBool::new(false),
             wb,
             rpc,
@@ -701,6 +705,81 @@ impl P9Fs {
             }
             r => r,
         }
+    }
+
+    /// A directory listed with attributes (p9::dirplus): the xattr walk
+    /// and the first read in one round trip, more reads for a listing
+    /// larger than a message. Each entry becomes a node (no fid).
+    fn listing(&self, node: NodeId) -> Result<Vec<walkfs_fsapi::DirPlus>> {
+        let dir = self.pin(node)?;
+        let nf = self.alloc_fid();
+        let mut size = None;
+        let mut buf = Vec::new();
+        let mut first = Ok(());
+        let walk = Fcall::Txattrwalk {
+            fid: dir.fid,
+            newfid: nf,
+            name: Str(p9::dirplus::NAME),
+        };
+        let read = |offset: u64| Fcall::Tread {
+            fid: nf,
+            offset,
+            count: self.iounit,
+        };
+        let pipelined = self.pipeline.load(Relaxed);
+        let reqs: &[Fcall<'_>] = if pipelined {
+            &[walk, read(0)]
+        } else {
+            std::slice::from_ref(&walk)
+        };
+        self.rpc.call_many(reqs, |i, r| match (i, r) {
+            (0, Fcall::Rxattrwalk { size: s }) => size = Some(s),
+            (0, r) => first = Err(err_of(&r)),
+            (_, Fcall::Rread { data }) => buf.extend_from_slice(data.0),
+            _ => {}
+        })
+        .map_err(|e| self.abandon(nf, false, e))?;
+        let size = match (first, size) {
+            (Ok(()), Some(s)) => s,
+            (Err(e), _) => return Err(self.abandon(nf, false, e)),
+            (Ok(()), None) => return Err(self.abandon(nf, false, Errno::EPROTO)),
+        };
+        if size > p9::dirplus::MAX_LISTING as u64 {
+            return Err(self.abandon(nf, true, Errno::E2BIG));
+        }
+        while (buf.len() as u64) < size {
+            let got = self.rpc.call(read(buf.len() as u64), |r| match r {
+                Fcall::Rread { data } => {
+                    buf.extend_from_slice(data.0);
+                    Ok(data.0.len())
+                }
+                r => Err(err_of(&r)),
+            });
+            match got {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => return Err(self.abandon(nf, true, e)),
+            }
+        }
+        self.clunk(nf);
+        let mut out = Vec::new();
+        for rec in p9::dirplus::decode(&buf) {
+            let rec = rec.map_err(|_| Errno::EPROTO)?;
+            let attr = attr_of(&rec.stat);
+            out.push(walkfs_fsapi::DirPlus {
+                name: rec.name.to_vec(),
+                entry: Entry {
+                    node: NodeId(attr.ino),
+                    attr,
+                },
+                link: attr.is_symlink().then(|| rec.link.to_vec()),
+            });
+        }
+        let mut n = self.nodes.lock();
+        for p in &out {
+            n.adopt_listed(p.entry.node.0, node.0, &p.name);
+        }
+        Ok(out)
     }
 
     /// Can `set` be answered from `cur` without the server? Then the
@@ -1272,6 +1351,22 @@ impl FileSystem for P9Fs {
         };
         self.clunk(fid);
         r.map(|()| out)
+    }
+
+    fn readdir_plus(&self, node: NodeId) -> Option<Result<Vec<walkfs_fsapi::DirPlus>>> {
+        if !self.dirplus.load(Relaxed) {
+            return None;
+        }
+        match self.listing(node) {
+            Err(Errno::EOPNOTSUPP | Errno::ENODATA | Errno::EINVAL) => {
+                tracing::info!("9p server lists no attributes with entries: using Treaddir");
+                self.dirplus.store(false, Relaxed);
+                None
+            }
+            // Too large a listing (or none allowed): by name, this once.
+            Err(Errno::E2BIG) => None,
+            r => Some(r),
+        }
     }
 
     fn statfs(&self, node: NodeId) -> Result<StatFs> {

@@ -234,6 +234,27 @@ impl Nodes {
         }
     }
 
+    /// A listing found `id` at `name` in `parent`: count the reference and
+    /// remember the place; no fid (a call that needs one walks by name).
+    pub fn adopt_listed(&mut self, id: u64, parent: u64, name: &[u8]) {
+        if id == self.root {
+            return;
+        }
+        let n = self.by_id.entry(id).or_insert_with(|| PNode {
+            lookups: 0,
+            parent,
+            name: name.into(),
+            fid: NOFID,
+            busy: 0,
+            referenced: false,
+        });
+        n.lookups += 1;
+        n.parent = parent;
+        if *n.name != *name {
+            n.name = name.into();
+        }
+    }
+
     /// `id` now lives at `name` in `parent` (a rename through us).
     pub fn moved(&mut self, id: u64, parent: u64, name: &[u8]) {
         if let Some(n) = self.by_id.get_mut(&id).filter(|_| id != self.root) {
