@@ -759,6 +759,15 @@ impl Filesystem for WalkFuse {
         let r = (|| {
             let fd = self.fd(ino)?;
             let fd = fd.fd;
+            // The kernel writing back the times it keeps (write-back
+            // cache) of a file removed meanwhile: nothing to change that
+            // anyone could see, and no name left to reach it by.
+            if mode.is_none() && uid.is_none() && gid.is_none() && size.is_none() {
+                let x = self.base.fstatx(fd, libc::STATX_NLINK)?;
+                if x.stx_nlink == 0 && self.writeback() {
+                    return self.attr(ino);
+                }
+            }
             let e = libc::AT_EMPTY_PATH;
             if let Some(m) = mode {
                 if self.only_kills_privs(&ctx, fd, m)? {

@@ -47,6 +47,8 @@ impl Counter {
 pub(crate) struct Counters {
     pub slow_lookups: Counter,
     pub backend_lookups: Counter,
+    /// Directories listed with attributes (each entry cached).
+    pub listings: Counter,
     /// Misses answered by a directory known complete (no backend).
     pub complete_misses: Counter,
     pub negative_created: Counter,

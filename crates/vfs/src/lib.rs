@@ -33,6 +33,7 @@ mod counters;
 mod dcache;
 mod dirlock;
 mod file;
+mod listing;
 mod namei;
 mod ops;
 mod options;

@@ -392,7 +392,21 @@ impl<'a> Nameidata<'a> {
         let seen = vfs.ext_seen.load(AtomicOrdering::Acquire);
         let snap = dc.inode_snap(parent.ino).ok_or(Step::Restart)?;
         let fs = vfs.sb(snap.sb())?;
-        let res = if snap.flags & crate::dcache::I_COMPLETE != 0 && vfs.complete_dirs() {
+        let mut complete = snap.flags & crate::dcache::I_COMPLETE != 0;
+        if !complete
+            && vfs.complete_dirs()
+            && snap.size <= crate::listing::PREFETCH_MAX_SIZE
+            && matches!(vfs.list_plus(&snap, parent.d, parent.ino), Some(Ok(_)))
+        {
+            // The whole (small) directory for the price of this name.
+            if let Some(r) = self.lookup_cached(parent, name, hash) {
+                return r;
+            }
+            complete = dc
+                .inode_snap(parent.ino)
+                .is_some_and(|s| s.flags & crate::dcache::I_COMPLETE != 0);
+        }
+        let res = if complete && vfs.complete_dirs() {
             // Every entry of the directory is cached and this is not one.
             vfs.counters.complete_misses.inc();
             Err(Errno::ENOENT)

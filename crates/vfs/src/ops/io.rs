@@ -3,7 +3,6 @@
 //! and dropping set-id bits on a write (Linux's `file_remove_privs`).
 
 use super::prelude::*;
-use std::sync::atomic::Ordering::Acquire;
 use std::sync::Arc;
 
 impl Ctx {
@@ -217,71 +216,19 @@ impl Ctx {
     }
 
     /// The entries of directory `s` (dentry `d`, inode `ino`) from its
-    /// backend. When the backend lists with attributes and the cache
-    /// keeps what it learns, every entry is cached as a lookup of it would
-    /// be (the dentry, the attributes, a symlink's body), and the
-    /// directory becomes complete: `ls -l`, `find`, `git status` and a
-    /// miss in it then cost no round trip per name.
+    /// backend: listed with attributes and cached when the backend can
+    /// (listing.rs), else by name.
     fn list_dir(&self, s: &InodeSnap, d: DIdx, ino: IIdx) -> Result<Vec<DirEntry>> {
         let inner = self.inner();
         let fs = inner.sb(s.sb())?;
         if inner.sw.revalidate.load(Relaxed) {
             return fs.readdir(NodeId(s.node));
         }
-        // As a miss does: no change of ours to the directory's names runs
-        // between the backend's answer and its caching (dirlock.rs).
         let _dir = inner.dirs.shared(ino);
-        let gen = inner.attr_gen.load(Acquire);
-        let seen = inner.ext_seen.load(Acquire);
-        let plus = match fs.readdir_plus(NodeId(s.node)) {
-            None => return fs.readdir(NodeId(s.node)),
-            Some(r) => r?,
-        };
-        let dc = &inner.dc;
-        let sb = s.sb();
-        let mut w = inner.writer();
-        // A change reported meanwhile may be newer than the listing: use
-        // it for this call, cache none of it.
-        let mut keep = inner.ext_seen.load(Acquire) == seen
-            && dc
-                .dentry(d)
-                .is_some_and(|x| x.flags.load(Relaxed) & D_DEAD == 0);
-        let fresh = inner.attr_gen.load(Acquire) == gen;
-        let links = inner.sw.cache_symlinks.load(Relaxed);
-        let mut out = Vec::with_capacity(plus.len());
-        for p in plus {
-            out.push(DirEntry {
-                name: p.name.clone(),
-                ino: p.entry.attr.ino,
-                kind: p.entry.attr.file_type().unwrap_or(FileType::Regular),
-            });
-            let hash = hash_name(&p.name);
-            let existing = w.d_find(dc, d, &p.name, hash);
-            let positive = existing.and_then(|e| dc.dentry(e)).is_some_and(|x| {
-                x.flags.load(Relaxed) & crate::dcache::D_NEGATIVE == 0
-            });
-            if !keep || positive {
-                // What is cached stays (a name of ours is newer).
-                w.forgets.push((sb, p.entry.node.0));
-                continue;
-            }
-            let Some(i) = w.iget(dc, sb, &p.entry, fresh) else {
-                w.forgets.push((sb, p.entry.node.0));
-                keep = false;
-                continue;
-            };
-            if w.d_instantiate(dc, d, &p.name, hash, existing, i).is_none() {
-                keep = false;
-                continue;
-            }
-            if let (true, Some(body)) = (links, &p.link) {
-                w.cache_link(dc, i, body);
-            }
+        match inner.list_plus(s, d, ino) {
+            Some(r) => r,
+            None => fs.readdir(NodeId(s.node)),
         }
-        if keep && inner.complete_dirs() {
-            w.set_complete(dc, ino, true);
-        }
-        Ok(out)
     }
 
     /// `ftruncate(fd, len)`.

@@ -44,7 +44,14 @@ impl Ctx {
         let dc = &inner.dc;
         let hash = hash_name(name);
         if !victim.ino.is_none() {
-            w.mark_stale(dc, victim.ino);
+            if behind {
+                // Its link count and ctime, as the server will have them
+                // (no round trip for them, and none for a file that now
+                // has no name to be walked to by).
+                w.dir_touched(dc, victim.ino, Ctx::now(), -1);
+            } else {
+                w.mark_stale(dc, victim.ino);
+            }
         }
         w.d_kill(dc, victim.d);
         if let Some(exp) = inner.neg_expiry() {

@@ -1,0 +1,94 @@
+//! Directories listed with their attributes (a backend's
+//! [`FileSystem::readdir_plus`](walkfs_fsapi::FileSystem::readdir_plus)):
+//! every entry is cached as a lookup of it would be — the dentry, the
+//! attributes, a symlink's body — and the directory becomes complete
+//! (`I_COMPLETE`: a name not cached in it does not exist). `ls -l`,
+//! `find`, `git status` and module resolution then cost one round trip
+//! per directory, not one per name.
+//!
+//! Two callers: `getdents`, and a lookup miss in a small directory that
+//! is not complete yet (the whole directory costs the round trip the one
+//! name would have; see [`PREFETCH_MAX_SIZE`]).
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+
+use walkfs_fsapi::{DirEntry, FileType, NodeId, Result};
+
+use crate::dcache::{hash_name, DIdx, IIdx, InodeSnap, D_DEAD, D_NEGATIVE};
+use crate::Inner;
+
+/// A miss lists its whole directory when the directory is at most this
+/// large (its size attribute: on ext4 a few hundred names per 4 KiB
+/// block), so one miss never drags in a huge listing.
+pub(crate) const PREFETCH_MAX_SIZE: u64 = 32 * 1024;
+
+impl Inner {
+    /// List directory `s` (dentry `d`, inode `ino`) with attributes and
+    /// cache what it holds; `None` when the backend cannot list that way.
+    /// The caller holds the directory shared (dirlock.rs), as a miss
+    /// does: no change of ours to its names runs between the backend's
+    /// answer and its caching.
+    pub(crate) fn list_plus(
+        &self,
+        s: &InodeSnap,
+        d: DIdx,
+        ino: IIdx,
+    ) -> Option<Result<Vec<DirEntry>>> {
+        let fs = match self.sb(s.sb()) {
+            Ok(fs) => fs,
+            Err(e) => return Some(Err(e)),
+        };
+        let gen = self.attr_gen.load(Acquire);
+        let seen = self.ext_seen.load(Acquire);
+        let plus = match fs.readdir_plus(NodeId(s.node))? {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        self.counters.listings.inc();
+        let dc = &self.dc;
+        let sb = s.sb();
+        let mut w = self.writer();
+        // A change reported meanwhile may be newer than the listing: use
+        // it for this call, cache none of it.
+        let mut keep = self.ext_seen.load(Acquire) == seen
+            && dc
+                .dentry(d)
+                .is_some_and(|x| x.flags.load(Relaxed) & D_DEAD == 0);
+        let fresh = self.attr_gen.load(Acquire) == gen;
+        let links = self.sw.cache_symlinks.load(Relaxed);
+        let mut out = Vec::with_capacity(plus.len());
+        for p in plus {
+            out.push(DirEntry {
+                name: p.name.clone(),
+                ino: p.entry.attr.ino,
+                kind: p.entry.attr.file_type().unwrap_or(FileType::Regular),
+            });
+            let hash = hash_name(&p.name);
+            let existing = w.d_find(dc, d, &p.name, hash);
+            let positive = existing
+                .and_then(|e| dc.dentry(e))
+                .is_some_and(|x| x.flags.load(Relaxed) & D_NEGATIVE == 0);
+            if !keep || positive {
+                // What is cached stays (a name of ours is newer).
+                w.forgets.push((sb, p.entry.node.0));
+                continue;
+            }
+            let Some(i) = w.iget(dc, sb, &p.entry, fresh) else {
+                w.forgets.push((sb, p.entry.node.0));
+                keep = false;
+                continue;
+            };
+            if w.d_instantiate(dc, d, &p.name, hash, existing, i).is_none() {
+                keep = false;
+                continue;
+            }
+            if let (true, Some(body)) = (links, &p.link) {
+                w.cache_link(dc, i, body);
+            }
+        }
+        if keep && self.complete_dirs() {
+            w.set_complete(dc, ino, true);
+        }
+        Some(Ok(out))
+    }
+}
