@@ -63,22 +63,28 @@ impl Inner {
                 ino: p.entry.attr.ino,
                 kind: p.entry.attr.file_type().unwrap_or(FileType::Regular),
             });
-            let hash = hash_name(&p.name);
-            let existing = w.d_find(dc, d, &p.name, hash);
-            let positive = existing
-                .and_then(|e| dc.dentry(e))
-                .is_some_and(|x| x.flags.load(Relaxed) & D_NEGATIVE == 0);
-            if !keep || positive {
-                // What is cached stays (a name of ours is newer).
+            if !keep {
                 w.forgets.push((sb, p.entry.node.0));
                 continue;
             }
+            let hash = hash_name(&p.name);
+            let existing = w.d_find(dc, d, &p.name, hash);
             let Some(i) = w.iget(dc, sb, &p.entry, fresh) else {
                 w.forgets.push((sb, p.entry.node.0));
                 keep = false;
                 continue;
             };
-            if w.d_instantiate(dc, d, &p.name, hash, existing, i).is_none() {
+            // As a miss revalidates: the same file keeps its dentry (and
+            // what is cached below it), now known current; another file
+            // or none takes the name over.
+            let same = existing.filter(|&e| {
+                dc.snap(e)
+                    .is_some_and(|s| s.flags & D_NEGATIVE == 0 && s.inode() == i)
+            });
+            if let Some(e) = same {
+                w.d_mark_stale(dc, e, false);
+                w.put_inode(dc, i);
+            } else if w.d_instantiate(dc, d, &p.name, hash, existing, i).is_none() {
                 keep = false;
                 continue;
             }

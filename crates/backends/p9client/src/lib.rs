@@ -1358,14 +1358,24 @@ impl FileSystem for P9Fs {
             return None;
         }
         match self.listing(node) {
-            Err(Errno::EOPNOTSUPP | Errno::ENODATA | Errno::EINVAL) => {
-                tracing::info!("9p server lists no attributes with entries: using Treaddir");
+            Ok(l) => Some(Ok(l)),
+            // A server without the extension (diod: ENODATA or
+            // EOPNOTSUPP; others may say it otherwise).
+            Err(
+                e @ (Errno::EOPNOTSUPP
+                | Errno::ENODATA
+                | Errno::EINVAL
+                | Errno::ENOSYS
+                | Errno::ENOENT
+                | Errno::EPROTO),
+            ) => {
+                tracing::info!("9p server lists no attributes with entries ({e}): using Treaddir");
                 self.dirplus.store(false, Relaxed);
                 None
             }
-            // Too large a listing (or none allowed): by name, this once.
-            Err(Errno::E2BIG) => None,
-            r => Some(r),
+            // Too large a listing, or one refused (EACCES): Treaddir says
+            // what it says, this once.
+            Err(_) => None,
         }
     }
 
