@@ -145,9 +145,11 @@ pub fn npm_project() -> Result<PathBuf, String> {
         return Ok(tar);
     }
     if Command::new("npm").arg("--version").output().is_err() {
-        build::sh(Command::new("apt-get")
-            .args(["install", "-y", "-qq", "nodejs", "npm"])
-            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+        build::sh(
+            Command::new("apt-get")
+                .args(["install", "-y", "-qq", "nodejs", "npm"])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
     }
     let _ = std::fs::remove_dir_all(&dir);
     let proj = dir.join("proj");
@@ -160,16 +162,20 @@ pub fn npm_project() -> Result<PathBuf, String> {
         std::fs::write(proj.join(name), text).map_err(|e| format!("{name}: {e}"))?;
     }
     progress("workloads: npm ci (once)...");
-    build::sh(Command::new("npm")
-        .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
-        .current_dir(&proj)
-        .stdout(Stdio::null()))?;
-    build::sh(Command::new("tar")
-        .arg("cf")
-        .arg(&tar)
-        .arg("-C")
-        .arg(&dir)
-        .arg("proj"))?;
+    build::sh(
+        Command::new("npm")
+            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
+            .current_dir(&proj)
+            .stdout(Stdio::null()),
+    )?;
+    build::sh(
+        Command::new("tar")
+            .arg("cf")
+            .arg(&tar)
+            .arg("-C")
+            .arg(&dir)
+            .arg("proj"),
+    )?;
     std::fs::write(&stamp, NPM_LOCK).map_err(|e| e.to_string())?;
     Ok(tar)
 }
@@ -310,7 +316,13 @@ fn run_config(
             timed(Command::new("tar").arg("xf").arg(hostap).arg("-C").arg(d))
         })?;
     } else {
-        build::sh(Command::new("tar").arg("xf").arg(hostap).arg("-C").arg(&r.src))?;
+        build::sh(
+            Command::new("tar")
+                .arg("xf")
+                .arg(hostap)
+                .arg("-C")
+                .arg(&r.src),
+        )?;
     }
     let rel = tree(&r.src)?
         .strip_prefix(&r.src)
@@ -329,7 +341,11 @@ fn run_config(
         })?;
     } else {
         let d = r.src.join(&rel);
-        for a in [&["init", "-q"][..], &["add", "."], &["commit", "-q", "-m", "tree"]] {
+        for a in [
+            &["init", "-q"][..],
+            &["add", "."],
+            &["commit", "-q", "-m", "tree"],
+        ] {
             build::sh(git(&d, a).stdout(Stdio::null()))?;
         }
     }
@@ -372,7 +388,11 @@ fn run_config(
             drop_caches()?;
             let m = r.mount()?;
             r.measure("node-require", &m, |d| {
-                timed(Command::new("node").arg("require.js").current_dir(d.join("proj")))
+                timed(
+                    Command::new("node")
+                        .arg("require.js")
+                        .current_dir(d.join("proj")),
+                )
             })?;
         }
     }
@@ -558,13 +578,19 @@ mod tests {
         // Exact versions: the lock and the tree never drift.
         for (name, v) in deps {
             let v = v.as_str().expect("version");
-            assert!(v.chars().all(|c| c.is_ascii_digit() || c == '.'), "{name}: {v}");
+            assert!(
+                v.chars().all(|c| c.is_ascii_digit() || c == '.'),
+                "{name}: {v}"
+            );
         }
         let l: serde_json::Value = serde_json::from_str(NPM_LOCK).expect("package-lock.json");
         assert!(l["packages"].as_object().is_some_and(|m| m.len() > 100));
         // require.js requires each dependency.
         for name in deps.keys() {
-            assert!(NPM_REQUIRE.contains(name.as_str()), "require.js misses {name}");
+            assert!(
+                NPM_REQUIRE.contains(name.as_str()),
+                "require.js misses {name}"
+            );
         }
     }
 

@@ -72,7 +72,10 @@ mod tests {
         encode(b"link", &st, b"../x", &mut b);
         let got: Vec<_> = decode(&b).collect::<Result<_, _>>().expect("decodes");
         assert_eq!(got.len(), 2);
-        assert_eq!((got[1].name, got[1].stat, got[1].link), (&b"link"[..], st, &b"../x"[..]));
+        assert_eq!(
+            (got[1].name, got[1].stat, got[1].link),
+            (&b"link"[..], st, &b"../x"[..])
+        );
         let cut = &b[..b.len() - 2];
         let got: Vec<_> = decode(cut).collect();
         assert_eq!(got.len(), 2);

@@ -79,8 +79,12 @@ fn listing_of(st: &FidState) -> Result<Vec<u8>> {
         if e.name == b"." || e.name == b".." {
             continue;
         }
-        let x = match ctx.statx(st.fd, &e.name, libc::AT_SYMLINK_NOFOLLOW, libc::STATX_BASIC_STATS)
-        {
+        let x = match ctx.statx(
+            st.fd,
+            &e.name,
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS,
+        ) {
             Ok(x) => x,
             Err(Errno::ENOENT) => continue,
             Err(e) => return Err(e),
@@ -259,12 +263,7 @@ pub(crate) fn handle(
         Fcall::Tgetattr { .. } => {
             let st = fid(0)?;
             let x = fstatx(&st)?;
-            reply(
-                Fcall::Rgetattr {
-                    st: stat_of(&x),
-                },
-                out,
-            )
+            reply(Fcall::Rgetattr { st: stat_of(&x) }, out)
         }
         Fcall::Treadlink { .. } => {
             let st = fid(0)?;

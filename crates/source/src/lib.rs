@@ -131,8 +131,14 @@ impl Default for BackendOptions {
 
 impl BackendOptions {
     /// The names [`BackendOptions::set`] takes.
-    pub const NAMES: &'static [&'static str] =
-        &["msize", "aname", "secret_file", "fids", "host_fds", "sync_metadata"];
+    pub const NAMES: &'static [&'static str] = &[
+        "msize",
+        "aname",
+        "secret_file",
+        "fids",
+        "host_fds",
+        "sync_metadata",
+    ];
 
     /// Is `name` a backend's option (rather than the vfs's)?
     pub fn handles(name: &str) -> bool {
@@ -351,6 +357,7 @@ mod tests {
                 secret_file: Some("/k".into()),
                 fids: 64,
                 host_fds: 8,
+                sync_metadata: false,
             }
         );
         assert_eq!(SourceOptions::parse("").unwrap(), SourceOptions::default());
@@ -364,6 +371,7 @@ mod tests {
             "host_fds=-1",
             "secret_file=",
             "secret_file",
+            "sync_metadata=2",
             "negtimeout=-2",
             "cache=strict",
         ] {

@@ -716,7 +716,8 @@ impl Writer {
             i.seq.write_begin();
             self.drop_link_locked(dc, i);
             let f = i.flags.load(Relaxed);
-            i.flags.store((f | I_STALE) & !crate::dcache::I_COMPLETE, Relaxed);
+            i.flags
+                .store((f | I_STALE) & !crate::dcache::I_COMPLETE, Relaxed);
             i.seq.write_end();
         }
     }

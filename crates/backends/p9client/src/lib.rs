@@ -732,13 +732,14 @@ impl P9Fs {
         } else {
             std::slice::from_ref(&walk)
         };
-        self.rpc.call_many(reqs, |i, r| match (i, r) {
-            (0, Fcall::Rxattrwalk { size: s }) => size = Some(s),
-            (0, r) => first = Err(err_of(&r)),
-            (_, Fcall::Rread { data }) => buf.extend_from_slice(data.0),
-            _ => {}
-        })
-        .map_err(|e| self.abandon(nf, false, e))?;
+        self.rpc
+            .call_many(reqs, |i, r| match (i, r) {
+                (0, Fcall::Rxattrwalk { size: s }) => size = Some(s),
+                (0, r) => first = Err(err_of(&r)),
+                (_, Fcall::Rread { data }) => buf.extend_from_slice(data.0),
+                _ => {}
+            })
+            .map_err(|e| self.abandon(nf, false, e))?;
         let size = match (first, size) {
             (Ok(()), Some(s)) => s,
             (Err(e), _) => return Err(self.abandon(nf, false, e)),
@@ -1012,7 +1013,6 @@ impl FileSystem for P9Fs {
             self.wb.set_sink(sink);
         }
     }
-
 
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
         let pin = self.pin(node)?;

@@ -1,0 +1,224 @@
+//! The whole stack in one process (vfs -> 9P client -> walkfs serve ->
+//! host directory) with asynchronous changes: the server keeps a
+//! connection's order, errors the server meets later are reported at
+//! fsync and syncfs, and directories listed with attributes answer
+//! lookups without round trips.
+
+use std::process::Command;
+
+use walkfs_source::{open_served, ServerConfig, SourceOptions};
+use walkfs_vfs::{Creds, Errno, Vfs, AT_FDCWD};
+
+fn stack(dir: &std::path::Path, opts: &str) -> Vfs {
+    let o = SourceOptions::parse(opts).expect("options");
+    open_served(dir.to_str().expect("utf8"), &o, ServerConfig::default()).expect("open")
+}
+
+fn rpcs(vfs: &Vfs) -> u64 {
+    vfs.p9_stats().expect("9p").total_rpcs
+}
+
+/// Unlinks sent without waiting, then the directory's rmdir: the server
+/// runs them in arrival order, so the rmdir finds the directory empty.
+#[test]
+fn dependent_changes_sent_without_waiting_run_in_order() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let vfs = stack(t.path(), "cache=loose,negtimeout=-1");
+    let ctx = vfs.context(Creds::root());
+    for round in 0..5 {
+        let d = format!("/d{round}");
+        ctx.mkdirat(AT_FDCWD, d.as_bytes(), 0o755).expect("mkdir");
+        for i in 0..60 {
+            let p = format!("{d}/f{i}");
+            let fd = ctx
+                .openat(
+                    AT_FDCWD,
+                    p.as_bytes(),
+                    libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                    0o644,
+                )
+                .expect("create");
+            ctx.write(fd, b"data").expect("write");
+            ctx.close(fd).expect("close");
+        }
+        let before = vfs.p9_stats().expect("9p").async_sent;
+        for i in 0..60 {
+            ctx.unlinkat(AT_FDCWD, format!("{d}/f{i}").as_bytes(), 0)
+                .expect("unlink");
+        }
+        assert!(
+            vfs.p9_stats().expect("9p").async_sent >= before + 59,
+            "unlinks were not sent asynchronously"
+        );
+        ctx.unlinkat(AT_FDCWD, d.as_bytes(), libc::AT_REMOVEDIR)
+            .expect("rmdir after the unlinks");
+        assert!(!t.path().join(&d[1..]).exists());
+    }
+    // Writes and the times set after them land in that order too.
+    let fd = ctx
+        .openat(AT_FDCWD, b"/t", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .expect("create");
+    ctx.write(fd, &[7u8; 100_000]).expect("write");
+    ctx.close(fd).expect("close");
+    let when = walkfs_vfs::Timespec {
+        sec: 1_000_000,
+        nsec: 5,
+    };
+    ctx.utimensat(
+        AT_FDCWD,
+        b"/t",
+        [
+            Some(walkfs_vfs::TimeSet::At(when)),
+            Some(walkfs_vfs::TimeSet::At(when)),
+        ],
+        0,
+    )
+    .expect("utimensat");
+    let fd = ctx
+        .openat(AT_FDCWD, b"/", libc::O_RDONLY, 0)
+        .expect("open /");
+    ctx.syncfs(fd).expect("syncfs");
+    let md = std::fs::metadata(t.path().join("t")).expect("on the host");
+    assert_eq!(md.len(), 100_000);
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((md.mtime(), md.mtime_nsec()), (1_000_000, 5));
+}
+
+/// A server that runs out of space after it answered nothing yet: the
+/// write succeeds at once, fsync and syncfs report ENOSPC (each once),
+/// the error is counted, and the cached size is corrected to what the
+/// server has. With sync_metadata=1 the write itself fails.
+#[test]
+fn errors_the_server_meets_later_are_reported_at_fsync_and_syncfs() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let small = t.path().join("small");
+    std::fs::create_dir(&small).expect("mkdir");
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&small)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    }
+    struct Umount(std::path::PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _u = Umount(small.clone());
+    let vfs = stack(&small, "cache=loose,negtimeout=-1");
+    let ctx = vfs.context(Creds::root());
+    let fd = ctx
+        .openat(AT_FDCWD, b"/big", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .expect("create");
+    let chunk = vec![1u8; 64 * 1024];
+    for i in 0..16u64 {
+        // Answered before the server has it.
+        assert_eq!(
+            ctx.pwrite(fd, &chunk, i * chunk.len() as u64),
+            Ok(chunk.len())
+        );
+    }
+    let root = ctx
+        .openat(AT_FDCWD, b"/", libc::O_RDONLY, 0)
+        .expect("open /");
+    assert_eq!(ctx.syncfs(root), Err(Errno::ENOSPC));
+    assert_eq!(ctx.syncfs(root), Ok(()), "reported once");
+    assert_eq!(ctx.fsync(fd), Err(Errno::ENOSPC));
+    assert_eq!(ctx.fsync(fd), Ok(()), "reported once");
+    assert!(vfs.p9_stats().expect("9p").async_errors >= 1);
+    // The cache no longer claims the 1 MiB the server never stored.
+    let on_host = std::fs::metadata(small.join("big"))
+        .expect("on the host")
+        .len();
+    assert!(on_host < 16 * 64 * 1024);
+    let mut seen = 0;
+    for _ in 0..100 {
+        seen = ctx.fstatx(fd, libc::STATX_SIZE).expect("fstatx").stx_size;
+        if seen == on_host {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(seen, on_host);
+    ctx.close(fd).expect("close");
+    ctx.unlinkat(AT_FDCWD, b"/big", 0).expect("unlink");
+    let _ = ctx.fsync(root);
+
+    // Waiting for every change: the write reports it itself.
+    let vfs = stack(&small, "cache=loose,negtimeout=-1,sync_metadata=1");
+    let ctx = vfs.context(Creds::root());
+    let fd = ctx
+        .openat(AT_FDCWD, b"/big2", libc::O_CREAT | libc::O_RDWR, 0o644)
+        .expect("create");
+    let mut err = None;
+    for i in 0..16u64 {
+        match ctx.pwrite(fd, &chunk, i * chunk.len() as u64) {
+            Ok(n) if n == chunk.len() => {}
+            Ok(_) => {}
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    assert_eq!(err, Some(Errno::ENOSPC));
+    assert_eq!(vfs.p9_stats().expect("9p").async_sent, 0);
+}
+
+/// A directory listed with attributes: every entry's lookup, its stat,
+/// a symlink's body and a name that does not exist cost no round trip,
+/// and agree with the host.
+#[test]
+fn a_listed_directory_answers_lookups_without_round_trips() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let d = t.path().join("d");
+    std::fs::create_dir(&d).expect("mkdir");
+    for i in 0..50 {
+        std::fs::write(d.join(format!("f{i}")), vec![b'x'; i]).expect("write");
+    }
+    std::fs::create_dir(d.join("sub")).expect("mkdir");
+    std::os::unix::fs::symlink("f3", d.join("ln")).expect("symlink");
+    let vfs = stack(t.path(), "cache=loose,negtimeout=-1");
+    let ctx = vfs.context(Creds::root());
+    let fd = ctx
+        .openat(AT_FDCWD, b"/d", libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        .expect("open");
+    let names: Vec<Vec<u8>> = ctx
+        .getdents(fd)
+        .expect("getdents")
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names.len(), 52 + 2);
+    let before = rpcs(&vfs);
+    for i in 0..50 {
+        let st = ctx
+            .fstatat(
+                AT_FDCWD,
+                format!("/d/f{i}").as_bytes(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+            .expect("stat");
+        let host = std::fs::symlink_metadata(d.join(format!("f{i}"))).expect("host");
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            (st.st_size as u64, st.st_ino, st.st_mode),
+            (host.len(), host.ino(), host.mode())
+        );
+    }
+    assert_eq!(ctx.readlinkat(AT_FDCWD, b"/d/ln"), Ok(b"f3".to_vec()));
+    assert_eq!(
+        ctx.fstatat(AT_FDCWD, b"/d/missing", 0).map(|_| ()),
+        Err(Errno::ENOENT)
+    );
+    assert_eq!(
+        rpcs(&vfs),
+        before,
+        "lookups in a listed directory went to the server"
+    );
+    ctx.close(fd).expect("close");
+}
