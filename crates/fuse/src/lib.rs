@@ -1062,10 +1062,14 @@ impl Filesystem for WalkFuse {
             None => Ok(()),
         };
         // Asynchronous changes: an error the server has already answered
-        // one of the file's changes with (no waiting, no server).
-        let r = r.and_then(|()| match self.async_changes {
-            true => self.base.flush(self.fd(ino)?.fd),
-            false => Ok(()),
+        // one of the file's changes with (no waiting, no server). With
+        // cache=coherent, close-to-open consistency as NFS keeps it: the
+        // host and other clients have the file's writes once close(2)
+        // returns, so close waits for them.
+        let r = r.and_then(|()| match (self.async_changes, &self.wb) {
+            (false, _) => Ok(()),
+            (true, Some(_)) => self.base.fsync(self.fd(ino)?.fd),
+            (true, None) => self.base.flush(self.fd(ino)?.fd),
         });
         done(reply, r)
     }

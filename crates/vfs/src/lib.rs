@@ -515,10 +515,14 @@ impl Inner {
     }
 
     /// May a directory known complete answer a miss (see
-    /// [`dcache::I_COMPLETE`])? Only while negative entries never expire.
+    /// [`dcache::I_COMPLETE`])? Only while negative entries never expire,
+    /// and not with `cache=coherent`: there a name made on the host must
+    /// be found as soon as it exists, and the report that the directory
+    /// changed comes a moment later (a negative entry has that window
+    /// for one name; a complete directory would have it for every name).
     #[inline]
     pub(crate) fn complete_dirs(&self) -> bool {
-        self.sw.negtimeout.load(Ordering::Relaxed) < 0
+        !self.coherent && self.sw.negtimeout.load(Ordering::Relaxed) < 0
     }
 
     /// Is a negative dentry with this expiry still good?
