@@ -35,6 +35,9 @@ fn a_killed_server_fails_calls_fast_and_the_mount_unmounts() {
     std::fs::create_dir(&src).expect("mkdir");
     std::fs::create_dir(&mnt).expect("mkdir");
     std::fs::write(src.join("a"), "before").expect("write");
+    // A directory the mount never lists: a lookup in it needs the server
+    // (the root, listed while the writer creates, answers for itself).
+    std::fs::create_dir(src.join("sub")).expect("mkdir");
     let mut server = serve(&src, &sock);
     let addr = format!("unix:{}", sock.display());
     let _m = Mount::new(Path::new(&addr), &mnt, "cache=loose,negtimeout=-1");
@@ -68,7 +71,7 @@ fn a_killed_server_fails_calls_fast_and_the_mount_unmounts() {
     // A lookup the cache cannot answer, and a create: both fail, fast,
     // with ENOTCONN (or EIO).
     for attempt in [
-        std::fs::metadata(mnt.join("never-seen")).map(drop),
+        std::fs::metadata(mnt.join("sub/never-seen")).map(drop),
         std::fs::write(mnt.join("new"), "x"),
     ] {
         let e = attempt.expect_err("no server, no answer");
