@@ -124,7 +124,10 @@ fn a_100k_tree_through_a_small_fid_budget() {
                     }
                     let fs = vfs.p9_fid_stats().expect("9p");
                     assert!(fs.held <= 64, "{fs:?}");
-                    assert!(fs.released > 90_000, "{fs:?}");
+                    // 100,000 files known (each directory listed with
+                    // attributes on its first miss, or walked to one by
+                    // one), on 64 fids.
+                    assert!(fs.nodes > 90_000 || fs.released > 90_000, "{fs:?}");
                     // A file's contents, through a fid walked to again.
                     let fd = ctx.openat(AT_FDCWD, b"/d7/f0", libc::O_RDONLY, 0);
                     let fd = fd.expect("open");

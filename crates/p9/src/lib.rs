@@ -18,6 +18,7 @@ use std::io::{self, Read};
 
 pub mod dirplus;
 pub mod notify;
+pub mod order;
 pub mod transport;
 pub use transport::{read_secret_file, Addr, Listener, Stream};
 

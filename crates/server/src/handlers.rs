@@ -549,6 +549,22 @@ pub(crate) fn handle(
             });
             reply(Fcall::Rxattrwalk { size }, out)
         }
+        Fcall::Txattrwalk { name, .. } if name.0 == p9::order::NAME => {
+            // This server keeps a connection's order (conn.rs): say so.
+            let st = fid(0)?;
+            newfid.ok_or(Errno::EINVAL)?.complete(FidState {
+                ctx: Arc::clone(&st.ctx),
+                fd: -1,
+                open: None,
+                listing: Some(Arc::new(Vec::new())),
+            });
+            reply(
+                Fcall::Rxattrwalk {
+                    size: p9::order::VERSION,
+                },
+                out,
+            )
+        }
         Fcall::Txattrwalk { .. } | Fcall::Txattrcreate { .. } => Err(Errno::EOPNOTSUPP),
         Fcall::Tmknod {
             name,

@@ -105,6 +105,9 @@ fn exercise(c: &Ctx, host: &Path) {
         )
         .expect("create");
     assert_eq!(c.write(fd, b"int main(){}\n").expect("write"), 13);
+    // Written back (asynchronous changes, where the server keeps order):
+    // on the server once fsync returns.
+    c.fsync(fd).expect("fsync");
     c.close(fd).expect("close");
     assert_eq!(
         std::fs::read(host.join("new.c")).expect("host read"),

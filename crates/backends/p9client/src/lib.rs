@@ -112,6 +112,27 @@ fn authenticate(rpc: &rpc::Rpc, cfg: &Config, secret: &[u8]) -> Result<u32> {
     Ok(AUTH_FID)
 }
 
+/// Does the server promise to run a connection's changes in order
+/// (p9::order)? Asked once, at attach.
+fn keeps_order(rpc: &rpc::Rpc) -> bool {
+    const PROBE_FID: u32 = u32::MAX - 3;
+    let r = rpc.call(
+        Fcall::Txattrwalk {
+            fid: ROOT_FID,
+            newfid: PROBE_FID,
+            name: Str(p9::order::NAME),
+        },
+        |r| match r {
+            Fcall::Rxattrwalk { size } => Ok(size),
+            r => Err(err_of(&r)),
+        },
+    );
+    if r.is_ok() {
+        rpc.send_forget(Fcall::Tclunk { fid: PROBE_FID });
+    }
+    r == Ok(p9::order::VERSION)
+}
+
 /// A 9P client mount.
 pub struct P9Fs {
     rpc: Arc<rpc::Rpc>,
@@ -247,11 +268,17 @@ impl P9Fs {
         let root_ino = attached?;
         let notify = cfg.notify && notify::subscribe(&rpc);
         let iounit = rpc.msize - IOHDRSZ;
+        // Changes go without waiting only to a server that promises to
+        // keep their order (diod runs a connection's requests at once).
+        let async_changes = cfg.async_changes && keeps_order(&rpc);
+        if cfg.async_changes && !async_changes {
+            tracing::info!("9p server does not keep a connection's order: every change waits");
+        }
         let wb = Arc::new(wb::WriteBack::default());
         let w = Arc::clone(&wb);
         rpc.set_on_error(Box::new(move |op, e| w.failed(op, e)));
         Ok(P9Fs {
-            async_changes: cfg.async_changes,
+            async_changes,
             dirplus: std::sync::atomic::AtomicBool::new(true),
             unlinkat_ok: std::sync::atomic::AtomicBool::new(false),
             wb,
