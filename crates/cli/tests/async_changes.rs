@@ -11,21 +11,6 @@ use std::process::Command;
 mod common;
 use common::*;
 
-/// The pid of the `walkfs mount` serving `mnt`.
-fn mount_pid(mnt: &Path) -> u32 {
-    let needle = mnt.to_str().expect("utf8");
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .flatten()
-        .find_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let c = std::fs::read(e.path().join("cmdline")).ok()?;
-            let s = String::from_utf8_lossy(&c).replace('\0', " ");
-            (s.contains(" mount ") && s.contains(needle)).then_some(pid)
-        })
-        .expect("the mount daemon")
-}
-
 #[test]
 fn after_sync_a_killed_mount_daemon_loses_nothing() {
     let t = tempfile::tempdir().expect("tempdir");
@@ -64,7 +49,7 @@ fn after_sync_a_killed_mount_daemon_loses_nothing() {
         "the changes were not sent asynchronously: {v}"
     );
     run(&mut Command::new("sync"));
-    let pid = mount_pid(&mnt);
+    let pid = *mount_pids(&mnt).first().expect("the mount daemon");
     run(Command::new("kill").arg("-9").arg(pid.to_string()));
     wait_until("the daemon to die", || {
         !Path::new(&format!("/proc/{pid}")).exists()

@@ -214,31 +214,23 @@ impl Nodes {
     /// call that needs the node itself walks to it by name (see
     /// [`Nodes::need`]), which most new files never see.
     pub fn adopt_open(&mut self, id: u64, parent: u64, name: &[u8]) {
-        if id == self.root {
-            return;
-        }
-        let n = self.by_id.entry(id).or_insert_with(|| PNode {
-            lookups: 0,
-            parent,
-            name: name.into(),
-            fid: NOFID,
-            busy: 0,
-            referenced: true,
-        });
-        n.lookups += 1;
-        n.busy += 1;
-        n.referenced = true;
-        n.parent = parent;
-        if *n.name != *name {
-            n.name = name.into();
+        if let Some(n) = self.adopt_fidless(id, parent, name) {
+            n.busy += 1;
+            n.referenced = true;
         }
     }
 
     /// A listing found `id` at `name` in `parent`: count the reference and
     /// remember the place; no fid (a call that needs one walks by name).
     pub fn adopt_listed(&mut self, id: u64, parent: u64, name: &[u8]) {
+        self.adopt_fidless(id, parent, name);
+    }
+
+    /// Count a reference to `id` at `name` in `parent`, making the node
+    /// (with no fid) if it is new; `None` for the root.
+    fn adopt_fidless(&mut self, id: u64, parent: u64, name: &[u8]) -> Option<&mut PNode> {
         if id == self.root {
-            return;
+            return None;
         }
         let n = self.by_id.entry(id).or_insert_with(|| PNode {
             lookups: 0,
@@ -253,6 +245,7 @@ impl Nodes {
         if *n.name != *name {
             n.name = name.into();
         }
+        Some(n)
     }
 
     /// `id` now lives at `name` in `parent` (a rename through us).

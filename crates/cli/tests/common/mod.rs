@@ -16,20 +16,25 @@ pub fn mounted(mnt: &Path) -> bool {
     m.lines().any(|l| l.split(' ').nth(1) == Some(p))
 }
 
-/// Processes still running `walkfs mount` on `mnt`.
-pub fn mount_processes(mnt: &Path) -> usize {
+/// The pids of processes running `walkfs mount` on `mnt`.
+pub fn mount_pids(mnt: &Path) -> Vec<u32> {
     let needle = mnt.to_str().expect("utf8");
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| {
-            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
-                let s = String::from_utf8_lossy(&c).replace('\0', " ");
-                s.contains(" mount ") && s.contains(needle)
-            })
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let c = std::fs::read(e.path().join("cmdline")).ok()?;
+            let s = String::from_utf8_lossy(&c).replace('\0', " ");
+            (s.contains(" mount ") && s.contains(needle)).then_some(pid)
         })
-        .count()
+        .collect()
+}
+
+/// Processes still running `walkfs mount` on `mnt`.
+pub fn mount_processes(mnt: &Path) -> usize {
+    mount_pids(mnt).len()
 }
 
 pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
