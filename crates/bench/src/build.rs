@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::proc::{wait_until, KillOnDrop};
-use crate::report::{median, progress, progress_done, table};
+use crate::report::{median, median_sample, progress, progress_done, table};
 
 /// The feature set of upstream's tests/hwsim/build.sh, appended to each
 /// program's defconfig (Debian's tarball ships no tests/).
@@ -654,14 +654,8 @@ pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
         median(&mut v)
     };
     for (c, s) in cfgs.iter().zip(&samples).filter(|(_, s)| !s.is_empty()) {
-        let mut secs: Vec<f64> = s.iter().map(|x| x.seconds).collect();
-        let seconds = median(&mut secs);
         // The RPCs of the run whose time is nearest the median.
-        let mid = s.iter().min_by(|a, b| {
-            (a.seconds - seconds)
-                .abs()
-                .total_cmp(&(b.seconds - seconds).abs())
-        });
+        let (seconds, mid) = median_sample(s, |x| x.seconds);
         let r = mid.and_then(|m| m.rpcs.clone());
         let mut cpu: Vec<f64> = s.iter().map(|x| x.cpu).collect();
         rows.push(Row {

@@ -16,6 +16,17 @@ pub fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// The median of `samples`' seconds and the sample nearest it (whose
+/// other figures, e.g. RPC counts, go with the median's row).
+pub fn median_sample<T>(samples: &[T], seconds: impl Fn(&T) -> f64) -> (f64, Option<&T>) {
+    let mut s: Vec<f64> = samples.iter().map(&seconds).collect();
+    let m = median(&mut s);
+    let nearest = samples
+        .iter()
+        .min_by(|a, b| (seconds(a) - m).abs().total_cmp(&(seconds(b) - m).abs()));
+    (m, nearest)
+}
+
 /// Print rows as an aligned text table.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();

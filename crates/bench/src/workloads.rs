@@ -32,7 +32,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::build::{self, BuildOpts, Config, Kind, Sshd};
-use crate::report::{median, progress, progress_done, table};
+use crate::report::{median, median_sample, progress, progress_done, table};
 
 /// The npm project (package.json + package-lock.json) and the script
 /// that requires its packages.
@@ -473,14 +473,8 @@ pub fn run(opts: &WorkloadOpts) -> Result<WorkloadResult, String> {
             let Some(v) = samples.get(&(*w, c.name.clone())) else {
                 continue;
             };
-            let mut s: Vec<f64> = v.iter().map(|x| x.seconds).collect();
-            let seconds = median(&mut s);
             // The RPCs of the sample nearest the median.
-            let mid = v.iter().min_by(|a, b| {
-                (a.seconds - seconds)
-                    .abs()
-                    .total_cmp(&(b.seconds - seconds).abs())
-            });
+            let (seconds, mid) = median_sample(v, |x| x.seconds);
             let r = mid.and_then(|m| m.rpcs.clone());
             rows.push(Row {
                 bench: "workloads",

@@ -762,11 +762,14 @@ impl Filesystem for WalkFuse {
             // The kernel writing back the times it keeps (write-back
             // cache) of a file removed meanwhile: nothing to change that
             // anyone could see, and no name left to reach it by.
-            if mode.is_none() && uid.is_none() && gid.is_none() && size.is_none() {
-                let x = self.base.fstatx(fd, libc::STATX_NLINK)?;
-                if x.stx_nlink == 0 && self.writeback() {
-                    return self.attr(ino);
-                }
+            if self.writeback()
+                && mode.is_none()
+                && uid.is_none()
+                && gid.is_none()
+                && size.is_none()
+                && self.base.fstatx(fd, libc::STATX_NLINK)?.stx_nlink == 0
+            {
+                return self.attr(ino);
             }
             let e = libc::AT_EMPTY_PATH;
             if let Some(m) = mode {
@@ -1066,10 +1069,11 @@ impl Filesystem for WalkFuse {
         // cache=coherent, close-to-open consistency as NFS keeps it: the
         // host and other clients have the file's writes once close(2)
         // returns, so close waits for them.
-        let r = r.and_then(|()| match (self.async_changes, &self.wb) {
+        let coherent = self.opts.cache == CachePolicy::Coherent;
+        let r = r.and_then(|()| match (self.async_changes, coherent) {
             (false, _) => Ok(()),
-            (true, Some(_)) => self.base.fsync(self.fd(ino)?.fd),
-            (true, None) => self.base.flush(self.fd(ino)?.fd),
+            (true, true) => self.base.fsync(self.fd(ino)?.fd),
+            (true, false) => self.base.flush(self.fd(ino)?.fd),
         });
         done(reply, r)
     }

@@ -76,16 +76,12 @@ pub(crate) struct Conn {
     /// The change-notification subscription (see notify.rs).
     pub(crate) notify: Mutex<Option<crate::notify::Sub>>,
     /// Requests that must run in arrival order (see the module comment).
-    strand: Mutex<Strand>,
-}
-
-/// A connection's ordered requests. Invariant: `running` is true exactly
-/// while a [`Work::Strand`] for this connection is queued in the pool or
-/// being run, and only that runner pops `queue`.
-#[derive(Default)]
-struct Strand {
-    running: bool,
-    queue: VecDeque<Job>,
+    strand: Mutex<VecDeque<Job>>,
+    /// Invariant: true exactly while a [`Work::Strand`] for this
+    /// connection is queued in the pool or being run (only that runner
+    /// pops `strand`). Changed only with `strand` locked; read without
+    /// it by the reader thread's peek for cheap requests.
+    strand_busy: AtomicBool,
 }
 
 /// What the pool's workers run.
@@ -112,11 +108,11 @@ impl Work {
 fn run_strand(conn: &Arc<Conn>) {
     loop {
         let job = {
-            let mut s = conn.strand.lock();
-            match s.queue.pop_front() {
+            let mut q = conn.strand.lock();
+            match q.pop_front() {
                 Some(j) => j,
                 None => {
-                    s.running = false;
+                    conn.strand_busy.store(false, Ordering::Release);
                     return;
                 }
             }
@@ -183,7 +179,8 @@ impl Conn {
             server,
             auth: Mutex::new(HashMap::new()),
             notify: Mutex::new(None),
-            strand: Mutex::new(Strand::default()),
+            strand: Mutex::new(VecDeque::new()),
+            strand_busy: AtomicBool::new(false),
         }
     }
 
@@ -499,7 +496,7 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
     // Cheap requests run here when nothing sent before them is still
     // changing the file system (a racy peek: a strand that empties just
     // now only costs this request the queue).
-    if inline && (cfg.inline_all || !conn.strand.lock().running) {
+    if inline && (cfg.inline_all || !conn.strand_busy.load(Ordering::Acquire)) {
         let mut frame = job.run();
         frame.clear();
         return Some(frame);
@@ -516,14 +513,14 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         .pending_peak
         .fetch_max(now as u64, Ordering::Relaxed);
     let start = {
-        let mut s = conn.strand.lock();
-        if s.running || ordered {
-            s.queue.push_back(job);
-            let start = !s.running;
-            s.running = true;
-            start
+        let mut q = conn.strand.lock();
+        let running = conn.strand_busy.load(Ordering::Relaxed);
+        if running || ordered {
+            q.push_back(job);
+            conn.strand_busy.store(true, Ordering::Release);
+            !running
         } else {
-            drop(s);
+            drop(q);
             conn.to_pool(job);
             return None;
         }
@@ -532,12 +529,12 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         if let Err(e) = conn.server.pool.send(Work::Strand(Arc::clone(conn))) {
             tracing::error!("worker pool closed");
             if let Work::Strand(c) = e.into_inner() {
-                let mut s = c.strand.lock();
-                for job in std::mem::take(&mut s.queue) {
+                let mut q = c.strand.lock();
+                for job in std::mem::take(&mut *q) {
                     c.finish(job.tag, None);
                     c.release(job.counted);
                 }
-                s.running = false;
+                c.strand_busy.store(false, Ordering::Release);
             }
         }
     }

@@ -722,12 +722,22 @@ impl Writer {
         }
     }
 
-    /// A directory's entries changed through a backend that does not wait
-    /// for its server (asynchronous changes): its times move to `now` and
-    /// its link count by `nlink` (a subdirectory made or removed), here,
-    /// rather than marking it stale for a round trip the next stat would
-    /// pay (as NFS's wcc data spares one). A stale directory stays stale.
-    pub fn dir_touched(&mut self, dc: &Dcache, idx: IIdx, now: walkfs_fsapi::Timespec, nlink: i32) {
+    /// A change went to a backend that does not wait for its server
+    /// (asynchronous changes): what it does to the inode's attributes is
+    /// known here — its times move to `now`, its link count by `nlink` (a
+    /// name or subdirectory made or removed), its size grows to `end` (a
+    /// write) — so they are kept rather than marked stale for a round
+    /// trip the next stat would pay (as NFS's wcc data spares one). Stale
+    /// attributes stay stale: the next stat asks the server, which has
+    /// the change by then.
+    pub fn touched(
+        &mut self,
+        dc: &Dcache,
+        idx: IIdx,
+        now: walkfs_fsapi::Timespec,
+        nlink: i32,
+        end: u64,
+    ) {
         let Some(i) = dc.inode(idx) else { return };
         if i.flags.load(Relaxed) & I_STALE != 0 {
             return;
@@ -737,6 +747,12 @@ impl Writer {
         i.ctime.store(now.as_nanos(), Relaxed);
         let n = i.nlink.load(Relaxed);
         i.nlink.store(n.saturating_add_signed(nlink), Relaxed);
+        if i.size.load(Relaxed) < end {
+            i.size.store(end, Relaxed);
+            // What a 4 KiB-block file system allocates (ext4, xfs): du
+            // of a tree just written reads as it will once refreshed.
+            i.blocks.store(end.div_ceil(4096) * 8, Relaxed);
+        }
         i.seq.write_end();
     }
 
@@ -923,33 +939,26 @@ impl Drop for WriterGuard<'_> {
 }
 
 impl Inner {
+    /// A write ending at `end` was sent without waiting: grow the cached
+    /// size and move the times ([`Writer::touched`]), if `ino` still
+    /// holds backend node `node`.
+    pub fn wrote(&self, ino: IIdx, node: u64, end: u64, now: walkfs_fsapi::Timespec) {
+        let mut w = self.writer();
+        if self
+            .dc
+            .inode(ino)
+            .is_some_and(|i| i.node.load(Relaxed) == node)
+        {
+            w.touched(&self.dc, ino, now, 0, end);
+            self.attr_gen.fetch_add(1, Release);
+        }
+    }
+
     /// Cache the attributes a change made through walkfs (chmod, chown,
     /// truncate, utimes) got back from the backend, if `ino` still holds
     /// backend node `node`. Moves the attribute generation in the same
     /// writer section: a miss that asked the backend before this change
     /// and caches its answer after it sees the move and keeps these.
-    /// A write ending at `end` was sent without waiting: grow the cached
-    /// size and move the times, unless the attributes are stale already
-    /// (then the next stat asks the server, which has the write by then).
-    pub fn wrote(&self, ino: IIdx, node: u64, end: u64, now: walkfs_fsapi::Timespec) {
-        let _w = self.writer();
-        let Some(i) = self.dc.inode(ino) else { return };
-        if i.node.load(Relaxed) != node || i.flags.load(Relaxed) & crate::dcache::I_STALE != 0 {
-            return;
-        }
-        i.seq.write_begin();
-        if i.size.load(Relaxed) < end {
-            i.size.store(end, Relaxed);
-            // What a 4 KiB-block file system allocates (ext4, xfs): du
-            // of a tree just written reads as it will once refreshed.
-            i.blocks.store(end.div_ceil(4096) * 8, Relaxed);
-        }
-        i.mtime.store(now.as_nanos(), Relaxed);
-        i.ctime.store(now.as_nanos(), Relaxed);
-        i.seq.write_end();
-        self.attr_gen.fetch_add(1, Release);
-    }
-
     pub fn changed_attrs(&self, ino: IIdx, node: u64, attr: &Attr) {
         let mut w = self.writer();
         if self

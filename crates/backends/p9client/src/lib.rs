@@ -52,8 +52,9 @@ pub struct Config {
     /// calls in flight hold theirs as long as they need them).
     pub node_fids: usize,
     /// Send unlinks, writes and attribute changes without waiting for
-    /// their replies (see wb.rs). Needs a server that runs a connection's
-    /// changes in order, as `walkfs serve` and diod do.
+    /// their replies (see wb.rs). Used only with a server that promises to
+    /// run a connection's changes in order (p9::order: `walkfs serve`; not
+    /// diod).
     pub async_changes: bool,
 }
 

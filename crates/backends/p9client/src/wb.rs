@@ -18,6 +18,7 @@
 //!   does not have (`FileSystem::set_correction_sink`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -42,6 +43,9 @@ struct Errors {
 #[derive(Default)]
 pub(crate) struct WriteBack {
     errors: Mutex<Errors>,
+    /// Some change has failed (ever): until then every `close` asks
+    /// nothing of `errors`.
+    failed_once: AtomicBool,
     /// Corrections go to the cache from a thread of their own: the reader
     /// that learns of a failure must never wait on a cache lock whose
     /// holder may be waiting for a reply only that reader can deliver.
@@ -65,6 +69,7 @@ impl WriteBack {
             g.seq += 1;
             g.last = Some(e);
         }
+        self.failed_once.store(true, Ordering::Release);
         let mut changes = vec![Change::Inode {
             node: NodeId(op.node),
             ino: op.node,
@@ -99,6 +104,9 @@ impl WriteBack {
 
     /// The node's first unreported error, reported now.
     pub fn take(&self, node: u64) -> Result<()> {
+        if !self.failed_once.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match self.errors.lock().by_node.remove(&node) {
             Some(e) => Err(e),
             None => Ok(()),

@@ -54,7 +54,7 @@ impl Ctx {
             .ok_or(Errno::ENOMEM)?;
         if fs.writes_behind() {
             let sub = i32::from(entry.attr.is_dir());
-            w.dir_touched(dc, dir.ino, Ctx::now(), sub);
+            w.touched(dc, dir.ino, Ctx::now(), sub, 0);
         } else {
             w.mark_stale(dc, dir.ino);
         }

@@ -48,7 +48,7 @@ impl Ctx {
                 // Its link count and ctime, as the server will have them
                 // (no round trip for them, and none for a file that now
                 // has no name to be walked to by).
-                w.dir_touched(dc, victim.ino, Ctx::now(), -1);
+                w.touched(dc, victim.ino, Ctx::now(), -1, 0);
             } else {
                 w.mark_stale(dc, victim.ino);
             }
@@ -58,7 +58,7 @@ impl Ctx {
             let _ = w.d_add(dc, dir.d, name, hash, IIdx::NONE, exp);
         }
         if behind {
-            w.dir_touched(dc, dir.ino, Ctx::now(), sub);
+            w.touched(dc, dir.ino, Ctx::now(), sub, 0);
         } else {
             w.mark_stale(dc, dir.ino);
         }
