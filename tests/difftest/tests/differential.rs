@@ -524,6 +524,30 @@ fn fixed_semantics_cases() {
             gid: u32::MAX,
             nofollow: false,
         },
+        // A chown that changes neither id still drops set-id bits (a
+        // mode change: the owner's alone to make).
+        Op::Chmod {
+            path: p("/f"),
+            mode: 0o2775,
+            nofollow: false,
+        },
+        Op::Chown {
+            path: p("/f"),
+            uid: u32::MAX,
+            gid: u32::MAX,
+            nofollow: false,
+        },
+        Op::Chmod {
+            path: p("/w/s"),
+            mode: 0o6777,
+            nofollow: false,
+        },
+        Op::Chown {
+            path: p("/w/s"),
+            uid: u32::MAX,
+            gid: u32::MAX,
+            nofollow: false,
+        },
     ];
     for who in [ROOT(), USER()] {
         differential(&who, &ops, "").unwrap();

@@ -236,11 +236,17 @@ impl Ctx {
                 gid: (gid != u32::MAX).then_some(gid),
                 ..SetAttr::default()
             };
+            // A chown drops set-id bits of non-directories even when it
+            // changes neither id (Linux's chown_common): that is a mode
+            // change, which only the owner may make.
+            let none = set.uid.is_none() && set.gid.is_none();
+            if none && policy::chown_kills(&s) != 0 && !self.creds.owns(s.uid) {
+                return Err(Errno::EPERM.into());
+            }
             self.setattr(c, &set)?;
-            // Changing owners drops set-id bits of non-directories.
             let s = self.attrs(c)?;
             let kill = policy::chown_kills(&s);
-            if kill != 0 && (set.uid.is_some() || set.gid.is_some()) {
+            if kill != 0 {
                 self.setattr(
                     c,
                     &SetAttr {
