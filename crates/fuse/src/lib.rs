@@ -646,6 +646,19 @@ impl WalkFuse {
 }
 
 impl Filesystem for WalkFuse {
+    /// The session ends (unmount): every change the backend sent without
+    /// waiting reaches the server before the mount is gone, as a umount
+    /// of any write-back file system waits for its dirty state. A refusal
+    /// no one can be told of any more is logged.
+    fn destroy(&mut self) {
+        let r = self
+            .fd(INodeNo::ROOT)
+            .and_then(|fd| self.base.syncfs(fd.fd));
+        if let Err(e) = r {
+            tracing::warn!("unmount: a change sent without waiting failed: {e}");
+        }
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let mut want = InitFlags::FUSE_PARALLEL_DIROPS;
         if self.keeps() {

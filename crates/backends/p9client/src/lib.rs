@@ -884,8 +884,12 @@ impl Drop for Pin<'_> {
 
 impl Drop for P9Fs {
     /// The notification thread holds the connection while it waits for
-    /// a change: end the connection for it.
+    /// a change: end the connection for it — after the changes sent
+    /// without waiting have been answered (whoever drops the file system
+    /// without a `syncfs` still expects them on the server; `drain`
+    /// returns at once on a dead connection).
     fn drop(&mut self) {
+        let _ = self.rpc.drain();
         self.rpc.shutdown();
     }
 }
