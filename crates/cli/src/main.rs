@@ -1134,6 +1134,8 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
         ("async_sent", s.async_sent),
         ("async_inflight", s.async_inflight),
         ("async_errors", s.async_errors),
+        ("readahead_used", s.readahead_used),
+        ("readahead_wasted", s.readahead_wasted),
     ] {
         rows.push(vec!["9p".into(), n.into(), c.to_string()]);
     }

@@ -292,6 +292,10 @@ pub struct RpcStats {
     pub async_sent: u64,
     pub async_inflight: u64,
     pub async_errors: u64,
+    /// Directory listings asked for ahead of use and then used, and
+    /// those given up (stale, or never asked for).
+    pub readahead_used: u64,
+    pub readahead_wasted: u64,
 }
 
 /// A backend's use of the remote handles it keeps for cached nodes (a 9P

@@ -72,6 +72,11 @@ pub struct MountStats {
     pub async_inflight: u64,
     #[serde(default)]
     pub async_errors: u64,
+    /// Directory listings read ahead and used, and read ahead in vain.
+    #[serde(default)]
+    pub readahead_used: u64,
+    #[serde(default)]
+    pub readahead_wasted: u64,
     /// Bounded resources and their use: the nodes the kernel holds, the
     /// vfs descriptors cached for them (and their bounds), the 9P
     /// client's fids (held, bound, released, walks to get one back).
@@ -135,6 +140,8 @@ impl MountStats {
             s.async_sent = p.async_sent;
             s.async_inflight = p.async_inflight;
             s.async_errors = p.async_errors;
+            s.readahead_used = p.readahead_used;
+            s.readahead_wasted = p.readahead_wasted;
         }
         s
     }

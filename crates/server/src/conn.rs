@@ -7,7 +7,8 @@
 //! requests that depend on it (`Tunlinkat` of every entry, then the
 //! directory's; `Twrite`, then `Tsetattr` of the times). The server
 //! keeps a connection's order this way:
-//! - every request that changes the file system ([`changes_state`]) runs
+//! - every request that changes the file system
+//!   ([`changes_state`](walkfs_p9::order::changes_state)) runs
 //!   on the connection's *strand*: one at a time, in arrival order;
 //! - a request of any kind that arrives while the strand has work joins
 //!   it, so it sees every change sent before it;
@@ -483,7 +484,7 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         tags.insert(tag, TagState::default());
     }
     let cfg = &conn.server.cfg;
-    let ordered = !cfg.inline_all && changes_state(&f);
+    let ordered = !cfg.inline_all && walkfs_p9::order::changes_state(&f);
     let inline = cfg.inline_all || answers_from_cache(&f);
     let mut job = Job {
         conn: Arc::clone(conn),
@@ -539,34 +540,6 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         }
     }
     None
-}
-
-/// Requests that change the file system (names, attributes, data): they
-/// run on the connection's strand, in arrival order (module comment).
-/// `Tlopen` counts when it truncates or creates.
-fn changes_state(f: &Fcall<'_>) -> bool {
-    match f {
-        Fcall::Tlopen { flags, .. } => {
-            // 9P2000.L open flags are Linux's.
-            flags & (libc::O_TRUNC | libc::O_CREAT) as u32 != 0
-        }
-        _ => matches!(
-            f,
-            Fcall::Tlcreate { .. }
-                | Fcall::Tmkdir { .. }
-                | Fcall::Tsymlink { .. }
-                | Fcall::Tmknod { .. }
-                | Fcall::Tlink { .. }
-                | Fcall::Trename { .. }
-                | Fcall::Trenameat { .. }
-                | Fcall::Tunlinkat { .. }
-                | Fcall::Tremove { .. }
-                | Fcall::Tsetattr { .. }
-                | Fcall::Txattrcreate { .. }
-                | Fcall::Twrite { .. }
-                | Fcall::Tfsync { .. }
-        ),
-    }
 }
 
 /// The messages of 9P authentication, answered here when the server asks

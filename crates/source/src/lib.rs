@@ -114,6 +114,10 @@ pub struct BackendOptions {
     /// are answered at once and sent without waiting; their errors are
     /// reported at fsync, close and syncfs (docs/9p-ordering.md).
     pub sync_metadata: bool,
+    /// For a 9P source with `cache=loose` or `cache=coherent`: listings
+    /// of subdirectories asked for ahead of use when a directory is
+    /// listed (at most 16; 0 turns read-ahead off).
+    pub dir_readahead: u32,
 }
 
 impl Default for BackendOptions {
@@ -125,6 +129,7 @@ impl Default for BackendOptions {
             fids: walkfs_p9client::DEFAULT_NODE_FIDS as u32,
             host_fds: walkfs_hostfs::DEFAULT_CACHED_FDS as u32,
             sync_metadata: false,
+            dir_readahead: 16,
         }
     }
 }
@@ -132,6 +137,7 @@ impl Default for BackendOptions {
 impl BackendOptions {
     /// The names [`BackendOptions::set`] takes.
     pub const NAMES: &'static [&'static str] = &[
+        "dir_readahead",
         "msize",
         "aname",
         "secret_file",
@@ -163,6 +169,7 @@ impl BackendOptions {
             "secret_file" if !value.is_empty() => self.secret_file = Some(PathBuf::from(value)),
             "fids" => self.fids = count(value, 1)?,
             "host_fds" => self.host_fds = count(value, 1)?,
+            "dir_readahead" => self.dir_readahead = count(value, 0)?,
             "sync_metadata" => {
                 self.sync_metadata = match value {
                     "1" | "" => true,
@@ -269,6 +276,11 @@ pub fn open_9p(stream: Stream, opts: &SourceOptions) -> Result<Vfs> {
         notify: opts.vfs.cache == CachePolicy::Coherent,
         node_fids: b.fids as usize,
         async_changes: opts.vfs.cache != CachePolicy::None && !b.sync_metadata,
+        readahead_dirs: if opts.vfs.cache == CachePolicy::None {
+            0
+        } else {
+            b.dir_readahead as usize
+        },
         ..Default::default()
     };
     let fs = Arc::new(walkfs_p9client::P9Fs::on_stream(stream, &cfg)?);
@@ -343,7 +355,7 @@ mod tests {
     #[test]
     fn options_are_routed_by_name() {
         let o = SourceOptions::parse(
-            "cache=coherent,msize=65536,aname=/srv,fids=64,host_fds=8,secret_file=/k,negtimeout=0,fastpath=0",
+            "cache=coherent,msize=65536,aname=/srv,fids=64,host_fds=8,secret_file=/k,negtimeout=0,fastpath=0,dir_readahead=4",
         )
         .unwrap();
         assert_eq!(o.vfs.cache, CachePolicy::Coherent);
@@ -358,6 +370,7 @@ mod tests {
                 fids: 64,
                 host_fds: 8,
                 sync_metadata: false,
+                dir_readahead: 4,
             }
         );
         assert_eq!(SourceOptions::parse("").unwrap(), SourceOptions::default());

@@ -222,3 +222,76 @@ fn a_listed_directory_answers_lookups_without_round_trips() {
     );
     ctx.close(fd).expect("close");
 }
+
+/// Listing a directory asks for its subdirectories' listings ahead; one
+/// is used only while it is as fresh as the client's own view: not after
+/// a change the client sent since, nor once older than a second (a host
+/// change made meanwhile is then seen).
+#[test]
+fn subdirectories_are_read_ahead_and_used_only_while_fresh() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let a = t.path().join("a");
+    for s in 0..4 {
+        let sub = a.join(format!("s{s}"));
+        std::fs::create_dir_all(sub.join("deep")).expect("mkdir");
+        for i in 0..5 {
+            std::fs::write(sub.join(format!("x{i}")), b"x").expect("write");
+        }
+    }
+    let vfs = stack(t.path(), "cache=loose,negtimeout=-1");
+    let ctx = vfs.context(Creds::root());
+    let list = |p: &str| -> Vec<Vec<u8>> {
+        let fd = ctx
+            .openat(
+                AT_FDCWD,
+                p.as_bytes(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+                0,
+            )
+            .expect("open");
+        let mut v: Vec<Vec<u8>> = ctx
+            .getdents(fd)
+            .expect("getdents")
+            .into_iter()
+            .map(|e| e.name)
+            .filter(|n| n != b"." && n != b"..")
+            .collect();
+        ctx.close(fd).expect("close");
+        v.sort();
+        v
+    };
+    let host = |p: &str| -> Vec<Vec<u8>> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut v: Vec<Vec<u8>> = std::fs::read_dir(t.path().join(p))
+            .expect("host")
+            .map(|e| e.expect("entry").file_name().as_bytes().to_vec())
+            .collect();
+        v.sort();
+        v
+    };
+    let counts = || {
+        let s = vfs.p9_stats().expect("9p");
+        (s.readahead_used, s.readahead_wasted)
+    };
+    assert_eq!(list("/a").len(), 4);
+    // Every reply in: the host change below comes after the listings.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (used, wasted) = counts();
+    assert_eq!(list("/a/s0"), host("a/s0"));
+    assert_eq!(counts(), (used + 1, wasted), "s0 was not read ahead");
+
+    // A change sent since (anywhere): s1's listing may predate it, and
+    // is not used.
+    ctx.fchmodat(AT_FDCWD, b"/a/s0/x1", 0o600, 0)
+        .expect("chmod");
+    assert_eq!(list("/a/s1"), host("a/s1"));
+    assert_eq!(counts(), (used + 1, wasted + 1), "a stale listing was used");
+
+    // Older than a second: a file the host made meanwhile is listed.
+    std::fs::write(a.join("s2/new"), b"n").expect("host write");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let got = list("/a/s2");
+    assert!(got.contains(&b"new".to_vec()), "an old listing was used");
+    assert_eq!(got, host("a/s2"));
+    assert_eq!(counts(), (used + 1, wasted + 2));
+}

@@ -525,6 +525,16 @@ impl Inner {
         !self.coherent && self.sw.negtimeout.load(Ordering::Relaxed) < 0
     }
 
+    /// Does a lookup miss in a small directory list it whole? Where
+    /// complete directories are used, and with `cache=coherent`: there
+    /// the listing fills only the names it holds (kept current by the
+    /// server's change reports), so the directory's other names cost no
+    /// round trip each; a name it lacks is still asked for.
+    #[inline]
+    pub(crate) fn list_on_miss(&self) -> bool {
+        self.complete_dirs() || self.coherent
+    }
+
     /// Is a negative dentry with this expiry still good?
     #[inline(always)]
     pub fn neg_valid(&self, expiry: u32) -> bool {

@@ -394,7 +394,7 @@ impl<'a> Nameidata<'a> {
         let fs = vfs.sb(snap.sb())?;
         let mut complete = snap.flags & crate::dcache::I_COMPLETE != 0;
         if !complete
-            && vfs.complete_dirs()
+            && vfs.list_on_miss()
             && snap.size <= crate::listing::PREFETCH_MAX_SIZE
             && matches!(vfs.list_plus(&snap, parent.d, parent.ino), Some(Ok(_)))
         {

@@ -14,6 +14,8 @@
 
 mod nodes;
 mod notify;
+mod readahead;
+use readahead::Room;
 mod rpc;
 mod wb;
 
@@ -56,6 +58,10 @@ pub struct Config {
     /// run a connection's changes in order (p9::order: `walkfs serve`; not
     /// diod).
     pub async_changes: bool,
+    /// Directories whose listings may be asked for ahead of use
+    /// (readahead.rs; at most `readahead::MAX_LISTINGS`), 0 for none.
+    /// Used only with a server that keeps a connection's order.
+    pub readahead_dirs: usize,
 }
 
 impl Default for Config {
@@ -69,6 +75,7 @@ impl Default for Config {
             notify: false,
             node_fids: DEFAULT_NODE_FIDS,
             async_changes: false,
+            readahead_dirs: 0,
         }
     }
 }
@@ -161,6 +168,9 @@ pub struct P9Fs {
     /// and an asynchronous one could not fall back).
     unlinkat_ok: std::sync::atomic::AtomicBool,
     wb: Arc<wb::WriteBack>,
+    /// Listings asked for ahead (readahead.rs), and how many at most.
+    readahead: readahead::ReadAhead,
+    readahead_dirs: usize,
 }
 
 fn attr_of(st: &p9::Stat) -> Attr {
@@ -271,10 +281,18 @@ impl P9Fs {
         let iounit = rpc.msize - IOHDRSZ;
         // Changes go without waiting only to a server that promises to
         // keep their order (diod runs a connection's requests at once).
-        let async_changes = cfg.async_changes && keeps_order(&rpc);
+        let ordered = (cfg.async_changes || cfg.readahead_dirs > 0) && keeps_order(&rpc);
+        let async_changes = cfg.async_changes && ordered;
         if cfg.async_changes && !async_changes {
             tracing::info!("9p server does not keep a connection's order: every change waits");
         }
+        // A listing read ahead is known fresh only when the server ran
+        // it after every change sent before it.
+        let readahead_dirs = if ordered {
+            cfg.readahead_dirs.min(readahead::MAX_LISTINGS)
+        } else {
+            0
+        };
         let wb = Arc::new(wb::WriteBack::default());
         let w = Arc::clone(&wb);
         rpc.set_on_error(Box::new(move |op, e| w.failed(op, e)));
@@ -283,6 +301,8 @@ impl P9Fs {
             dirplus: std::sync::atomic::AtomicBool::new(true),
             unlinkat_ok: std::sync::atomic::AtomicBool::new(false),
             wb,
+            readahead: readahead::ReadAhead::default(),
+            readahead_dirs,
             rpc,
             nodes: Arc::new(Mutex::new(Nodes::new(root_ino, ROOT_FID, cfg.node_fids))),
             root_ino,
@@ -738,7 +758,8 @@ impl P9Fs {
     /// A directory listed with attributes (p9::dirplus): the xattr walk
     /// and the first read in one round trip, more reads for a listing
     /// larger than a message. Each entry becomes a node (no fid).
-    fn listing(&self, node: NodeId) -> Result<Vec<walkfs_fsapi::DirPlus>> {
+    /// The listing of `node` (the readdirplus records), asked for now.
+    fn list_now(&self, node: NodeId) -> Result<Vec<u8>> {
         let dir = self.pin(node)?;
         let nf = self.alloc_fid();
         let mut size = None;
@@ -791,6 +812,14 @@ impl P9Fs {
             }
         }
         self.clunk(nf);
+        Ok(buf)
+    }
+
+    fn listing(&self, node: NodeId) -> Result<Vec<walkfs_fsapi::DirPlus>> {
+        let buf = match self.listed_ahead(node) {
+            Some(buf) => buf,
+            None => self.list_now(node)?,
+        };
         let mut out = Vec::new();
         for rec in p9::dirplus::decode(&buf) {
             let rec = rec.map_err(|_| Errno::EPROTO)?;
@@ -804,11 +833,125 @@ impl P9Fs {
                 link: attr.is_symlink().then(|| rec.link.to_vec()),
             });
         }
-        let mut n = self.nodes.lock();
-        for p in &out {
-            n.adopt_listed(p.entry.node.0, node.0, &p.name);
+        {
+            let mut n = self.nodes.lock();
+            for p in &out {
+                n.adopt_listed(p.entry.node.0, node.0, &p.name);
+            }
+        }
+        if self.readahead_dirs > 0 {
+            let dirs = out
+                .iter()
+                .filter(|e| e.entry.attr.mode & libc::S_IFMT == libc::S_IFDIR)
+                .map(|e| e.entry.node.0);
+            self.readahead.listed(node.0, dirs);
+            self.read_ahead();
         }
         Ok(out)
+    }
+
+    /// The listing of `node` read ahead, if one was and it is still
+    /// fresh (readahead.rs). Its fids are given up either way.
+    fn listed_ahead(&self, node: NodeId) -> Option<Vec<u8>> {
+        let l = self.readahead.take(node.0)?;
+        let data = self.give_up(&l);
+        let c = if data.is_some() {
+            &self.rpc.counters.readahead_used
+        } else {
+            &self.rpc.counters.readahead_wasted
+        };
+        c.fetch_add(1, Relaxed);
+        data
+    }
+
+    /// Wait for a listing read ahead, clunk the fids the server made for
+    /// it, and return its bytes if they can be used.
+    fn give_up(&self, l: &readahead::Listing) -> Option<Vec<u8>> {
+        let t = l.take(&self.rpc);
+        for (fid, made) in l.fids.into_iter().zip(t.made) {
+            if made {
+                self.clunk(fid);
+            } else {
+                self.free_fid(fid);
+            }
+        }
+        t.data
+    }
+
+    /// Ask, without waiting, for the listings of the directories queued
+    /// for read-ahead, as many as there is room for.
+    fn read_ahead(&self) {
+        if !self.pipeline.load(Relaxed) || !self.dirplus.load(Relaxed) {
+            return;
+        }
+        let mut gone = Vec::new();
+        while let Some(id) = self.readahead.next() {
+            match self.readahead.room(id, self.readahead_dirs, &mut gone) {
+                Room::Yes => {}
+                Room::Already => continue,
+                Room::Full => {
+                    self.readahead.unpop(id);
+                    break;
+                }
+            }
+            let Some(need) = self.nodes.lock().need(id) else {
+                continue;
+            };
+            let (anc, from, names, ids) = match need {
+                Need::Held(fid) => (id, fid, Vec::new(), Vec::new()),
+                Need::Walk {
+                    anc,
+                    from,
+                    names,
+                    ids,
+                } => (anc, from, names, ids),
+            };
+            // Held until the batch is written: the server resolves `from`
+            // as it reads the walk, before any later clunk of it.
+            let _from = Pin {
+                fs: self,
+                id: anc,
+                fid: from,
+            };
+            if names.len() > p9::MAXWELEM {
+                continue;
+            }
+            let refs: Vec<&[u8]> = names.iter().map(|n| &**n).collect();
+            let fids = [self.alloc_fid(), self.alloc_fid()];
+            let l = readahead::Listing::new(self.rpc.changes_sent(), fids, ids);
+            let reqs = [
+                Fcall::Twalk {
+                    fid: from,
+                    newfid: fids[0],
+                    names: Names::new(&refs).unwrap_or_default(),
+                },
+                Fcall::Txattrwalk {
+                    fid: fids[0],
+                    newfid: fids[1],
+                    name: Str(p9::dirplus::NAME),
+                },
+                Fcall::Tread {
+                    fid: fids[1],
+                    offset: 0,
+                    count: self.iounit,
+                },
+            ];
+            let filed = Arc::clone(&l);
+            if self
+                .rpc
+                .send_then(&reqs, Arc::new(move |i, r| filed.reply(i, r)))
+                .is_err()
+            {
+                self.free_fid(fids[0]);
+                self.free_fid(fids[1]);
+                break;
+            }
+            self.readahead.insert(id, l);
+        }
+        for l in gone {
+            self.rpc.counters.readahead_wasted.fetch_add(1, Relaxed);
+            self.give_up(&l);
+        }
     }
 
     /// Can `set` be answered from `cur` without the server? Then the

@@ -74,10 +74,12 @@ pub(crate) fn start(
                         r => Err(err_of(&r)),
                     },
                 );
-                drop(r);
                 match got {
                     Ok(recs) if recs.is_empty() => return, // clunked
                     Ok(recs) => {
+                        // Listings read ahead before this are stale.
+                        r.note_change();
+                        drop(r);
                         let changes = decode(&recs, &nodes.lock(), root_ino);
                         if !changes.is_empty() {
                             sink.changed(&changes);
@@ -85,6 +87,7 @@ pub(crate) fn start(
                         std::thread::sleep(COALESCE);
                     }
                     Err(e) => {
+                        drop(r);
                         // The connection is gone: nothing cached can be
                         // trusted to be told about any more.
                         tracing::debug!("notifications ended: {e}");

@@ -33,6 +33,9 @@ pub struct Counters {
     /// Asynchronous changes sent, and those the server refused.
     pub async_sent: AtomicU64,
     pub async_errors: AtomicU64,
+    /// Directory listings read ahead and used, and read ahead in vain.
+    pub readahead_used: AtomicU64,
+    pub readahead_wasted: AtomicU64,
 }
 
 impl Default for Counters {
@@ -44,6 +47,8 @@ impl Default for Counters {
             wait_ns: AtomicU64::new(0),
             async_sent: AtomicU64::new(0),
             async_errors: AtomicU64::new(0),
+            readahead_used: AtomicU64::new(0),
+            readahead_wasted: AtomicU64::new(0),
         }
     }
 }
@@ -67,6 +72,8 @@ impl Counters {
         s.wait_ns = self.wait_ns.load(Relaxed);
         s.async_sent = self.async_sent.load(Relaxed);
         s.async_errors = self.async_errors.load(Relaxed);
+        s.readahead_used = self.readahead_used.load(Relaxed);
+        s.readahead_wasted = self.readahead_wasted.load(Relaxed);
         s
     }
     pub fn reset(&self) {
@@ -78,6 +85,8 @@ impl Counters {
         self.wait_ns.store(0, Relaxed);
         self.async_sent.store(0, Relaxed);
         self.async_errors.store(0, Relaxed);
+        self.readahead_used.store(0, Relaxed);
+        self.readahead_wasted.store(0, Relaxed);
     }
 }
 
@@ -111,6 +120,18 @@ pub struct AsyncOp {
 /// What the reader calls when an asynchronous change fails.
 pub type OnError = Box<dyn Fn(&AsyncOp, Errno) + Send + Sync>;
 
+/// What the reader calls with the replies to [`Rpc::send_then`]: the
+/// request's index in the batch and its reply (`None`: the connection
+/// died first). It runs on the reader thread, so it must neither send
+/// nor wait for anything.
+pub type Then = Arc<dyn Fn(usize, Option<Fcall<'_>>) + Send + Sync>;
+
+/// A reply the reader deals with itself: nobody waits on its slot.
+enum Pending {
+    Change(AsyncOp),
+    Then(usize, Then),
+}
+
 /// Asynchronous changes in flight.
 #[derive(Default)]
 struct Inflight {
@@ -125,9 +146,12 @@ pub struct Rpc {
     free_cv: Condvar,
     /// Tags whose replies nobody waits for (fire-and-forget clunks).
     orphan: Vec<AtomicBool>,
-    /// Tags of asynchronous changes: their replies are checked by the
-    /// reader, and a failure is handed to `on_error`.
-    changes: Vec<Mutex<Option<AsyncOp>>>,
+    /// Tags of asynchronous changes (their replies are checked by the
+    /// reader, and a failure is handed to `on_error`) and of requests
+    /// whose replies go to a callback.
+    changes: Vec<Mutex<Option<Pending>>>,
+    /// Changes written so far (see [`Rpc::changes_sent`]).
+    change_gen: AtomicU64,
     inflight: Inflight,
     on_error: std::sync::OnceLock<OnError>,
     dead: AtomicBool,
@@ -164,6 +188,7 @@ impl Rpc {
             free_cv: Condvar::new(),
             orphan: (0..TAGS).map(|_| AtomicBool::new(false)).collect(),
             changes: (0..TAGS).map(|_| Mutex::new(None)).collect(),
+            change_gen: AtomicU64::new(0),
             inflight: Inflight::default(),
             on_error: std::sync::OnceLock::new(),
             dead: AtomicBool::new(false),
@@ -238,6 +263,9 @@ impl Rpc {
             .fetch_add(out.len() as u64, Relaxed);
         let t0 = Instant::now();
         let w = self.writer.lock().write_all(&out);
+        if reqs.iter().any(walkfs_p9::order::changes_state) {
+            self.change_gen.fetch_add(1, Relaxed);
+        }
         if w.is_err() {
             self.dead.store(true, Relaxed);
             for t in tags {
@@ -304,9 +332,63 @@ impl Rpc {
         self.counters
             .bytes_sent
             .fetch_add(out.len() as u64, Relaxed);
-        if self.writer.lock().write_all(&out).is_err() {
+        let w = self.writer.lock().write_all(&out);
+        if walkfs_p9::order::changes_state(&req) {
+            self.change_gen.fetch_add(1, Relaxed);
+        }
+        if w.is_err() {
             self.dead.store(true, Relaxed);
         }
+    }
+
+    /// How many changes (requests that change the file system, see
+    /// `p9::order::changes_state`) this client has written, plus the
+    /// changes others made that the client was told of. Bumped after the
+    /// write: a reply to a request written before a reading of this
+    /// number may miss only changes counted after it, so a result taken
+    /// with the count unchanged since is as fresh as the client's own
+    /// view.
+    pub fn changes_sent(&self) -> u64 {
+        self.change_gen.load(Relaxed)
+    }
+
+    /// Count a change made by someone else (a notification).
+    pub fn note_change(&self) {
+        self.change_gen.fetch_add(1, Relaxed);
+    }
+
+    /// Send `reqs` back to back in one write and return at once; the
+    /// reader hands each reply to `then` (see [`Then`]). For work a
+    /// caller may use later (a directory read ahead), never for changes.
+    pub fn send_then(&self, reqs: &[Fcall<'_>], then: Then) -> Result<()> {
+        if self.dead.load(Relaxed) {
+            return Err(Errno::ENOTCONN);
+        }
+        let mut out = Vec::with_capacity(128 * reqs.len());
+        let mut tags = Vec::with_capacity(reqs.len());
+        for (i, r) in reqs.iter().enumerate() {
+            let Some(t) = self.take_tag() else {
+                for t in tags {
+                    self.changes[t as usize].lock().take();
+                    self.put_tag(t);
+                }
+                return Err(Errno::ENOTCONN);
+            };
+            *self.changes[t as usize].lock() = Some(Pending::Then(i, Arc::clone(&then)));
+            tags.push(t);
+            r.encode(t, &mut out);
+            self.counters.rpcs[r.msg_type() as usize].fetch_add(1, Relaxed);
+        }
+        self.counters
+            .bytes_sent
+            .fetch_add(out.len() as u64, Relaxed);
+        if self.writer.lock().write_all(&out).is_err() {
+            // The reader, if it has not yet, tells `then` of the death.
+            self.dead.store(true, Relaxed);
+            self.shutdown();
+            return Err(Errno::ENOTCONN);
+        }
+        Ok(())
     }
 
     /// Send a change and return without waiting for its reply (see
@@ -333,7 +415,7 @@ impl Rpc {
             done(self);
             return Err(Errno::ENOTCONN);
         };
-        *self.changes[t as usize].lock() = Some(op);
+        *self.changes[t as usize].lock() = Some(Pending::Change(op));
         let mut out = Vec::with_capacity(64);
         req.encode(t, &mut out);
         self.counters.rpcs[req.msg_type() as usize].fetch_add(1, Relaxed);
@@ -341,7 +423,9 @@ impl Rpc {
         self.counters
             .bytes_sent
             .fetch_add(out.len() as u64, Relaxed);
-        if self.writer.lock().write_all(&out).is_err() {
+        let w = self.writer.lock().write_all(&out);
+        self.change_gen.fetch_add(1, Relaxed);
+        if w.is_err() {
             self.dead.store(true, Relaxed);
             self.changes[t as usize].lock().take();
             done(self);
@@ -393,6 +477,10 @@ impl Rpc {
         self.inflight.cv.notify_all();
     }
 
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Relaxed)
+    }
+
     pub fn shutdown(&self) {
         let _ = self.writer.lock().shutdown();
     }
@@ -426,6 +514,17 @@ fn reader_loop(rpc: std::sync::Weak<Rpc>, stream: Stream, msize: u32) {
                 }
                 let _g = rpc.inflight.n.lock();
                 rpc.inflight.cv.notify_all();
+                drop(_g);
+                // Whoever waits for a callback's reply learns it will
+                // never come.
+                for c in &rpc.changes {
+                    let p = c.lock().take();
+                    match p {
+                        Some(Pending::Then(i, then)) => then(i, None),
+                        Some(p @ Pending::Change(_)) => *c.lock() = Some(p),
+                        None => {}
+                    }
+                }
                 return;
             }
         }
@@ -443,11 +542,19 @@ fn reader_loop(rpc: std::sync::Weak<Rpc>, stream: Stream, msize: u32) {
             rpc.put_tag(tag);
             continue;
         }
-        let change = rpc.changes[t].lock().take();
-        if let Some(op) = change {
-            rpc.put_tag(tag);
-            rpc.change_done(op, &buf);
-            continue;
+        let pending = rpc.changes[t].lock().take();
+        match pending {
+            Some(Pending::Change(op)) => {
+                rpc.put_tag(tag);
+                rpc.change_done(op, &buf);
+                continue;
+            }
+            Some(Pending::Then(i, then)) => {
+                rpc.put_tag(tag);
+                then(i, Fcall::decode(&buf).ok().map(|(_, f)| f));
+                continue;
+            }
+            None => {}
         }
         let slot = &rpc.slots[t];
         *slot.reply.lock() = Some(std::mem::take(&mut buf));
