@@ -295,3 +295,44 @@ fn subdirectories_are_read_ahead_and_used_only_while_fresh() {
     assert_eq!(got, host("a/s2"));
     assert_eq!(counts(), (used + 1, wasted + 2));
 }
+
+/// With cache=coherent a miss lists its small directory: the listing
+/// answers the miss itself (no lookup of the name follows), but it is not
+/// trusted for later misses of other names, so a name the host makes next
+/// is found at once.
+#[test]
+fn a_coherent_miss_is_answered_by_the_listing_it_makes() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let d = t.path().join("d");
+    std::fs::create_dir(&d).expect("mkdir");
+    for i in 0..20 {
+        std::fs::write(d.join(format!("f{i}")), b"x").expect("write");
+    }
+    let vfs = stack(t.path(), "cache=coherent");
+    let ctx = vfs.context(Creds::root());
+    let getattrs = || {
+        let s = vfs.p9_stats().expect("9p");
+        s.rpcs
+            .iter()
+            .find(|(n, _)| *n == "Tgetattr")
+            .map_or(0, |&(_, c)| c)
+    };
+    ctx.fstatat(AT_FDCWD, b"/d", 0).expect("stat /d");
+    let before = getattrs();
+    assert_eq!(
+        ctx.fstatat(AT_FDCWD, b"/d/missing", 0).map(|_| ()),
+        Err(Errno::ENOENT)
+    );
+    for i in 0..20 {
+        ctx.fstatat(AT_FDCWD, format!("/d/f{i}").as_bytes(), 0)
+            .expect("listed");
+    }
+    assert_eq!(getattrs(), before, "names were looked up one by one");
+    // A name never looked up, made on the host: asked for, not denied
+    // on the listing's word.
+    std::fs::write(d.join("other"), b"now").expect("host write");
+    let st = ctx
+        .fstatat(AT_FDCWD, b"/d/other", 0)
+        .expect("made on the host");
+    assert_eq!(st.st_size, 3);
+}

@@ -25,6 +25,9 @@ pub(crate) const PREFETCH_MAX_SIZE: u64 = 32 * 1024;
 impl Inner {
     /// List directory `s` (dentry `d`, inode `ino`) with attributes and
     /// cache what it holds; `None` when the backend cannot list that way.
+    /// With the entries comes whether every one of them was cached (no
+    /// change reported meanwhile): then a name the listing lacks was
+    /// absent when the backend answered.
     /// The caller holds the directory shared (dirlock.rs), as a miss
     /// does: no change of ours to its names runs between the backend's
     /// answer and its caching.
@@ -33,7 +36,7 @@ impl Inner {
         s: &InodeSnap,
         d: DIdx,
         ino: IIdx,
-    ) -> Option<Result<Vec<DirEntry>>> {
+    ) -> Option<Result<(Vec<DirEntry>, bool)>> {
         let fs = match self.sb(s.sb()) {
             Ok(fs) => fs,
             Err(e) => return Some(Err(e)),
@@ -95,6 +98,6 @@ impl Inner {
         if keep && self.complete_dirs() {
             w.set_complete(dc, ino, true);
         }
-        Some(Ok(out))
+        Some(Ok((out, keep)))
     }
 }

@@ -393,20 +393,23 @@ impl<'a> Nameidata<'a> {
         let snap = dc.inode_snap(parent.ino).ok_or(Step::Restart)?;
         let fs = vfs.sb(snap.sb())?;
         let mut complete = snap.flags & crate::dcache::I_COMPLETE != 0;
-        if !complete
-            && vfs.list_on_miss()
-            && snap.size <= crate::listing::PREFETCH_MAX_SIZE
-            && matches!(vfs.list_plus(&snap, parent.d, parent.ino), Some(Ok(_)))
-        {
-            // The whole (small) directory for the price of this name.
-            if let Some(r) = self.lookup_cached(parent, name, hash) {
-                return r;
+        // The directory was listed for this very miss, and the listing
+        // cached (no change reported meanwhile): its word that the name
+        // is absent is as fresh as a lookup's would be, in any mode.
+        let mut listed_now = false;
+        if !complete && vfs.list_on_miss() && snap.size <= crate::listing::PREFETCH_MAX_SIZE {
+            if let Some(Ok((_, whole))) = vfs.list_plus(&snap, parent.d, parent.ino) {
+                // The whole (small) directory for the price of this name.
+                if let Some(r) = self.lookup_cached(parent, name, hash) {
+                    return r;
+                }
+                complete = dc
+                    .inode_snap(parent.ino)
+                    .is_some_and(|s| s.flags & crate::dcache::I_COMPLETE != 0);
+                listed_now = whole;
             }
-            complete = dc
-                .inode_snap(parent.ino)
-                .is_some_and(|s| s.flags & crate::dcache::I_COMPLETE != 0);
         }
-        let res = if complete && vfs.complete_dirs() {
+        let res = if listed_now || (complete && vfs.complete_dirs()) {
             // Every entry of the directory is cached and this is not one.
             vfs.counters.complete_misses.inc();
             Err(Errno::ENOENT)

@@ -226,7 +226,7 @@ impl Ctx {
         }
         let _dir = inner.dirs.shared(ino);
         match inner.list_plus(s, d, ino) {
-            Some(r) => r,
+            Some(r) => r.map(|(entries, _)| entries),
             None => fs.readdir(NodeId(s.node)),
         }
     }
