@@ -117,8 +117,9 @@ pub(crate) const I_ACL: u32 = 1 << 4;
 /// here, and no positive child has been evicted since): a name not found
 /// in it does not exist, and a miss needs no backend lookup. Cleared by
 /// an eviction of a child and by any change reported behind our back;
-/// used only while negative entries never expire (`negtimeout=-1`, the
-/// same promise for every name).
+/// used to deny a name only while negative entries never expire
+/// (`negtimeout=-1`, the same promise for every name) and not with
+/// `cache=coherent`, where it only spares a miss another listing.
 pub(crate) const I_COMPLETE: u32 = 1 << 5;
 pub(crate) const SB_SHIFT: u32 = 16;
 

@@ -95,7 +95,9 @@ impl Inner {
                 w.cache_link(dc, i, body);
             }
         }
-        if keep && self.complete_dirs() {
+        // With cache=coherent the mark only says "listed": a miss does
+        // not list the directory again, but still asks for its name.
+        if keep && self.list_on_miss() {
             w.set_complete(dc, ino, true);
         }
         Some(Ok((out, keep)))
