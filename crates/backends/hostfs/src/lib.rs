@@ -34,8 +34,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use walkfs_fsapi::{
-    Attr, ChangeSink, DirEntry, Entry, Errno, FileHandle, FileSystem, FileType, NodeId, OpenFlags,
-    Owner, Result, SetAttr, StatFs, TimeSet,
+    Attr, ChangeSink, DirEntry, DirPlus, Entry, Errno, FileHandle, FileSystem, FileType, NodeId,
+    OpenFlags, Owner, Result, SetAttr, StatFs, TimeSet,
 };
 
 /// Default bound on cached `O_PATH` descriptors.
@@ -104,7 +104,21 @@ impl HostFs {
     /// as a node (or count one more lookup of the node it already is, now
     /// remembered at this place).
     fn register(&self, parent: NodeId, name: &[u8], fd: OwnedFd) -> Result<Entry> {
-        let (attr, key, born) = sys::identify(fd.as_fd())?;
+        let id = sys::identify(fd.as_fd())?;
+        self.register_as(parent, name, id, Some(fd))
+    }
+
+    /// [`HostFs::register`] of a file known by its identity `(attr, key,
+    /// born)`, with its descriptor when one is at hand (a node without
+    /// one is opened by name when first used; a directory watched for
+    /// changes needs one now).
+    fn register_as(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        (attr, key, born): (Attr, (u64, u64), i64),
+        fd: Option<OwnedFd>,
+    ) -> Result<Entry> {
         let mut nodes = self.table.nodes.write();
         // A node of the same key born at another time was a file since
         // removed whose inode number was reused: this is a new file.
@@ -119,7 +133,9 @@ impl HostFs {
                     n.name = name.into();
                 }
                 drop(nodes);
-                self.table.insert(id, fd);
+                if let Some(fd) = fd {
+                    self.table.insert(id, fd);
+                }
                 return Ok(Entry {
                     node: NodeId(id),
                     attr,
@@ -135,6 +151,12 @@ impl HostFs {
             }),
         };
         drop(nodes);
+        let Some(fd) = fd else {
+            return Ok(Entry {
+                node: NodeId(id),
+                attr,
+            });
+        };
         // Watched before anyone above can cache a name in it.
         if attr.is_dir() {
             if let Some(w) = self.watcher.lock().clone() {
@@ -239,6 +261,43 @@ impl HostFs {
     pub fn watch_source(&self) -> Option<&'static str> {
         let dev = self.table.root_key()?.0;
         Some(self.watcher.lock().as_ref()?.source_of(dev))
+    }
+}
+
+impl HostFs {
+    fn list_plus(&self, node: NodeId) -> Result<Vec<DirPlus>> {
+        let fd = self.fd(node)?;
+        let dir = self.reopen(&fd, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let watched = self.watcher.lock().is_some();
+        let mut out = Vec::new();
+        for (name, _, _) in sys::getdents(dir.as_fd())? {
+            if name == b"." || name == b".." || check_name(&name).is_err() {
+                continue;
+            }
+            // A name gone since the directory was read is skipped, as a
+            // listing taken a moment later would.
+            let id = match sys::identify_name(dir.as_fd(), &name) {
+                Ok(id) => id,
+                Err(Errno::ENOENT) => continue,
+                Err(e) => return Err(e),
+            };
+            let entry = if watched && id.0.is_dir() {
+                match lookup_fd(dir.as_fd(), &name) {
+                    Ok(fd) => self.register(node, &name, fd)?,
+                    Err(Errno::ENOENT) => continue,
+                    Err(e) => return Err(e),
+                }
+            } else {
+                self.register_as(node, &name, id, None)?
+            };
+            let link = if entry.attr.is_symlink() {
+                sys::readlinkat(dir.as_fd(), &sys::cstr(&name)?).ok()
+            } else {
+                None
+            };
+            out.push(DirPlus { name, entry, link });
+        }
+        Ok(out)
     }
 }
 
@@ -512,6 +571,14 @@ impl FileSystem for HostFs {
         Ok(out)
     }
 
+    /// The entries with their attributes, each stat'ed by name in the
+    /// directory (no descriptor opened for it, unless it is a directory
+    /// that must be watched): one call where a lookup of each would cost
+    /// an open and a stat.
+    fn readdir_plus(&self, node: NodeId) -> Option<Result<Vec<DirPlus>>> {
+        Some(self.list_plus(node))
+    }
+
     fn watch_changes(&self, sink: Arc<dyn ChangeSink>) -> Result<()> {
         self.watch_changes_with(WatchSource::Auto, sink)
     }
@@ -564,6 +631,45 @@ mod tests {
         let l = fs.link(f.node, root, b"g").unwrap();
         assert_eq!(f.node, l.node);
         assert_eq!(l.attr.nlink, 2);
+    }
+
+    /// A listing with attributes matches what the host says of each entry
+    /// (lstat), carries symlink bodies, opens no descriptor per entry, and
+    /// gives nodes that work afterwards (opened by name when used).
+    #[test]
+    fn listing_with_attributes_matches_the_host() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("f"), b"abc").unwrap();
+        std::fs::create_dir(tmp.path().join("d")).unwrap();
+        std::fs::write(tmp.path().join("d/inner"), b"in").unwrap();
+        std::os::unix::fs::symlink("/etc", tmp.path().join("l")).unwrap();
+        let fs = HostFs::new(tmp.path()).unwrap();
+        let root = fs.root();
+        let fds_before = fs.table.stats().cached;
+        let mut got = fs.readdir_plus(root).unwrap().unwrap();
+        got.sort_by(|a, b| a.name.cmp(&b.name));
+        let names: Vec<&[u8]> = got.iter().map(|p| &p.name[..]).collect();
+        assert_eq!(names, [&b"d"[..], b"f", b"l"]);
+        assert_eq!(
+            fs.table.stats().cached,
+            fds_before,
+            "a descriptor per entry"
+        );
+        for p in &got {
+            let md =
+                std::fs::symlink_metadata(tmp.path().join(std::str::from_utf8(&p.name).unwrap()))
+                    .unwrap();
+            let a = &p.entry.attr;
+            assert_eq!((a.ino, a.mode, a.size), (md.ino(), md.mode(), md.size()));
+            assert_eq!(p.link.as_deref(), a.is_symlink().then_some(&b"/etc"[..]));
+        }
+        // The listed directory's node is usable: a lookup in it opens it
+        // by name; the listed file's node is the one a lookup finds.
+        let d = got[0].entry.node;
+        assert_eq!(fs.lookup(d, b"inner").unwrap().attr.size, 2);
+        assert_eq!(fs.lookup(root, b"f").unwrap().node, got[1].entry.node);
+        assert_eq!(fs.getattr(got[1].entry.node).unwrap().size, 3);
     }
 
     struct Collect(std::sync::mpsc::Sender<Change>);

@@ -69,14 +69,28 @@ pub fn statx(fd: BorrowedFd) -> Result<Attr> {
 /// the file system keeps none) of `fd`, in one call: the birth time tells
 /// a file from a later one that reuses its inode number.
 pub fn identify(fd: BorrowedFd) -> Result<(Attr, (u64, u64), i64)> {
+    identify_at(fd, c"", libc::AT_EMPTY_PATH)
+}
+
+/// [`identify`] of `name` in directory `dir`, never following a link
+/// (the caller checked `name` is one plain component).
+pub fn identify_name(dir: BorrowedFd, name: &[u8]) -> Result<(Attr, (u64, u64), i64)> {
+    identify_at(dir, &cstr(name)?, 0)
+}
+
+fn identify_at(
+    fd: BorrowedFd,
+    path: &std::ffi::CStr,
+    flags: i32,
+) -> Result<(Attr, (u64, u64), i64)> {
     // SAFETY: an all-zero statx is a valid value of this plain C struct.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: the path is a valid empty C string, `st` is writable.
+    // SAFETY: the path is a valid C string, `st` is writable.
     let r = unsafe {
         libc::statx(
             fd.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            path.as_ptr(),
+            flags | libc::AT_SYMLINK_NOFOLLOW,
             libc::STATX_BASIC_STATS | libc::STATX_BTIME,
             &mut st,
         )
@@ -110,12 +124,19 @@ pub fn identify(fd: BorrowedFd) -> Result<(Attr, (u64, u64), i64)> {
 }
 
 pub fn readlinkat_empty(fd: BorrowedFd) -> Result<Vec<u8>> {
+    readlinkat(fd, c"")
+}
+
+/// The body of symlink `name` in `dir` (empty: `dir` itself, an
+/// `O_PATH` descriptor of the link).
+pub fn readlinkat(dir: BorrowedFd, name: &std::ffi::CStr) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; walkfs_fsapi::PATH_MAX];
-    // SAFETY: `buf` is writable for its whole length.
+    // SAFETY: `name` is a valid C string; `buf` is writable for its whole
+    // length.
     let n = unsafe {
         libc::readlinkat(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
+            dir.as_raw_fd(),
+            name.as_ptr(),
             buf.as_mut_ptr().cast(),
             buf.len(),
         )
