@@ -476,6 +476,16 @@ pub trait FileSystem: Send + Sync {
         None
     }
 
+    /// May a listing stand for every name of the directory until a change
+    /// is reported (a miss then lists a small directory, and a name the
+    /// listing lacks is denied without asking)? Yes for a share whose
+    /// other writers are other clients (the caller's negative-entry policy
+    /// covers them); no for a local directory, which any program on the
+    /// host changes without telling anyone.
+    fn listings_complete(&self) -> bool {
+        false
+    }
+
     fn statfs(&self, node: NodeId) -> Result<StatFs> {
         Err(Errno::ENOSYS)
     }

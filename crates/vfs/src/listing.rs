@@ -97,7 +97,7 @@ impl Inner {
         }
         // With cache=coherent the mark only says "listed": a miss does
         // not list the directory again, but still asks for its name.
-        if keep && self.list_on_miss() {
+        if keep && self.list_on_miss() && fs.listings_complete() {
             w.set_complete(dc, ino, true);
         }
         Some(Ok((out, keep)))

@@ -397,7 +397,11 @@ impl<'a> Nameidata<'a> {
         // cached (no change reported meanwhile): its word that the name
         // is absent is as fresh as a lookup's would be, in any mode.
         let mut listed_now = false;
-        if !complete && vfs.list_on_miss() && snap.size <= crate::listing::PREFETCH_MAX_SIZE {
+        if !complete
+            && vfs.list_on_miss()
+            && snap.size <= crate::listing::PREFETCH_MAX_SIZE
+            && fs.listings_complete()
+        {
             if let Some(Ok((_, whole))) = vfs.list_plus(&snap, parent.d, parent.ino) {
                 // The whole (small) directory for the price of this name.
                 if let Some(r) = self.lookup_cached(parent, name, hash) {

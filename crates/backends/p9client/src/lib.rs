@@ -1528,6 +1528,10 @@ impl FileSystem for P9Fs {
         r.map(|()| out)
     }
 
+    fn listings_complete(&self) -> bool {
+        true
+    }
+
     fn readdir_plus(&self, node: NodeId) -> Option<Result<Vec<walkfs_fsapi::DirPlus>>> {
         if !self.dirplus.load(Relaxed) {
             return None;
