@@ -116,7 +116,7 @@ pub struct BackendOptions {
     pub sync_metadata: bool,
     /// For a 9P source with `cache=loose` or `cache=coherent`: listings
     /// of subdirectories asked for ahead of use when a directory is
-    /// listed (at most 16; 0 turns read-ahead off).
+    /// listed (at most 64; 0 turns read-ahead off).
     pub dir_readahead: u32,
 }
 
@@ -129,7 +129,7 @@ impl Default for BackendOptions {
             fids: walkfs_p9client::DEFAULT_NODE_FIDS as u32,
             host_fds: walkfs_hostfs::DEFAULT_CACHED_FDS as u32,
             sync_metadata: false,
-            dir_readahead: 16,
+            dir_readahead: 48,
         }
     }
 }

@@ -15,7 +15,6 @@
 mod nodes;
 mod notify;
 mod readahead;
-use readahead::Room;
 mod rpc;
 mod wb;
 
@@ -885,15 +884,7 @@ impl P9Fs {
             return;
         }
         let mut gone = Vec::new();
-        while let Some(id) = self.readahead.next() {
-            match self.readahead.room(id, self.readahead_dirs, &mut gone) {
-                Room::Yes => {}
-                Room::Already => continue,
-                Room::Full => {
-                    self.readahead.unpop(id);
-                    break;
-                }
-            }
+        while let Some((id, parent)) = self.readahead.next(self.readahead_dirs, &mut gone) {
             let Some(need) = self.nodes.lock().need(id) else {
                 continue;
             };
@@ -918,7 +909,7 @@ impl P9Fs {
             }
             let refs: Vec<&[u8]> = names.iter().map(|n| &**n).collect();
             let fids = [self.alloc_fid(), self.alloc_fid()];
-            let l = readahead::Listing::new(self.rpc.changes_sent(), fids, ids);
+            let l = readahead::Listing::new(parent, self.rpc.changes_sent(), fids, ids);
             let reqs = [
                 Fcall::Twalk {
                     fid: from,
@@ -946,7 +937,7 @@ impl P9Fs {
                 self.free_fid(fids[1]);
                 break;
             }
-            self.readahead.insert(id, l);
+            gone.extend(self.readahead.insert(id, l));
         }
         for l in gone {
             self.rpc.counters.readahead_wasted.fetch_add(1, Relaxed);

@@ -35,22 +35,16 @@ use walkfs_p9::Fcall;
 
 use crate::rpc::Rpc;
 
-/// Whether a directory can be read ahead now.
-pub enum Room {
-    Yes,
-    /// It is being read ahead already.
-    Already,
-    Full,
-}
-
 /// Listings read ahead and not yet taken, at most (each holds three tags
 /// while in flight, and up to one `iounit` of memory when done).
-pub const MAX_LISTINGS: usize = 16;
+pub const MAX_LISTINGS: usize = 64;
 /// A listing older than this is not used.
 pub const MAX_AGE: Duration = Duration::from_secs(1);
 
 /// One directory's listing, asked for ahead.
 pub struct Listing {
+    /// The directory it lists is in this one.
+    parent: u64,
     /// `Rpc::changes_sent` when it was asked for.
     gen: u64,
     at: Instant,
@@ -84,8 +78,9 @@ pub struct Taken {
 }
 
 impl Listing {
-    pub fn new(gen: u64, fids: [u32; 2], ids: Vec<u64>) -> Arc<Listing> {
+    pub fn new(parent: u64, gen: u64, fids: [u32; 2], ids: Vec<u64>) -> Arc<Listing> {
         Arc::new(Listing {
+            parent,
             gen,
             at: Instant::now(),
             fids,
@@ -149,6 +144,10 @@ impl Listing {
 
 /// Directories waiting for room to be read ahead, at most.
 pub const MAX_QUEUED: usize = 4096;
+/// Listings read ahead at once for the subdirectories of one directory.
+pub const PER_PARENT: usize = 8;
+/// Queued directories looked at for one with room.
+const SCAN: usize = 256;
 
 /// Listings read ahead, by directory node, and the directories to read
 /// ahead next.
@@ -158,7 +157,7 @@ pub struct ReadAhead {
     /// In the order a depth-first walk reaches them: a listed
     /// directory's subdirectories go before the directories queued
     /// earlier (its later siblings and theirs), as `find` and `du` go.
-    queue: Mutex<VecDeque<u64>>,
+    queue: Mutex<VecDeque<(u64, u64)>>,
 }
 
 impl ReadAhead {
@@ -171,13 +170,14 @@ impl ReadAhead {
         m.remove(&node)
     }
 
-    /// Room for one more listing, of `node`, within `max`? Stale
-    /// listings nobody took are handed back to be given up.
-    pub fn room(&self, node: u64, max: usize, gone: &mut Vec<Arc<Listing>>) -> Room {
+    /// The next directory to read ahead, `(node, parent)`, within `max`
+    /// listings at once: the first queued whose parent has fewer than
+    /// [`PER_PARENT`] read ahead, so a wide directory's later
+    /// subdirectories, which a depth-first walk reaches last, leave room
+    /// for the deeper ones it reaches first. Stale listings nobody took
+    /// are handed back to be given up.
+    pub fn next(&self, max: usize, gone: &mut Vec<Arc<Listing>>) -> Option<(u64, u64)> {
         let mut m = self.map.lock();
-        if m.contains_key(&node) {
-            return Room::Already;
-        }
         if m.len() >= max {
             let old: Vec<u64> = m
                 .iter()
@@ -189,39 +189,44 @@ impl ReadAhead {
                     gone.push(l);
                 }
             }
+            if m.len() >= max {
+                return None;
+            }
         }
-        if m.len() < max {
-            Room::Yes
-        } else {
-            Room::Full
+        let mut q = self.queue.lock();
+        let mut i = 0;
+        while i < q.len().min(SCAN) {
+            let (node, parent) = q[i];
+            if m.contains_key(&node) {
+                q.remove(i);
+                continue;
+            }
+            if m.values().filter(|l| l.parent == parent).count() < PER_PARENT {
+                q.remove(i);
+                return Some((node, parent));
+            }
+            i += 1;
         }
+        None
     }
 
     /// `node` was just listed (its subdirectories are `subdirs`): it
     /// needs no read-ahead, they go first in the queue.
     pub fn listed(&self, node: u64, subdirs: impl Iterator<Item = u64>) {
         let mut q = self.queue.lock();
-        if let Some(i) = q.iter().position(|&n| n == node) {
+        if let Some(i) = q.iter().position(|&(n, _)| n == node) {
             q.remove(i);
         }
         let new: Vec<u64> = subdirs.take(MAX_QUEUED).collect();
         for &n in new.iter().rev() {
-            q.push_front(n);
+            q.push_front((n, node));
         }
         q.truncate(MAX_QUEUED);
     }
 
-    /// The next directory to read ahead.
-    pub fn next(&self) -> Option<u64> {
-        self.queue.lock().pop_front()
-    }
-
-    /// Put back a directory there was no room for.
-    pub fn unpop(&self, node: u64) {
-        self.queue.lock().push_front(node);
-    }
-
-    pub fn insert(&self, node: u64, l: Arc<Listing>) {
-        self.map.lock().insert(node, l);
+    /// Keep `l`, the listing of `node`; one already kept for it (asked
+    /// for twice in a race) is handed back to be given up.
+    pub fn insert(&self, node: u64, l: Arc<Listing>) -> Option<Arc<Listing>> {
+        self.map.lock().insert(node, l)
     }
 }
