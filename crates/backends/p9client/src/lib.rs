@@ -817,7 +817,10 @@ impl P9Fs {
     fn listing(&self, node: NodeId) -> Result<Vec<walkfs_fsapi::DirPlus>> {
         let buf = match self.listed_ahead(node) {
             Some(buf) => buf,
-            None => self.list_now(node)?,
+            None => match self.list_walking(node) {
+                Some(buf) => buf,
+                None => self.list_now(node)?,
+            },
         };
         let mut out = Vec::new();
         for rec in p9::dirplus::decode(&buf) {
@@ -888,61 +891,98 @@ impl P9Fs {
             let Some(need) = self.nodes.lock().need(id) else {
                 continue;
             };
-            let (anc, from, names, ids) = match need {
-                Need::Held(fid) => (id, fid, Vec::new(), Vec::new()),
-                Need::Walk {
-                    anc,
-                    from,
-                    names,
-                    ids,
-                } => (anc, from, names, ids),
-            };
-            // Held until the batch is written: the server resolves `from`
-            // as it reads the walk, before any later clunk of it.
-            let _from = Pin {
-                fs: self,
-                id: anc,
-                fid: from,
-            };
-            if names.len() > p9::MAXWELEM {
-                continue;
+            match self.ask_listing(id, parent, need) {
+                Ok(Some(l)) => gone.extend(self.readahead.insert(id, l)),
+                Ok(None) => {}
+                Err(_) => break,
             }
-            let refs: Vec<&[u8]> = names.iter().map(|n| &**n).collect();
-            let fids = [self.alloc_fid(), self.alloc_fid()];
-            let l = readahead::Listing::new(parent, self.rpc.changes_sent(), fids, ids);
-            let reqs = [
-                Fcall::Twalk {
-                    fid: from,
-                    newfid: fids[0],
-                    names: Names::new(&refs).unwrap_or_default(),
-                },
-                Fcall::Txattrwalk {
-                    fid: fids[0],
-                    newfid: fids[1],
-                    name: Str(p9::dirplus::NAME),
-                },
-                Fcall::Tread {
-                    fid: fids[1],
-                    offset: 0,
-                    count: self.iounit,
-                },
-            ];
-            let filed = Arc::clone(&l);
-            if self
-                .rpc
-                .send_then(&reqs, Arc::new(move |i, r| filed.reply(i, r)))
-                .is_err()
-            {
-                self.free_fid(fids[0]);
-                self.free_fid(fids[1]);
-                break;
-            }
-            gone.extend(self.readahead.insert(id, l));
         }
         for l in gone {
             self.rpc.counters.readahead_wasted.fetch_add(1, Relaxed);
             self.give_up(&l);
         }
+    }
+
+    /// Ask, without waiting, for the listing of `id` (in `parent`) by
+    /// walking to it as `need` (pinned, unpinned here) says: one write of
+    /// walk, listing and first read (readahead.rs). `None` when the path
+    /// is too long for one walk.
+    fn ask_listing(
+        &self,
+        id: u64,
+        parent: u64,
+        need: Need,
+    ) -> Result<Option<Arc<readahead::Listing>>> {
+        let (anc, from, names, ids) = match need {
+            Need::Held(fid) => (id, fid, Vec::new(), Vec::new()),
+            Need::Walk {
+                anc,
+                from,
+                names,
+                ids,
+            } => (anc, from, names, ids),
+        };
+        // Held until the batch is written: the server resolves `from` as
+        // it reads the walk, before any later clunk of it.
+        let _from = Pin {
+            fs: self,
+            id: anc,
+            fid: from,
+        };
+        if names.len() > p9::MAXWELEM {
+            return Ok(None);
+        }
+        let refs: Vec<&[u8]> = names.iter().map(|n| &**n).collect();
+        let fids = [self.alloc_fid(), self.alloc_fid()];
+        let l = readahead::Listing::new(parent, self.rpc.changes_sent(), fids, ids);
+        let reqs = [
+            Fcall::Twalk {
+                fid: from,
+                newfid: fids[0],
+                names: Names::new(&refs).unwrap_or_default(),
+            },
+            Fcall::Txattrwalk {
+                fid: fids[0],
+                newfid: fids[1],
+                name: Str(p9::dirplus::NAME),
+            },
+            Fcall::Tread {
+                fid: fids[1],
+                offset: 0,
+                count: self.iounit,
+            },
+        ];
+        let filed = Arc::clone(&l);
+        if let Err(e) = self
+            .rpc
+            .send_then(&reqs, Arc::new(move |i, r| filed.reply(i, r)))
+        {
+            self.free_fid(fids[0]);
+            self.free_fid(fids[1]);
+            return Err(e);
+        }
+        Ok(Some(l))
+    }
+
+    /// The listing of `node`, when it holds no fid, in one round trip
+    /// that walks to it too (as a read-ahead, waited for at once); `None`
+    /// when that cannot be used (then the ordinary way: walk, then list).
+    fn list_walking(&self, node: NodeId) -> Option<Vec<u8>> {
+        if self.readahead_dirs == 0 || !self.pipeline.load(Relaxed) || !self.dirplus.load(Relaxed) {
+            return None;
+        }
+        let need = self.nodes.lock().need(node.0)?;
+        if let Need::Held(fid) = need {
+            // Pinned by `need`: let go; the ordinary way costs no walk.
+            drop(Pin {
+                fs: self,
+                id: node.0,
+                fid,
+            });
+            return None;
+        }
+        let l = self.ask_listing(node.0, node.0, need).ok()??;
+        self.give_up(&l)
     }
 
     /// Can `set` be answered from `cur` without the server? Then the
