@@ -1131,9 +1131,11 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
         format!("{:.1}", s.wait_ms),
     ]);
     for (n, c) in [
-        ("async_sent", s.async_sent),
-        ("async_inflight", s.async_inflight),
-        ("async_errors", s.async_errors),
+        ("writeback_submitted", s.writeback_submitted),
+        ("writeback_inflight", s.writeback_inflight),
+        ("writeback_failed", s.writeback_failed),
+        ("writeback_waits", s.writeback_waits),
+        ("writeback_gathered", s.writeback_gathered),
         ("readahead_used", s.readahead_used),
         ("readahead_wasted", s.readahead_wasted),
     ] {

@@ -45,7 +45,7 @@ fn after_sync_a_killed_mount_daemon_loses_nothing() {
     let stats = run(walkfs().arg("stats").arg(&mnt).arg("--json"));
     let v: serde_json::Value = serde_json::from_slice(&stats.stdout).expect("json");
     assert!(
-        v["async_sent"].as_u64().unwrap_or(0) >= 100,
+        v["writeback_submitted"].as_u64().unwrap_or(0) >= 100,
         "the changes were not sent asynchronously: {v}"
     );
     run(&mut Command::new("sync"));

@@ -268,6 +268,44 @@ pub struct DirPlus {
     pub link: Option<Vec<u8>>,
 }
 
+/// A change the vfs lets run behind its caller
+/// ([`FileSystem::submit`]): its result was decided from the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deferred<'a> {
+    /// Write all of `data` (fewer bytes written is `ENOSPC`).
+    Write {
+        node: NodeId,
+        fh: FileHandle,
+        off: u64,
+        data: &'a [u8],
+    },
+    SetAttr {
+        node: NodeId,
+        set: SetAttr,
+    },
+    Unlink {
+        parent: NodeId,
+        name: &'a [u8],
+    },
+}
+
+/// Where a submitted change's outcome goes: called once, from any thread
+/// (a 9P client's reply reader), so it must not wait for anything.
+pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// When a backend carries out what is [submitted](FileSystem::submit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// Before `submit` returns: running behind the caller buys nothing
+    /// (a local disk, memory), so the vfs calls the ordinary methods.
+    Inline,
+    /// Later; but submitted changes are carried out in the order they were
+    /// submitted, and before anything the backend is asked after `submit`
+    /// returned (a 9P server that promises order: docs/9p-ordering.md).
+    /// So the vfs never waits before a later call.
+    Ordered,
+}
+
 /// Where a watched file system reports its changes: in batches, from a
 /// thread of the backend's own, never while it holds a lock a caller of
 /// the file system might need.
@@ -286,12 +324,6 @@ pub struct RpcStats {
     pub bytes_received: u64,
     /// Nanoseconds callers spent waiting for replies.
     pub wait_ns: u64,
-    /// Changes sent without waiting for their replies, those still in
-    /// flight, and those the server refused (reported at fsync, close,
-    /// syncfs).
-    pub async_sent: u64,
-    pub async_inflight: u64,
-    pub async_errors: u64,
     /// Directory listings asked for ahead of use and then used, and
     /// those given up (stale, or never asked for).
     pub readahead_used: u64,
@@ -338,46 +370,40 @@ pub trait FileSystem: Send + Sync {
         Err(Errno::ENOSYS)
     }
 
-    /// [`setattr`](FileSystem::setattr) of a node whose attributes the
-    /// caller has cached (`cur`): a backend with asynchronous changes may
-    /// answer from them without waiting for its server.
-    fn setattr_cached(&self, node: NodeId, set: &SetAttr, cur: &Attr) -> Result<Attr> {
-        self.setattr(node, set)
+    /// How [`submit`](FileSystem::submit) carries out a change the vfs
+    /// lets run behind its caller (the vfs's write-back).
+    fn completion(&self) -> Completion {
+        Completion::Inline
     }
 
-    /// Writes are answered before the server has them (asynchronous
-    /// changes): the caller keeps a written file's size and times itself
-    /// rather than asking the server after each write.
-    fn writes_behind(&self) -> bool {
-        false
-    }
-
-    /// Wait until every change of `node` (a file's writes and attributes,
-    /// a directory's entries) sent without waiting has reached the server;
-    /// the first error one of them met since the last report is returned
-    /// (once), as `fsync(2)` reports a write-back error.
-    fn fsync(&self, node: NodeId) -> Result<()> {
+    /// Start `op` and report its outcome to `done`, exactly once. The
+    /// default carries it out before returning ([`Completion::Inline`]);
+    /// a backend that answers [`Completion::Ordered`] may return first.
+    /// `Err` when the change could not even be started (the connection is
+    /// gone): then `done` is never called. The vfs has decided the
+    /// change's result from its cache and checked the permission; a
+    /// failure reported to `done` is a refusal the cache could not
+    /// foresee (another client, a full disk).
+    fn submit(&self, op: Deferred<'_>, done: Done) -> Result<()> {
+        let r = match op {
+            Deferred::Write {
+                node,
+                fh,
+                off,
+                data,
+            } => self.write(node, fh, off, data).and_then(|n| {
+                if n < data.len() {
+                    Err(Errno::ENOSPC)
+                } else {
+                    Ok(())
+                }
+            }),
+            Deferred::SetAttr { node, set } => self.setattr(node, &set).map(drop),
+            Deferred::Unlink { parent, name } => self.unlink(parent, name),
+        };
+        done(r);
         Ok(())
     }
-
-    /// As [`fsync`](FileSystem::fsync) for everything: `syncfs(2)`. Each
-    /// error is reported by one `syncfs` (a later one reports only newer
-    /// errors).
-    fn syncfs(&self) -> Result<()> {
-        Ok(())
-    }
-
-    /// At `close(2)`: an error that a change of `node` sent without waiting
-    /// has already met (not waiting for the ones still in flight).
-    fn take_error(&self, node: NodeId) -> Result<()> {
-        Ok(())
-    }
-
-    /// Where to report what an asynchronous change that failed leaves
-    /// wrong in the caller's cache (the entry or the attributes it
-    /// answered from), so that no name stays visible that the server does
-    /// not have. Backends without asynchronous changes ignore it.
-    fn set_correction_sink(&self, sink: std::sync::Arc<dyn ChangeSink>) {}
 
     /// The body of a symlink.
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {

@@ -14,14 +14,9 @@ use parking_lot::Mutex;
 use walkfs_fsapi::clock::{Clock, Visit};
 use walkfs_vfs::Ctx;
 
-use crate::writebehind::WriteBehind;
-
 /// Closes descriptors of the shared table.
 pub(crate) struct Closer {
     pub ctx: Ctx,
-    /// `cache=coherent`: writes gathered through a descriptor are sent
-    /// before it closes.
-    pub wb: Option<Arc<WriteBehind>>,
 }
 
 impl Closer {
@@ -42,9 +37,6 @@ pub(crate) struct VFd {
 
 impl Drop for VFd {
     fn drop(&mut self) {
-        if let Some(wb) = &self.closer.wb {
-            wb.closing(&self.closer.ctx, self.fd);
-        }
         let _ = self.closer.ctx.close(self.fd);
     }
 }

@@ -28,7 +28,6 @@ mod kmount;
 pub mod mount;
 pub mod options;
 mod stats;
-mod writebehind;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -123,11 +122,9 @@ pub struct WalkFuse {
     io: fds::Cache<NodeIo>,
     closer: Arc<fds::Closer>,
     opts: MountOptions,
-    /// `cache=coherent`: small writes gathered (see writebehind.rs).
-    wb: Option<Arc<writebehind::WriteBehind>>,
-    /// The backend sends changes without waiting (errors come at flush
-    /// and fsync).
-    async_changes: bool,
+    /// Changes run behind their callers in the vfs (errors come at
+    /// flush and fsync).
+    writes_behind: bool,
     pub counters: Arc<FuseCounters>,
 }
 
@@ -248,17 +245,9 @@ impl WalkFuse {
         nodes.keys.insert(key_of(&x), INodeNo::ROOT.0);
         nodes.root_ino = x.stx_ino;
         let nodes = Arc::new(RwLock::new(nodes));
-        let wb = if opts.cache == CachePolicy::Coherent {
-            let wb = writebehind::WriteBehind::new();
-            wb.start(base.with_creds(Creds::root()))?;
-            Some(wb)
-        } else {
-            None
-        };
-        let vfs_async = vfs.writes_behind();
+        let writes_behind = vfs.writes_behind();
         let closer = Arc::new(fds::Closer {
             ctx: base.with_creds(Creds::root()),
-            wb: wb.clone(),
         });
         Ok(WalkFuse {
             root_fd: closer.own(root),
@@ -274,8 +263,7 @@ impl WalkFuse {
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
             opts,
-            wb,
-            async_changes: vfs_async,
+            writes_behind,
             counters: Arc::new(FuseCounters::default()),
         })
     }
@@ -478,16 +466,10 @@ impl WalkFuse {
             }
         };
         let id = self.remember(fd, &x, parent, name);
-        if self.settle(INodeNo(id)) {
-            // Its size was asked before its last writes reached the
-            // backend.
-            return self.attr(INodeNo(id));
-        }
         Ok(attr_of(id, &x))
     }
 
     fn attr(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
-        self.settle(ino);
         let x = self
             .base
             .fstatx(self.fd(ino)?.fd, libc::STATX_BASIC_STATS)?;
@@ -515,15 +497,6 @@ impl WalkFuse {
             && ctx
                 .faccessat(fd, b"", libc::W_OK, libc::AT_EMPTY_PATH)
                 .is_ok())
-    }
-
-    /// Send `ino`'s gathered writes before the backend is asked about it;
-    /// whether there were any.
-    #[inline]
-    fn settle(&self, ino: INodeNo) -> bool {
-        self.wb
-            .as_ref()
-            .is_some_and(|wb| wb.settle(&self.base, ino.0))
     }
 
     fn attr_reply(&self, reply: ReplyAttr, r: Result<FileAttr, Errno>) {
@@ -651,10 +624,7 @@ impl Filesystem for WalkFuse {
     /// of any write-back file system waits for its dirty state. A refusal
     /// no one can be told of any more is logged.
     fn destroy(&mut self) {
-        let r = self
-            .fd(INodeNo::ROOT)
-            .and_then(|fd| self.base.syncfs(fd.fd));
-        if let Err(e) = r {
+        if let Err(e) = self.vfs.sync() {
             tracing::warn!("unmount: a change sent without waiting failed: {e}");
         }
     }
@@ -669,7 +639,7 @@ impl Filesystem for WalkFuse {
             // writes in the page cache and sends them in large chunks (a
             // build's assembler and linker write in small pieces; without
             // it each is one round trip to the server). Coherent mounts
-            // gather them in writebehind.rs instead.
+            // cannot use it; the vfs gathers them (writeback.rs).
             if self.writeback() {
                 want |= InitFlags::FUSE_WRITEBACK_CACHE;
             }
@@ -733,9 +703,6 @@ impl Filesystem for WalkFuse {
             if let Some(n) = nodes.by_id.remove(&ino.0) {
                 nodes.keys.remove(n.key, ino.0);
                 drop(nodes);
-                if let Some(wb) = &self.wb {
-                    wb.forget(&self.base, ino.0);
-                }
                 // Closed once no request uses them any more.
                 self.fds.remove(ino.0);
                 self.io.remove(ino.0);
@@ -767,8 +734,6 @@ impl Filesystem for WalkFuse {
         reply: ReplyAttr,
     ) {
         let ctx = self.ctx(req);
-        // Gathered writes land before a truncation, as they were made.
-        self.settle(ino);
         let r = (|| {
             let fd = self.fd(ino)?;
             let fd = fd.fd;
@@ -1020,7 +985,6 @@ impl Filesystem for WalkFuse {
     ) {
         self.counters.reads.fetch_add(1, Relaxed);
         let mut buf = vec![0u8; size as usize];
-        self.settle(ino);
         let r = self
             .io_fd(ino, fh, false)
             .and_then(|fd| self.base.pread(fd.fd(), &mut buf, offset));
@@ -1040,16 +1004,10 @@ impl Filesystem for WalkFuse {
         reply: ReplyWrite,
     ) {
         self.counters.writes.fetch_add(1, Relaxed);
-        let r = self.io_fd(ino, fh, true).and_then(|fd| match &self.wb {
-            // An appending descriptor's offset is the backend's size.
-            Some(wb) if flags.0 & libc::O_APPEND == 0 => {
-                wb.write(&self.base, ino.0, fd.fd(), offset, data)
-            }
-            _ => {
-                self.settle(ino);
-                self.base.pwrite(fd.fd(), data, offset)
-            }
-        });
+        let _ = flags;
+        let r = self
+            .io_fd(ino, fh, true)
+            .and_then(|fd| self.base.pwrite(fd.fd(), data, offset));
         match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(e)),
@@ -1060,41 +1018,31 @@ impl Filesystem for WalkFuse {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
-        let r = match &self.wb {
-            // close(2): gathered writes go out (others see the file
-            // whole), and one that failed is reported.
-            Some(wb) => wb.flush(&self.base, ino.0),
-            None if !self.async_changes => {
-                // Nothing to do at close(2) (no locks, writes already
-                // sent; the kernel writes dirty pages back before it
-                // asks). ENOSYS once makes the kernel stop asking, so a
-                // close costs no round trip.
-                return reply.error(fuser::Errno::ENOSYS);
-            }
-            None => Ok(()),
+        if !self.writes_behind {
+            // Nothing to do at close(2) (no locks, writes already made;
+            // the kernel writes dirty pages back before it asks). ENOSYS
+            // once makes the kernel stop asking, so a close costs no
+            // round trip.
+            return reply.error(fuser::Errno::ENOSYS);
+        }
+        // close(2): the file's gathered writes go out, and a failure one
+        // of its changes met is reported (with cache=coherent after
+        // waiting for them: close-to-open consistency as NFS keeps it).
+        let r = match fh.0 {
+            0 => self.fd(ino).and_then(|fd| self.base.flush(fd.fd)),
+            h => self.base.flush((h - 1) as i32),
         };
-        // Asynchronous changes: an error the server has already answered
-        // one of the file's changes with (no waiting, no server). With
-        // cache=coherent, close-to-open consistency as NFS keeps it: the
-        // host and other clients have the file's writes once close(2)
-        // returns, so close waits for them.
-        let coherent = self.opts.cache == CachePolicy::Coherent;
-        let r = r.and_then(|()| match (self.async_changes, coherent) {
-            (false, _) => Ok(()),
-            (true, true) => self.base.fsync(self.fd(ino)?.fd),
-            (true, false) => self.base.flush(self.fd(ino)?.fd),
-        });
         done(reply, r)
     }
 
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
@@ -1103,10 +1051,10 @@ impl Filesystem for WalkFuse {
     ) {
         if fh.0 != 0 {
             let fd = (fh.0 - 1) as i32;
-            if let Some(wb) = &self.wb {
-                wb.closing(&self.base, fd);
+            if let Err(e) = self.base.close(fd) {
+                // Reported at flush already, where a program could see it.
+                tracing::debug!("release of {ino}: {e}");
             }
-            let _ = self.base.close(fd);
         }
         reply.ok();
     }
@@ -1115,17 +1063,17 @@ impl Filesystem for WalkFuse {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // Gathered writes (cache=coherent) go out, then everything the
-        // backend sent without waiting is waited for.
-        let r = match &self.wb {
-            Some(wb) => wb.flush(&self.base, ino.0),
-            None => Ok(()),
+        // The file's changes running behind are carried out; a failure
+        // this open file has not seen is reported.
+        let r = match fh.0 {
+            0 => self.fd(ino).and_then(|fd| self.base.fsync(fd.fd)),
+            h => self.base.fsync((h - 1) as i32),
         };
-        done(reply, r.and_then(|()| self.base.fsync(self.fd(ino)?.fd)))
+        done(reply, r)
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

@@ -63,15 +63,20 @@ pub struct MountStats {
     pub bytes_received: u64,
     /// Time spent waiting for the server's replies.
     pub wait_ms: f64,
-    /// Changes sent without waiting (asynchronous changes), those still
-    /// in flight, and those the server refused (each also logged, and
-    /// reported at fsync/close/syncfs).
+    /// The vfs's write-back: changes run behind their callers, those
+    /// still in flight, those refused (each also logged, and reported at
+    /// fsync/close/syncfs), times a caller waited for them, and small
+    /// writes gathered into larger ones.
     #[serde(default)]
-    pub async_sent: u64,
+    pub writeback_submitted: u64,
     #[serde(default)]
-    pub async_inflight: u64,
+    pub writeback_inflight: u64,
     #[serde(default)]
-    pub async_errors: u64,
+    pub writeback_failed: u64,
+    #[serde(default)]
+    pub writeback_waits: u64,
+    #[serde(default)]
+    pub writeback_gathered: u64,
     /// Directory listings read ahead and used, and read ahead in vain.
     #[serde(default)]
     pub readahead_used: u64,
@@ -107,6 +112,7 @@ impl MountStats {
         .map(|(n, v)| (n.to_string(), v.load(Relaxed)))
         .collect();
         let cs = vfs.cache_stats();
+        let wb = vfs.write_back_stats();
         let mut s = MountStats {
             options: opts.text.clone(),
             fuse,
@@ -119,6 +125,11 @@ impl MountStats {
             vfs_changes: cs.changes,
             vfs_changes_lost: cs.changes_lost,
             coherent: vfs.is_coherent(),
+            writeback_submitted: wb.submitted,
+            writeback_inflight: wb.inflight,
+            writeback_failed: wb.failed,
+            writeback_waits: wb.waits,
+            writeback_gathered: wb.gathered,
             resources,
             ..Default::default()
         };
@@ -137,9 +148,6 @@ impl MountStats {
             s.bytes_sent = p.bytes_sent;
             s.bytes_received = p.bytes_received;
             s.wait_ms = p.wait_ns as f64 / 1e6;
-            s.async_sent = p.async_sent;
-            s.async_inflight = p.async_inflight;
-            s.async_errors = p.async_errors;
             s.readahead_used = p.readahead_used;
             s.readahead_wasted = p.readahead_wasted;
         }

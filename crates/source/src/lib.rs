@@ -108,12 +108,6 @@ pub struct BackendOptions {
     /// For a host directory: `O_PATH` descriptors kept for files not in
     /// use (the rest are opened again by name when needed).
     pub host_fds: u32,
-    /// For a 9P source with `cache=loose` or `cache=coherent`: wait for
-    /// the server's answer to every change (as CephFS's `wsync`). Off by
-    /// default: unlinks, writes and attribute changes the cache can decide
-    /// are answered at once and sent without waiting; their errors are
-    /// reported at fsync, close and syncfs (docs/9p-ordering.md).
-    pub sync_metadata: bool,
     /// For a 9P source with `cache=loose` or `cache=coherent`: listings
     /// of subdirectories asked for ahead of use when a directory is
     /// listed (at most 64; 0 turns read-ahead off).
@@ -128,7 +122,6 @@ impl Default for BackendOptions {
             secret_file: None,
             fids: walkfs_p9client::DEFAULT_NODE_FIDS as u32,
             host_fds: walkfs_hostfs::DEFAULT_CACHED_FDS as u32,
-            sync_metadata: false,
             dir_readahead: 48,
         }
     }
@@ -143,7 +136,6 @@ impl BackendOptions {
         "secret_file",
         "fids",
         "host_fds",
-        "sync_metadata",
     ];
 
     /// Is `name` a backend's option (rather than the vfs's)?
@@ -170,13 +162,6 @@ impl BackendOptions {
             "fids" => self.fids = count(value, 1)?,
             "host_fds" => self.host_fds = count(value, 1)?,
             "dir_readahead" => self.dir_readahead = count(value, 0)?,
-            "sync_metadata" => {
-                self.sync_metadata = match value {
-                    "1" | "" => true,
-                    "0" => false,
-                    _ => return Err(Errno::EINVAL),
-                }
-            }
             _ => return Err(Errno::EINVAL),
         }
         Ok(())
@@ -275,7 +260,6 @@ pub fn open_9p(stream: Stream, opts: &SourceOptions) -> Result<Vfs> {
         // Ask the server to report changes only when they are used.
         notify: opts.vfs.cache == CachePolicy::Coherent,
         node_fids: b.fids as usize,
-        async_changes: opts.vfs.cache != CachePolicy::None && !b.sync_metadata,
         readahead_dirs: if opts.vfs.cache == CachePolicy::None {
             0
         } else {
@@ -369,7 +353,6 @@ mod tests {
                 secret_file: Some("/k".into()),
                 fids: 64,
                 host_fds: 8,
-                sync_metadata: false,
                 dir_readahead: 4,
             }
         );

@@ -41,13 +41,13 @@ fn dependent_changes_sent_without_waiting_run_in_order() {
             ctx.write(fd, b"data").expect("write");
             ctx.close(fd).expect("close");
         }
-        let before = vfs.p9_stats().expect("9p").async_sent;
+        let before = vfs.write_back_stats().submitted;
         for i in 0..60 {
             ctx.unlinkat(AT_FDCWD, format!("{d}/f{i}").as_bytes(), 0)
                 .expect("unlink");
         }
         assert!(
-            vfs.p9_stats().expect("9p").async_sent >= before + 59,
+            vfs.write_back_stats().submitted >= before + 59,
             "unlinks were not sent asynchronously"
         );
         ctx.unlinkat(AT_FDCWD, d.as_bytes(), libc::AT_REMOVEDIR)
@@ -129,7 +129,7 @@ fn errors_the_server_meets_later_are_reported_at_fsync_and_syncfs() {
     assert_eq!(ctx.syncfs(root), Ok(()), "reported once");
     assert_eq!(ctx.fsync(fd), Err(Errno::ENOSPC));
     assert_eq!(ctx.fsync(fd), Ok(()), "reported once");
-    assert!(vfs.p9_stats().expect("9p").async_errors >= 1);
+    assert!(vfs.write_back_stats().failed >= 1);
     // The cache no longer claims the 1 MiB the server never stored.
     let on_host = std::fs::metadata(small.join("big"))
         .expect("on the host")
@@ -166,7 +166,7 @@ fn errors_the_server_meets_later_are_reported_at_fsync_and_syncfs() {
         }
     }
     assert_eq!(err, Some(Errno::ENOSPC));
-    assert_eq!(vfs.p9_stats().expect("9p").async_sent, 0);
+    assert_eq!(vfs.write_back_stats().submitted, 0);
 }
 
 /// A directory listed with attributes: every entry's lookup, its stat,

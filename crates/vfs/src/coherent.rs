@@ -127,6 +127,7 @@ impl Inner {
         }
         let Ok(fs) = self.sb(sb) else { return };
         for (ino, node) in refetch {
+            let _ = self.flush_file(sb, node.0);
             let Ok(attr) = fs.getattr(node) else { continue };
             let mut w = self.writer();
             if dc.inode(ino).map(|i| i.node.load(Ordering::Relaxed)) == Some(node.0) {

@@ -18,6 +18,7 @@ use crate::sync::{
     AtomicU32, AtomicU64,
     Ordering::{AcqRel, Acquire, Relaxed},
 };
+use crate::writeback::Cursor;
 
 /// `fh` of an `O_PATH` file: no backend handle, no I/O.
 pub(crate) const NO_HANDLE: u64 = u64::MAX;
@@ -46,6 +47,8 @@ pub(crate) struct File {
     pub open_lock: Mutex<()>,
     /// The directory listing a `getdents` sequence is reading.
     pub dir: Mutex<Option<Vec<DirEntry>>>,
+    /// The write-back failures this file has seen (writeback.rs).
+    pub seen: Cursor,
 }
 
 /// A context's descriptors.
@@ -76,7 +79,16 @@ impl FdTable {
 
     /// Install an open file on (dentry, inode) at the lowest free
     /// descriptor. The caller transfers one dentry reference to it.
-    pub fn install(&self, dentry: DIdx, inode: IIdx, flags: i32, fh: u64) -> Result<i32> {
+    /// `wb_seq`: the write-back's error sequence now (the failures a new
+    /// file has seen).
+    pub fn install(
+        &self,
+        dentry: DIdx,
+        inode: IIdx,
+        flags: i32,
+        fh: u64,
+        wb_seq: u64,
+    ) -> Result<i32> {
         let from = self.hint.load(Acquire);
         for (i, f) in self.slots.iter().enumerate().skip(from as u32 as usize) {
             if f.state.load(Relaxed) != FREE
@@ -88,6 +100,7 @@ impl FdTable {
             }
             *f.pos.lock() = 0;
             *f.dir.lock() = None;
+            f.seen.reset(wb_seq);
             f.seq.write_begin();
             f.dentry.store(dentry.0, Relaxed);
             f.inode.store(inode.0, Relaxed);

@@ -47,6 +47,7 @@ mod sync;
 #[cfg(test)]
 #[cfg_attr(loom, allow(dead_code))]
 mod tests_util;
+mod writeback;
 mod writer;
 
 use std::collections::HashMap;
@@ -65,6 +66,7 @@ pub use walkfs_fsapi::{
     Change, ChangeSink, Errno, FidStats, FileSystem, FileType, Result, RpcStats, StatFs, TimeSet,
     Timespec, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
+pub use writeback::WriteBackStats;
 
 use counters::Counters;
 use dcache::{DIdx, Dcache, D_MOUNTROOT};
@@ -88,6 +90,9 @@ pub(crate) struct Switches {
     /// `cache=none`, or degraded: revalidate every cached answer with the
     /// backend.
     pub revalidate: AtomicBool,
+    /// Changes may run behind their callers (writeback.rs): a cache, and
+    /// not `sync_metadata`.
+    pub write_back: AtomicBool,
 }
 
 impl Switches {
@@ -101,6 +106,7 @@ impl Switches {
             umask: std::sync::atomic::AtomicU32::new(0),
             read_only: AtomicBool::new(false),
             revalidate: AtomicBool::new(false),
+            write_back: AtomicBool::new(false),
         };
         sw.apply(opts, false);
         sw
@@ -141,6 +147,8 @@ impl Switches {
         self.negtimeout.store(neg, Ordering::Relaxed);
         self.umask.store(opts.umask, Ordering::Relaxed);
         self.read_only.store(opts.read_only, Ordering::Relaxed);
+        self.write_back
+            .store(!none && !opts.sync_metadata, Ordering::Relaxed);
         if !revalidate {
             self.revalidate.store(false, Ordering::Relaxed);
         }
@@ -202,6 +210,8 @@ pub(crate) struct Inner {
     /// Set once changes may go unseen (see coherent.rs); never cleared.
     pub degraded: AtomicBool,
     pub listeners: coherent::Listeners,
+    /// Changes running behind their callers (writeback.rs).
+    pub wb: writeback::WriteBack,
 }
 
 /// A tree of mounted file systems with its caches. Cheap to clone (shared).
@@ -276,7 +286,7 @@ impl Vfs {
         // The root inode keeps the backend's implicit root reference.
         w.take_forgets();
         let root = w.d_make_root(&dc, ino, 0).ok_or(Errno::ENOMEM)?;
-        let inner = Inner {
+        let inner = Arc::new_cyclic(|weak| Inner {
             sw: Switches::new(opts),
             opts: Mutex::new(opts.clone()),
             dc,
@@ -298,10 +308,9 @@ impl Vfs {
             coherent: opts.cache == CachePolicy::Coherent,
             degraded: AtomicBool::new(false),
             listeners: Default::default(),
-        };
-        let vfs = Vfs {
-            inner: Arc::new(inner),
-        };
+            wb: writeback::WriteBack::new(weak.clone()),
+        });
+        let vfs = Vfs { inner };
         vfs.watch_sb(0, start);
         Ok(vfs)
     }
@@ -314,9 +323,6 @@ impl Vfs {
             inner: Arc::downgrade(&self.inner),
             sb,
         });
-        // Whatever the cache mode: a change the backend answered without
-        // its server and the server then refused must leave the cache.
-        fs.set_correction_sink(sink.clone());
         if !self.inner.coherent {
             return;
         }
@@ -338,10 +344,23 @@ impl Vfs {
         self.inner.listeners.write().push(l);
     }
 
-    /// Some backend answers changes before its server has them
-    /// (asynchronous changes): `close` and `fsync` have errors to report.
+    /// Send everything gathered, wait for every change running behind
+    /// its caller, and report a failure any met since the last call
+    /// (unmount; `walkfs sync`: `sync(2)` never reaches a FUSE daemon).
+    pub fn sync(&self) -> Result<()> {
+        self.inner.sync_all()
+    }
+
+    /// Some changes run behind their callers (writeback.rs): `close` and
+    /// `fsync` may have failures to report.
     pub fn writes_behind(&self) -> bool {
-        self.inner.sbs.read().iter().any(|fs| fs.writes_behind())
+        let inner = &self.inner;
+        inner.sbs.read().iter().any(|fs| inner.defers(&**fs))
+    }
+
+    /// The write-back's counters (writeback.rs).
+    pub fn write_back_stats(&self) -> WriteBackStats {
+        self.inner.wb.stats()
     }
 
     /// `cache=coherent` and every change is being seen: what is cached may
@@ -371,6 +390,7 @@ impl Vfs {
 
     /// Zero the root backend's message counters.
     pub fn p9_reset_stats(&self) {
+        self.inner.wb.reset_stats();
         if let Ok(fs) = self.inner.sb(0) {
             fs.reset_stats();
         }
@@ -397,7 +417,7 @@ impl Vfs {
         o.set(name, value)?;
         match name {
             "fastpath" | "fastperm" | "cache_symlinks" | "pathcache" | "negtimeout"
-            | "ndentrytmo" | "umask" | "ro" | "cache" => {}
+            | "ndentrytmo" | "umask" | "ro" | "cache" | "sync_metadata" => {}
             // Sizes are fixed when the vfs is built.
             _ => return Err(Errno::EINVAL),
         }
@@ -490,6 +510,15 @@ impl Vfs {
             changes: c.changes.get(),
             changes_lost: c.changes_lost.get(),
         }
+    }
+}
+
+impl Drop for Inner {
+    /// Nothing submitted is left behind: what was gathered is sent and
+    /// every change in flight answered (its failure logged).
+    fn drop(&mut self) {
+        self.flush_all();
+        self.wb.wait_all();
     }
 }
 

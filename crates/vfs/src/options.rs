@@ -127,6 +127,13 @@ pub struct Options {
     /// above while in force (they are kept as given, and count again
     /// once it is lifted).
     pub cache: CachePolicy,
+    /// Wait for the backend's answer to every change (as CephFS's
+    /// `wsync`). Off by default: with a cache, on a backend that runs
+    /// changes in order behind the caller (a 9P server), unlinks, writes
+    /// and the attribute changes the cache can decide are answered at
+    /// once; their errors are reported at fsync, close and syncfs
+    /// (writeback.rs).
+    pub sync_metadata: bool,
 }
 
 impl Default for Options {
@@ -142,6 +149,7 @@ impl Default for Options {
             umask: 0,
             read_only: false,
             cache: CachePolicy::Loose,
+            sync_metadata: false,
         }
     }
 }
@@ -192,6 +200,7 @@ impl Options {
             "ro" => self.read_only = parse_bool(value)?,
             "rw" => self.read_only = !parse_bool(value)?,
             "cache" => self.cache = value.parse()?,
+            "sync_metadata" => self.sync_metadata = parse_bool(value)?,
             _ => return Err(Errno::EINVAL),
         }
         Ok(())

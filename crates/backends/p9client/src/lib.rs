@@ -16,7 +16,6 @@ mod nodes;
 mod notify;
 mod readahead;
 mod rpc;
-mod wb;
 
 use nodes::{Need, Nodes};
 
@@ -25,8 +24,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use walkfs_fsapi::{
-    Attr, DirEntry, Entry, Errno, FileHandle, FileSystem, FileType, NodeId, OpenFlags, Owner,
-    Result, SetAttr, StatFs, TimeSet, Timespec,
+    Attr, Completion, Deferred, DirEntry, Done, Entry, Errno, FileHandle, FileSystem, FileType,
+    NodeId, OpenFlags, Owner, Result, SetAttr, StatFs, TimeSet, Timespec,
 };
 use walkfs_p9::{self as p9, Addr, Fcall, Names, Str, IOHDRSZ, NOFID};
 
@@ -52,11 +51,6 @@ pub struct Config {
     /// Fids kept for cached nodes beyond those in use (open files and
     /// calls in flight hold theirs as long as they need them).
     pub node_fids: usize,
-    /// Send unlinks, writes and attribute changes without waiting for
-    /// their replies (see wb.rs). Used only with a server that promises to
-    /// run a connection's changes in order (p9::order: `walkfs serve`; not
-    /// diod).
-    pub async_changes: bool,
     /// Directories whose listings may be asked for ahead of use
     /// (readahead.rs; at most `readahead::MAX_LISTINGS`), 0 for none.
     /// Used only with a server that keeps a connection's order.
@@ -73,7 +67,6 @@ impl Default for Config {
             secret: None,
             notify: false,
             node_fids: DEFAULT_NODE_FIDS,
-            async_changes: false,
             readahead_dirs: 0,
         }
     }
@@ -161,12 +154,13 @@ pub struct P9Fs {
     /// Who we attached as: new files are theirs on the server, so one
     /// made for someone else is handed over (when we are root there).
     attach_uid: u32,
-    /// Changes are sent without waiting (`Config::async_changes`).
-    async_changes: bool,
+    /// The server runs a connection's changes in arrival order
+    /// (p9::order): what is submitted may go without waiting
+    /// ([`Completion::Ordered`]).
+    ordered: bool,
     /// The server has answered a `Tunlinkat` (diod 1.0 does not know it,
     /// and an asynchronous one could not fall back).
     unlinkat_ok: std::sync::atomic::AtomicBool,
-    wb: Arc<wb::WriteBack>,
     /// Listings asked for ahead (readahead.rs), and how many at most.
     readahead: readahead::ReadAhead,
     readahead_dirs: usize,
@@ -280,9 +274,8 @@ impl P9Fs {
         let iounit = rpc.msize - IOHDRSZ;
         // Changes go without waiting only to a server that promises to
         // keep their order (diod runs a connection's requests at once).
-        let ordered = (cfg.async_changes || cfg.readahead_dirs > 0) && keeps_order(&rpc);
-        let async_changes = cfg.async_changes && ordered;
-        if cfg.async_changes && !async_changes {
+        let ordered = keeps_order(&rpc);
+        if !ordered {
             tracing::info!("9p server does not keep a connection's order: every change waits");
         }
         // A listing read ahead is known fresh only when the server ran
@@ -292,14 +285,10 @@ impl P9Fs {
         } else {
             0
         };
-        let wb = Arc::new(wb::WriteBack::default());
-        let w = Arc::clone(&wb);
-        rpc.set_on_error(Box::new(move |op, e| w.failed(op, e)));
         Ok(P9Fs {
-            async_changes,
+            ordered,
             dirplus: std::sync::atomic::AtomicBool::new(true),
             unlinkat_ok: std::sync::atomic::AtomicBool::new(false),
-            wb,
             readahead: readahead::ReadAhead::default(),
             readahead_dirs,
             rpc,
@@ -316,9 +305,7 @@ impl P9Fs {
 
     /// RPCs by type, bytes, time waiting for replies.
     pub fn stats(&self) -> Stats {
-        let mut s = self.rpc.counters.snapshot();
-        s.async_inflight = self.rpc.async_inflight();
-        s
+        self.rpc.counters.snapshot()
     }
 
     pub fn reset_stats(&self) {
@@ -869,7 +856,13 @@ impl P9Fs {
     /// Wait for a listing read ahead, clunk the fids the server made for
     /// it, and return its bytes if they can be used.
     fn give_up(&self, l: &readahead::Listing) -> Option<Vec<u8>> {
+        // Time spent here waits for replies, as a call's does.
+        let t0 = std::time::Instant::now();
         let t = l.take(&self.rpc);
+        self.rpc
+            .counters
+            .wait_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
         for (fid, made) in l.fids.into_iter().zip(t.made) {
             if made {
                 self.clunk(fid);
@@ -985,50 +978,78 @@ impl P9Fs {
         self.give_up(&l)
     }
 
-    /// Can `set` be answered from `cur` without the server? Then the
-    /// part of it to send and the attributes that result. Only changes
-    /// whose outcome does not depend on the server's policy: times,
-    /// owners, and modes, on a file with no set-id bit and setting none
-    /// (a chown clears them, a chmod may drop them); a chown to the
-    /// current owner is not sent at all; sizes wait. The caller (the vfs)
-    /// has checked the permission.
-    fn async_setattr(&self, set: &SetAttr, cur: &Attr) -> Option<(SetAttr, Attr)> {
-        const SETID: u32 = libc::S_ISUID | libc::S_ISGID;
-        if !self.async_changes || set.size.is_some() || cur.mode & SETID != 0 {
-            return None;
-        }
-        let mut set = *set;
-        if set.uid == Some(cur.uid) {
-            set.uid = None;
-        }
-        if set.gid == Some(cur.gid) {
-            set.gid = None;
-        }
-        if set.mode.is_some_and(|m| m & SETID != 0) {
-            return None;
-        }
-        let now = Timespec::now();
-        let mut a = *cur;
-        a.uid = set.uid.unwrap_or(a.uid);
-        a.gid = set.gid.unwrap_or(a.gid);
-        if let Some(m) = set.mode {
-            a.mode = (a.mode & libc::S_IFMT) | (m & 0o7777);
-        }
-        for (t, slot) in [(set.atime, &mut a.atime), (set.mtime, &mut a.mtime)] {
-            match t {
-                None => {}
-                Some(TimeSet::Now) => *slot = now,
-                Some(TimeSet::At(ts)) => *slot = ts,
-            }
-        }
-        if set != SetAttr::default() {
-            a.ctime = now;
-        }
-        Some((set, a))
-    }
-
     fn simple(&self, req: Fcall<'_>) -> Result<()> {
         self.rpc.call(req, |_| Ok(()))
+    }
+}
+
+/// What the default [`FileSystem::submit`] does: the change now.
+fn inline_submit(fs: &P9Fs, op: Deferred<'_>, done: Done) -> Result<()> {
+    let r = match op {
+        Deferred::Write {
+            node,
+            fh,
+            off,
+            data,
+        } => fs.write(node, fh, off, data).and_then(|n| {
+            if n < data.len() {
+                Err(Errno::ENOSPC)
+            } else {
+                Ok(())
+            }
+        }),
+        Deferred::SetAttr { node, set } => fs.setattr(node, &set).map(drop),
+        Deferred::Unlink { parent, name } => fs.unlink(parent, name),
+    };
+    done(r);
+    Ok(())
+}
+
+/// One [`Done`] for a change sent in `n` parts: called once every part
+/// has finished, with the first failure among them.
+struct Join(Arc<Mutex<JoinState>>);
+
+struct JoinState {
+    left: usize,
+    err: Option<Errno>,
+    done: Option<Done>,
+}
+
+impl Join {
+    fn new(done: Done, n: usize) -> Join {
+        Join(Arc::new(Mutex::new(JoinState {
+            left: n,
+            err: None,
+            done: Some(done),
+        })))
+    }
+
+    /// One part finished with `r`.
+    fn finish(state: &Mutex<JoinState>, r: Result<()>) {
+        let mut j = state.lock();
+        j.left -= 1;
+        if let Err(e) = r {
+            j.err.get_or_insert(e);
+        }
+        if j.left > 0 {
+            return;
+        }
+        let (err, done) = (j.err, j.done.take());
+        drop(j);
+        if let Some(done) = done {
+            done(err.map_or(Ok(()), Err));
+        }
+    }
+
+    /// The outcome of one part, to hand to the transport.
+    fn part(&self) -> Done {
+        let state = Arc::clone(&self.0);
+        Box::new(move |r| Join::finish(&state, r))
+    }
+
+    /// A part that was never sent.
+    fn unsent(&self, e: Errno) {
+        Join::finish(&self.0, Err(e));
     }
 }
 
@@ -1175,48 +1196,82 @@ impl FileSystem for P9Fs {
         self.getattr(node)
     }
 
-    fn setattr_cached(&self, node: NodeId, set: &SetAttr, cur: &Attr) -> Result<Attr> {
-        let Some((set, attr)) = self.async_setattr(set, cur) else {
-            return self.setattr(node, set);
-        };
-        if set != SetAttr::default() {
-            let pin = self.pin(node)?;
-            self.rpc.send_async(
-                Fcall::Tsetattr {
-                    fid: pin.fid,
-                    attr: p9_setattr(&set),
-                },
-                rpc::AsyncOp {
-                    node: node.0,
-                    entry: None,
-                    expect: 0,
-                },
-            )?;
+    fn completion(&self) -> Completion {
+        if self.ordered {
+            Completion::Ordered
+        } else {
+            Completion::Inline
         }
-        Ok(attr)
     }
 
-    fn writes_behind(&self) -> bool {
-        self.async_changes
-    }
-
-    fn fsync(&self, node: NodeId) -> Result<()> {
-        self.rpc.drain()?;
-        self.wb.take(node.0)
-    }
-
-    fn syncfs(&self) -> Result<()> {
-        self.rpc.drain()?;
-        self.wb.take_any()
-    }
-
-    fn take_error(&self, node: NodeId) -> Result<()> {
-        self.wb.take(node.0)
-    }
-
-    fn set_correction_sink(&self, sink: Arc<dyn walkfs_fsapi::ChangeSink>) {
-        if self.async_changes {
-            self.wb.set_sink(sink);
+    /// Sent without waiting for the reply (the server runs them in
+    /// order); the outcome goes to `done` from the reader thread.
+    fn submit(&self, op: Deferred<'_>, done: Done) -> Result<()> {
+        if !self.ordered {
+            return inline_submit(self, op, done);
+        }
+        match op {
+            Deferred::Write {
+                node: _,
+                fh,
+                off,
+                data,
+            } => {
+                let fid = u32::try_from(fh.0).map_err(|_| Errno::EBADF)?;
+                let chunks = data.len().div_ceil(self.iounit as usize).max(1);
+                let join = Join::new(done, chunks);
+                for i in 0..chunks {
+                    let at = i * self.iounit as usize;
+                    let chunk = &data[at..(at + self.iounit as usize).min(data.len())];
+                    let sent = self.rpc.send_async(
+                        Fcall::Twrite {
+                            fid,
+                            offset: off + at as u64,
+                            data: p9::Data(chunk),
+                        },
+                        rpc::AsyncOp::new(join.part(), chunk.len() as u32),
+                    );
+                    if let Err(e) = sent {
+                        if i == 0 {
+                            return Err(e);
+                        }
+                        // Some of it went: the write as a whole failed,
+                        // which `done` hears once the parts sent have
+                        // finished too.
+                        (i..chunks).for_each(|_| join.unsent(e));
+                        return Ok(());
+                    }
+                }
+                Ok(())
+            }
+            Deferred::SetAttr { node, set } => {
+                let pin = self.pin(node)?;
+                self.rpc.send_async(
+                    Fcall::Tsetattr {
+                        fid: pin.fid,
+                        attr: p9_setattr(&set),
+                    },
+                    rpc::AsyncOp::new(done, 0),
+                )
+            }
+            Deferred::Unlink { parent, name } => {
+                if !self.unlinkat_ok.load(Relaxed) {
+                    // The first one waits: a server that does not know
+                    // Tunlinkat gets Tremove, which an asynchronous
+                    // change could not fall back to.
+                    done(self.unlink(parent, name));
+                    return Ok(());
+                }
+                let dir = self.pin(parent)?;
+                self.rpc.send_async(
+                    Fcall::Tunlinkat {
+                        dirfid: dir.fid,
+                        name: Str(name),
+                        flags: 0,
+                    },
+                    rpc::AsyncOp::new(done, 0),
+                )
+            }
         }
     }
 
@@ -1303,27 +1358,8 @@ impl FileSystem for P9Fs {
         Ok(done)
     }
 
-    fn write(&self, node: NodeId, fh: FileHandle, off: u64, data: &[u8]) -> Result<usize> {
+    fn write(&self, _node: NodeId, fh: FileHandle, off: u64, data: &[u8]) -> Result<usize> {
         let fid = u32::try_from(fh.0).map_err(|_| Errno::EBADF)?;
-        if self.async_changes {
-            // Write-back: the data is on the wire when this returns; a
-            // short or failed write is reported at fsync/close.
-            for (i, chunk) in data.chunks(self.iounit as usize).enumerate() {
-                self.rpc.send_async(
-                    Fcall::Twrite {
-                        fid,
-                        offset: off + (i * self.iounit as usize) as u64,
-                        data: p9::Data(chunk),
-                    },
-                    rpc::AsyncOp {
-                        node: node.0,
-                        entry: None,
-                        expect: chunk.len() as u32,
-                    },
-                )?;
-            }
-            return Ok(data.len());
-        }
         let mut done = 0;
         while done < data.len() {
             let chunk = &data[done..(done + self.iounit as usize).min(data.len())];
@@ -1420,24 +1456,6 @@ impl FileSystem for P9Fs {
 
     fn unlink(&self, parent: NodeId, name: &[u8]) -> Result<()> {
         let dir = self.pin(parent)?;
-        if self.async_changes && self.unlinkat_ok.load(Relaxed) {
-            // The vfs has found the name and checked the permission from
-            // its cache; the server's answer can only be a refusal the
-            // cache could not foresee (another client, a policy change):
-            // reported at fsync/syncfs, the entry corrected.
-            return self.rpc.send_async(
-                Fcall::Tunlinkat {
-                    dirfid: dir.fid,
-                    name: Str(name),
-                    flags: 0,
-                },
-                rpc::AsyncOp {
-                    node: parent.0,
-                    entry: Some((parent.0, name.to_vec())),
-                    expect: 0,
-                },
-            );
-        }
         self.remove(dir.fid, name, 0)
     }
 

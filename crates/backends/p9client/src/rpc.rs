@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
-use walkfs_fsapi::{Errno, Result};
+use walkfs_fsapi::{Done, Errno, Result};
 use walkfs_p9::{read_frame, Fcall, Stream, MIN_MSIZE, NOTAG, VERSION};
 
 /// Per-connection counters.
@@ -31,8 +31,6 @@ pub struct Counters {
     /// Nanoseconds callers spent waiting for replies.
     pub wait_ns: AtomicU64,
     /// Asynchronous changes sent, and those the server refused.
-    pub async_sent: AtomicU64,
-    pub async_errors: AtomicU64,
     /// Directory listings read ahead and used, and read ahead in vain.
     pub readahead_used: AtomicU64,
     pub readahead_wasted: AtomicU64,
@@ -45,8 +43,6 @@ impl Default for Counters {
             bytes_sent: AtomicU64::new(0),
             bytes_received: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
-            async_sent: AtomicU64::new(0),
-            async_errors: AtomicU64::new(0),
             readahead_used: AtomicU64::new(0),
             readahead_wasted: AtomicU64::new(0),
         }
@@ -70,8 +66,6 @@ impl Counters {
         s.bytes_sent = self.bytes_sent.load(Relaxed);
         s.bytes_received = self.bytes_received.load(Relaxed);
         s.wait_ns = self.wait_ns.load(Relaxed);
-        s.async_sent = self.async_sent.load(Relaxed);
-        s.async_errors = self.async_errors.load(Relaxed);
         s.readahead_used = self.readahead_used.load(Relaxed);
         s.readahead_wasted = self.readahead_wasted.load(Relaxed);
         s
@@ -83,8 +77,6 @@ impl Counters {
         self.bytes_sent.store(0, Relaxed);
         self.bytes_received.store(0, Relaxed);
         self.wait_ns.store(0, Relaxed);
-        self.async_sent.store(0, Relaxed);
-        self.async_errors.store(0, Relaxed);
         self.readahead_used.store(0, Relaxed);
         self.readahead_wasted.store(0, Relaxed);
     }
@@ -104,21 +96,42 @@ const TAGS: usize = 256;
 /// A quarter of the tags stays for the calls that wait.
 pub const MAX_ASYNC: usize = TAGS * 3 / 4;
 
-/// A change sent without waiting for its reply: what to blame and what
-/// to correct if the server refuses it.
-#[derive(Clone, Debug)]
+/// A change sent without waiting for its reply: where its outcome goes.
+/// Dropped unanswered (the connection died, the client went), it reports
+/// `ENOTCONN`: whether the server carried it out is unknown.
 pub struct AsyncOp {
-    /// The node whose `fsync` reports the error (the file written or
-    /// changed, or the directory whose entry changed).
-    pub node: u64,
-    /// The entry the change made or removed, `(directory node, name)`.
-    pub entry: Option<(u64, Vec<u8>)>,
+    done: Option<Done>,
     /// Bytes a write sent: fewer written is an error (`ENOSPC`).
-    pub expect: u32,
+    expect: u32,
 }
 
-/// What the reader calls when an asynchronous change fails.
-pub type OnError = Box<dyn Fn(&AsyncOp, Errno) + Send + Sync>;
+impl AsyncOp {
+    pub fn new(done: Done, expect: u32) -> AsyncOp {
+        AsyncOp {
+            done: Some(done),
+            expect,
+        }
+    }
+
+    /// Never sent: the caller is told by the error it gets, not here.
+    fn disarm(mut self) {
+        self.done = None;
+    }
+
+    fn finish(mut self, r: Result<()>) {
+        if let Some(done) = self.done.take() {
+            done(r);
+        }
+    }
+}
+
+impl Drop for AsyncOp {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            done(Err(Errno::ENOTCONN));
+        }
+    }
+}
 
 /// What the reader calls with the replies to [`Rpc::send_then`]: the
 /// request's index in the batch and its reply (`None`: the connection
@@ -153,7 +166,6 @@ pub struct Rpc {
     /// Changes written so far (see [`Rpc::changes_sent`]).
     change_gen: AtomicU64,
     inflight: Inflight,
-    on_error: std::sync::OnceLock<OnError>,
     dead: AtomicBool,
     pub msize: u32,
     pub counters: Counters,
@@ -190,7 +202,6 @@ impl Rpc {
             changes: (0..TAGS).map(|_| Mutex::new(None)).collect(),
             change_gen: AtomicU64::new(0),
             inflight: Inflight::default(),
-            on_error: std::sync::OnceLock::new(),
             dead: AtomicBool::new(false),
             msize,
             counters: Counters::default(),
@@ -403,23 +414,21 @@ impl Rpc {
             }
             *n += 1;
         }
-        let done = |rpc: &Rpc| {
-            *rpc.inflight.n.lock() -= 1;
-            rpc.inflight.cv.notify_all();
+        let not_sent = |rpc: &Rpc, op: AsyncOp| {
+            op.disarm();
+            rpc.change_finished();
+            Err(Errno::ENOTCONN)
         };
         if self.dead.load(Relaxed) {
-            done(self);
-            return Err(Errno::ENOTCONN);
+            return not_sent(self, op);
         }
         let Some(t) = self.take_tag() else {
-            done(self);
-            return Err(Errno::ENOTCONN);
+            return not_sent(self, op);
         };
         *self.changes[t as usize].lock() = Some(Pending::Change(op));
         let mut out = Vec::with_capacity(64);
         req.encode(t, &mut out);
         self.counters.rpcs[req.msg_type() as usize].fetch_add(1, Relaxed);
-        self.counters.async_sent.fetch_add(1, Relaxed);
         self.counters
             .bytes_sent
             .fetch_add(out.len() as u64, Relaxed);
@@ -427,16 +436,13 @@ impl Rpc {
         self.change_gen.fetch_add(1, Relaxed);
         if w.is_err() {
             self.dead.store(true, Relaxed);
-            self.changes[t as usize].lock().take();
-            done(self);
+            // Unless the reader, seeing the death, has reported it already.
+            if let Some(Pending::Change(op)) = self.changes[t as usize].lock().take() {
+                return not_sent(self, op);
+            }
             return Err(Errno::ENOTCONN);
         }
         Ok(())
-    }
-
-    /// Where failures of asynchronous changes go (set once).
-    pub fn set_on_error(&self, f: OnError) {
-        let _ = self.on_error.set(f);
     }
 
     /// Wait until no asynchronous change is in flight (their errors have
@@ -454,25 +460,20 @@ impl Rpc {
         Ok(())
     }
 
-    pub fn async_inflight(&self) -> u64 {
-        *self.inflight.n.lock() as u64
+    /// The reply to asynchronous change `op`: its outcome goes to its
+    /// `done`.
+    fn change_done(&self, op: AsyncOp, frame: &[u8]) {
+        let r = match Fcall::decode(frame) {
+            Ok((_, Fcall::Rlerror { ecode })) => Err(Errno::from_wire(ecode)),
+            Ok((_, Fcall::Rwrite { count })) if count < op.expect => Err(Errno::ENOSPC),
+            Ok(_) => Ok(()),
+            Err(_) => Err(Errno::EPROTO),
+        };
+        op.finish(r);
+        self.change_finished();
     }
 
-    /// The reply to asynchronous change `op`: a refusal goes to
-    /// `on_error`.
-    fn change_done(&self, op: AsyncOp, frame: &[u8]) {
-        let err = match Fcall::decode(frame) {
-            Ok((_, Fcall::Rlerror { ecode })) => Some(Errno::from_wire(ecode)),
-            Ok((_, Fcall::Rwrite { count })) if count < op.expect => Some(Errno::ENOSPC),
-            Ok(_) => None,
-            Err(_) => Some(Errno::EPROTO),
-        };
-        if let Some(e) = err {
-            self.counters.async_errors.fetch_add(1, Relaxed);
-            if let Some(f) = self.on_error.get() {
-                f(&op, e);
-            }
-        }
+    fn change_finished(&self) {
         *self.inflight.n.lock() -= 1;
         self.inflight.cv.notify_all();
     }
@@ -515,13 +516,16 @@ fn reader_loop(rpc: std::sync::Weak<Rpc>, stream: Stream, msize: u32) {
                 let _g = rpc.inflight.n.lock();
                 rpc.inflight.cv.notify_all();
                 drop(_g);
-                // Whoever waits for a callback's reply learns it will
-                // never come.
+                // Whoever waits for a callback's reply or a change's
+                // outcome learns it will never come.
                 for c in &rpc.changes {
                     let p = c.lock().take();
                     match p {
                         Some(Pending::Then(i, then)) => then(i, None),
-                        Some(p @ Pending::Change(_)) => *c.lock() = Some(p),
+                        Some(Pending::Change(op)) => {
+                            op.finish(Err(Errno::ENOTCONN));
+                            rpc.change_finished();
+                        }
                         None => {}
                     }
                 }

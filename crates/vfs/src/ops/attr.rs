@@ -20,6 +20,8 @@ impl Ctx {
     pub(super) fn refresh_attrs(&self, ino: IIdx, s: InodeSnap) -> Res<InodeSnap> {
         let inner = self.inner();
         let gen = inner.attr_gen.load(AtomicOrdering::Acquire);
+        // The backend must have what was gathered before it is asked.
+        inner.flush_file(s.sb(), s.node)?;
         let attr = match inner.sb(s.sb())?.getattr(NodeId(s.node)) {
             Ok(a) => a,
             // The inode was retired under us (a concurrent unlink released
@@ -190,11 +192,18 @@ impl Ctx {
         let inner = self.inner();
         let s = inner.dc.inode_snap(c.ino).ok_or(Step::Restart)?;
         let fs = inner.sb(s.sb())?;
-        let attr = if s.fresh() {
-            fs.setattr_cached(NodeId(s.node), set, &s.attr())?
-        } else {
-            fs.setattr(NodeId(s.node), set)?
-        };
+        if s.fresh() && inner.defers(&*fs) {
+            if let Some((send, attr)) = crate::writeback::decide_setattr(set, &s.attr()) {
+                if let Some(send) = send {
+                    inner.setattr_behind(&*fs, s.sb(), s.node, send, c.d)?;
+                }
+                inner.changed_attrs(c.ino, s.node, &attr);
+                return Ok(());
+            }
+        }
+        // The backend decides: it must have what was gathered first.
+        inner.flush_file(s.sb(), s.node)?;
+        let attr = fs.setattr(NodeId(s.node), set)?;
         inner.changed_attrs(c.ino, s.node, &attr);
         Ok(())
     }

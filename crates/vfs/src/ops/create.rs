@@ -52,7 +52,7 @@ impl Ctx {
         let idx = w
             .d_instantiate(dc, dir.d, name, hash, existing, ino)
             .ok_or(Errno::ENOMEM)?;
-        if fs.writes_behind() {
+        if inner.defers(&*fs) {
             let sub = i32::from(entry.attr.is_dir());
             w.touched(dc, dir.ino, Ctx::now(), sub, 0);
         } else {

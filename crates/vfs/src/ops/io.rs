@@ -3,7 +3,6 @@
 //! and dropping set-id bits on a write (Linux's `file_remove_privs`).
 
 use super::prelude::*;
-use std::sync::Arc;
 
 impl Ctx {
     /// The open file behind `fd` with what I/O needs, opening it in the
@@ -42,7 +41,10 @@ impl Ctx {
         if s.is_dir() {
             return Err(Errno::EISDIR);
         }
-        let fs = self.inner().sb(s.sb())?;
+        let inner = self.inner();
+        // What was gathered goes first: the backend reads what it has.
+        inner.flush_file(s.sb(), s.node)?;
+        let fs = inner.sb(s.sb())?;
         fs.read(NodeId(s.node), FileHandle(file.fh.load(Relaxed)), off, buf)
     }
 
@@ -74,24 +76,35 @@ impl Ctx {
         let fs = inner.sb(s.sb())?;
         let ino = IIdx(file.inode.load(Relaxed));
         let fh = FileHandle(file.fh.load(Relaxed));
+        let behind = inner.defers(&*fs);
         let mut pos = file.pos.lock();
-        let at = if flags as i32 & libc::O_APPEND != 0 {
-            fs.getattr(NodeId(s.node))?.size
-        } else {
+        let at = if flags as i32 & libc::O_APPEND == 0 {
             off.unwrap_or(*pos)
+        } else if behind && s.fresh() {
+            // The cache keeps the size of a file written behind.
+            s.size
+        } else {
+            inner.flush_file(s.sb(), s.node)?;
+            fs.getattr(NodeId(s.node))?.size
         };
         if !data.is_empty() {
             self.kill_privs(ino)?;
         }
-        let n = fs.write(NodeId(s.node), fh, at, data)?;
+        let n = if behind {
+            let d = DIdx(file.dentry.load(Relaxed));
+            inner.write_behind(&*fs, s.sb(), s.node, fh, at, data, d)?;
+            data.len()
+        } else {
+            fs.write(NodeId(s.node), fh, at, data)?
+        };
         if off.is_none() || flags as i32 & libc::O_APPEND != 0 && off.is_none() {
             *pos = at + n as u64;
         }
         drop(pos);
-        if fs.writes_behind() {
-            // The server has not seen the write yet: what it will make of
-            // the size and times is known here (the file's own writes are
-            // in order on the connection).
+        if behind {
+            // The backend has not seen the write yet: what it will make
+            // of the size and times is known here (a file's changes are
+            // carried out in order).
             inner.wrote(ino, s.node, at + n as u64, Ctx::now());
         } else {
             inner.writer().mark_stale(&inner.dc, ino);
@@ -99,45 +112,46 @@ impl Ctx {
         Ok(n)
     }
 
-    /// The file behind `fd` and its backend, for the sync calls.
-    fn sync_target(&self, fd: i32) -> Result<(Arc<dyn walkfs_fsapi::FileSystem>, NodeId)> {
+    /// The open file behind `fd`, its superblock and node.
+    fn sync_target(&self, fd: i32) -> Result<(&crate::file::File, usize, u64, bool)> {
         let inner = self.inner();
         let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
         let s = inner
             .dc
             .inode_snap(IIdx(file.inode.load(Relaxed)))
             .ok_or(Errno::EBADF)?;
-        Ok((inner.sb(s.sb())?, NodeId(s.node)))
+        Ok((file, s.sb(), s.node, s.is_dir()))
     }
 
     /// `fsync(fd)` (and `fdatasync`): every change of the file — or, for
-    /// a directory, of its entries — that the backend sent without
-    /// waiting has reached the server; the first error one of them met
-    /// since it was last reported is returned, once.
+    /// a directory, of its entries — that ran behind its caller has been
+    /// carried out; a failure one of them met since this file last
+    /// reported one is returned (writeback.rs).
     pub fn fsync(&self, fd: i32) -> Result<()> {
-        let (fs, node) = self.sync_target(fd)?;
-        fs.fsync(node)
+        let (file, sb, node, _) = self.sync_target(fd)?;
+        let inner = self.inner();
+        let sent = inner.flush_file(sb, node);
+        inner.wb.wait_for(sb, &[node]);
+        sent.and(inner.wb.report(sb, node, &file.seen.file))
     }
 
-    /// `syncfs(fd)`: as [`Ctx::fsync`] for everything of every backend;
-    /// an error is reported by one `syncfs`.
+    /// `syncfs(fd)`: everything of every backend carried out; a failure
+    /// any change met since this file last looked is returned.
     pub fn syncfs(&self, fd: i32) -> Result<()> {
-        self.sync_target(fd)?;
-        let sbs: Vec<_> = self.inner().sbs.read().clone();
-        let mut r = Ok(());
-        for fs in sbs {
-            if let Err(e) = fs.syncfs() {
-                r = r.and(Err(e));
-            }
-        }
-        r
+        let (file, ..) = self.sync_target(fd)?;
+        let inner = self.inner();
+        inner.flush_all();
+        inner.wb.wait_all();
+        inner.wb.report_any(&file.seen.sb)
     }
 
-    /// What `close(2)` reports without closing (FUSE's flush): an error
-    /// a change of the file sent without waiting has already met.
+    /// What `close(2)` reports without closing (FUSE's flush): the file's
+    /// gathered writes sent, and a failure a change of the file met that
+    /// this file has not reported (with `cache=coherent`, after waiting
+    /// for its changes: the next open, anywhere, sees them).
     pub fn flush(&self, fd: i32) -> Result<()> {
-        let (fs, node) = self.sync_target(fd)?;
-        fs.take_error(node)
+        let (file, sb, node, _) = self.sync_target(fd)?;
+        self.inner().file_closing(&file.seen.file, sb, node)
     }
 
     /// `lseek(fd, off, whence)` for `SEEK_SET`, `SEEK_CUR`, `SEEK_END`.
@@ -243,6 +257,7 @@ impl Ctx {
         let inner = self.inner();
         let ino = IIdx(file.inode.load(Relaxed));
         self.kill_privs(ino)?;
+        inner.flush_file(s.sb(), s.node)?;
         let attr = inner.sb(s.sb())?.setattr(
             NodeId(s.node),
             &SetAttr {
@@ -267,6 +282,7 @@ impl Ctx {
             mode: Some(s.mode & 0o7777 & !kill),
             ..SetAttr::default()
         };
+        inner.flush_file(s.sb(), s.node)?;
         let attr = inner.sb(s.sb())?.setattr(NodeId(s.node), &set)?;
         inner.changed_attrs(ino, s.node, &attr);
         Ok(())

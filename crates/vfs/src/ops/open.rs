@@ -159,6 +159,10 @@ impl Ctx {
                 crate::file::LAZY
             } else {
                 let fs = inner.sb(s.sb())?;
+                if trunc != 0 {
+                    // Gathered writes of another descriptor land first.
+                    inner.flush_file(s.sb(), s.node)?;
+                }
                 let fh = fs.open(NodeId(s.node), OpenFlags(acc | trunc))?;
                 if trunc != 0 {
                     let mut w = inner.writer();
@@ -181,7 +185,7 @@ impl Ctx {
             release(fh);
             return Err(Step::Restart);
         }
-        match self.fds.install(c.d, c.ino, flags, fh) {
+        match self.fds.install(c.d, c.ino, flags, fh, inner.wb.seq()) {
             Ok(fd) => Ok(fd),
             Err(e) => {
                 release(fh);
@@ -252,14 +256,17 @@ impl Ctx {
     /// error is one a change of the file sent without waiting has met
     /// (as close(2) reports a write-back error on NFS).
     pub fn close(&self, fd: i32) -> Result<()> {
+        // What the file has reported, read while the slot is still ours.
+        let seen = self.fds.get(fd).map_or(0, |f| f.seen.file.load(Relaxed));
         let (d, fh, ino) = self.fds.remove(fd)?;
         let inner = self.inner();
         let mut r = Ok(());
         if fh != NO_HANDLE && fh != crate::file::LAZY {
             if let Some(s) = inner.dc.inode_snap(ino) {
                 if let Ok(fs) = inner.sb(s.sb()) {
+                    let seen = std::sync::atomic::AtomicU64::new(seen);
+                    r = inner.file_closing(&seen, s.sb(), s.node);
                     fs.release(NodeId(s.node), FileHandle(fh));
-                    r = fs.take_error(NodeId(s.node));
                 }
             }
         }

@@ -103,15 +103,21 @@ impl Ctx {
             if !dc.unchanged(&dir) || !dc.unchanged(&victim) {
                 return Err(Step::Restart);
             }
+            // An unlink runs behind the caller when it may (writeback.rs):
+            // the name was found and the permission checked from the cache.
+            let behind = inner.defers(&*fs);
             let r = if rmdir {
                 fs.rmdir(NodeId(ds.node), &name)
+            } else if behind {
+                let vnode = dc.inode_snap(victim.ino).map_or(0, |v| v.node);
+                inner.unlink_behind(&*fs, ds.sb(), ds.node, &name, vnode, dir.d)
             } else {
                 fs.unlink(NodeId(ds.node), &name)
             };
             let mut w = inner.writer();
             w.changed();
             if let Ok(()) | Err(Errno::ENOENT) = r {
-                self.forget_name(&mut w, dir, &name, victim, fs.writes_behind());
+                self.forget_name(&mut w, dir, &name, victim, behind);
             }
             drop(w);
             Ok(r?)

@@ -1,0 +1,737 @@
+//! Write-back: the changes the vfs answers from its cache and lets run
+//! behind the caller, for every backend.
+//!
+//! With a cache (`cache=loose`/`coherent`), without `sync_metadata`, and
+//! on a backend whose [`Completion`] is `Ordered` (a 9P server that runs a
+//! connection's changes in arrival order), an unlink, a write and an
+//! attribute change whose outcome the cache can work out (see
+//! [`decide_setattr`]) are answered at once and [submitted]; a backend
+//! whose completion is `Inline` (a local disk, memory) is called as usual,
+//! since running behind buys nothing there. This module owns:
+//!
+//! - **what is in flight**, per inode (the file written or changed; for an
+//!   unlink, the directory and the file) and in total, bounded by
+//!   [`MAX_INFLIGHT`] (a submitter waits for room);
+//! - **ordering**: an `Ordered` backend carries out what it was given in
+//!   order and before anything asked of it later, so no call waits for
+//!   another; a file's own small writes are gathered into pieces (see
+//!   [`Pieces`]) and a piece is sent before anything else is asked about
+//!   the file, so it is never overtaken;
+//! - **errors**, as Linux's `errseq_t`: a failed change is logged with its
+//!   path and counted, recorded against its inodes with the failure's
+//!   sequence number, and reported once to every file that was open on the
+//!   inode, at its next `fsync` or `close` (each open file keeps the
+//!   sequence number it last saw, [`Cursor`]); `syncfs` reports any failure
+//!   since the file last looked, and [`crate::Vfs::sync`] any since the
+//!   last `Vfs::sync`. The cache is corrected (the entry or the attributes
+//!   the change was answered from are dropped) from a thread of its own:
+//!   the backend's thread that reports the failure must never wait for a
+//!   cache lock whose holder may be waiting for a reply only that thread
+//!   can deliver;
+//! - **waiting**: `fsync` of a file waits for its changes, of a directory
+//!   for its entries' changes; `syncfs`, `Vfs::sync` and dropping the vfs
+//!   wait for everything.
+//!
+//! [submitted]: walkfs_fsapi::FileSystem::submit
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{mpsc, Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use walkfs_fsapi::{
+    Attr, Change, ChangeSink, Completion, Deferred, Done, Errno, FileHandle, FileSystem, NodeId,
+    Result, SetAttr, TimeSet, Timespec,
+};
+
+use crate::dcache::DIdx;
+use crate::Inner;
+
+/// Changes in flight at most (all backends together): the bound on what
+/// the vfs owes its backends.
+pub(crate) const MAX_INFLIGHT: usize = 1024;
+/// Bytes gathered per file before they are sent.
+const MAX_PIECE: usize = 256 * 1024;
+/// Writes at least this large are sent as they come.
+const DIRECT: usize = 64 * 1024;
+/// Files with a piece gathering before all are sent.
+const MAX_FILES: usize = 64;
+/// How long a piece may wait before it is sent.
+pub(crate) const MAX_AGE: Duration = Duration::from_millis(20);
+
+/// An inode as its backend knows it: (superblock, node).
+pub(crate) type Key = (usize, u64);
+
+/// A failed change, for the log and the cache's correction.
+struct Failure {
+    sb: usize,
+    node: u64,
+    /// The name an unlink removed: `(directory node, name)`.
+    entry: Option<(u64, Vec<u8>)>,
+    /// A dentry of the file (an open file's, or the directory's), to name
+    /// it in the log.
+    dentry: DIdx,
+    what: &'static str,
+    err: Errno,
+}
+
+#[derive(Default)]
+struct State {
+    inflight: usize,
+    /// Changes in flight per inode.
+    pending: HashMap<Key, u32>,
+    /// Per inode: the sequence number of its latest failure, and that
+    /// failure.
+    errs: HashMap<Key, (u64, Errno)>,
+    /// The latest failure of all.
+    last: Option<Errno>,
+}
+
+/// What an open file has seen of the failures (Linux's `f_wb_err` and
+/// `f_sb_err`): sequence numbers, sampled at open.
+#[derive(Default)]
+pub(crate) struct Cursor {
+    pub file: AtomicU64,
+    pub sb: AtomicU64,
+}
+
+impl Cursor {
+    pub fn reset(&self, seq: u64) {
+        self.file.store(seq, Relaxed);
+        self.sb.store(seq, Relaxed);
+    }
+}
+
+/// Counters for `walkfs stats` (see [`crate::WriteBackStats`]).
+#[derive(Default)]
+struct Stats {
+    submitted: AtomicU64,
+    failed: AtomicU64,
+    waits: AtomicU64,
+    gathered: AtomicU64,
+}
+
+/// A file's small writes gathered into one (what the kernel's page cache
+/// would have done for a mount that cannot use it, `cache=coherent`).
+/// Invariant: whenever the lock is free, every byte a write was answered
+/// for is either in its file's piece or submitted; pieces are submitted
+/// with the lock held, so whoever flushes a file before asking its
+/// backend about it cannot find the piece half-sent.
+struct Piece {
+    fh: FileHandle,
+    off: u64,
+    buf: Vec<u8>,
+    since: Instant,
+    dentry: DIdx,
+}
+
+#[derive(Default)]
+struct Pieces {
+    by_key: HashMap<Key, Piece>,
+    /// The flusher thread is running.
+    flusher: bool,
+}
+
+pub(crate) struct WriteBack {
+    shared: Arc<Shared>,
+    pieces: Mutex<Pieces>,
+    /// `by_key.len()`, read without the lock before every call that asks
+    /// a backend about a file.
+    gathering: AtomicBool,
+    /// The sequence number [`crate::Vfs::sync`] has reported up to.
+    vfs_seen: AtomicU64,
+}
+
+/// What a [`Done`] updates: shared with the backends' threads.
+struct Shared {
+    st: Mutex<State>,
+    cv: Condvar,
+    /// Failures so far: the error sequence (read lock-free on every close).
+    seq: AtomicU64,
+    stats: Stats,
+    /// Where failures go to be logged and corrected (started at the first).
+    fix: Mutex<Option<mpsc::Sender<Failure>>>,
+    inner: Weak<Inner>,
+}
+
+/// What [`WriteBack::stats`] reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteBackStats {
+    /// Changes submitted to run behind their callers.
+    pub submitted: u64,
+    /// Of those, still in flight.
+    pub inflight: u64,
+    /// Of those, refused by the backend (reported at fsync, close, syncfs).
+    pub failed: u64,
+    /// Times a caller waited for changes in flight (fsync, close,
+    /// syncfs, room).
+    pub waits: u64,
+    /// Writes gathered into a piece rather than sent on their own.
+    pub gathered: u64,
+}
+
+impl WriteBack {
+    pub fn new(inner: Weak<Inner>) -> WriteBack {
+        WriteBack {
+            shared: Arc::new(Shared {
+                st: Mutex::new(State::default()),
+                cv: Condvar::new(),
+                seq: AtomicU64::new(0),
+                stats: Stats::default(),
+                fix: Mutex::new(None),
+                inner,
+            }),
+            pieces: Mutex::new(Pieces::default()),
+            gathering: AtomicBool::new(false),
+            vfs_seen: AtomicU64::new(0),
+        }
+    }
+
+    /// The current error sequence: what a file opened now has seen.
+    pub fn seq(&self) -> u64 {
+        self.shared.seq.load(Relaxed)
+    }
+
+    pub fn stats(&self) -> WriteBackStats {
+        let s = &self.shared.stats;
+        WriteBackStats {
+            submitted: s.submitted.load(Relaxed),
+            inflight: self.shared.st.lock().inflight as u64,
+            failed: s.failed.load(Relaxed),
+            waits: s.waits.load(Relaxed),
+            gathered: s.gathered.load(Relaxed),
+        }
+    }
+
+    pub fn reset_stats(&self) {
+        let s = &self.shared.stats;
+        for c in [&s.submitted, &s.failed, &s.waits, &s.gathered] {
+            c.store(0, Relaxed);
+        }
+    }
+
+    /// Submit `op` to `fs` (superblock `sb`), counted against `keys`;
+    /// `dentry` names the file in the log. Waits for room first. `Err`
+    /// when the backend could not even start it, or, for a backend that
+    /// completes inline, when it failed (the caller learns at once).
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &self,
+        fs: &dyn FileSystem,
+        sb: usize,
+        keys: [Option<u64>; 2],
+        entry: Option<(u64, Vec<u8>)>,
+        dentry: DIdx,
+        what: &'static str,
+        op: Deferred<'_>,
+    ) -> Result<()> {
+        let sh = &self.shared;
+        {
+            let mut st = sh.st.lock();
+            if st.inflight >= MAX_INFLIGHT {
+                sh.stats.waits.fetch_add(1, Relaxed);
+                while st.inflight >= MAX_INFLIGHT {
+                    sh.cv.wait(&mut st);
+                }
+            }
+            st.inflight += 1;
+            for k in keys.iter().flatten() {
+                *st.pending.entry((sb, *k)).or_insert(0) += 1;
+            }
+        }
+        sh.stats.submitted.fetch_add(1, Relaxed);
+        let node = keys[0].unwrap_or(0);
+        let shared = Arc::clone(sh);
+        // Set by a `done` that ran before `submit` returned with an error.
+        let inline_err = Arc::new(Mutex::new(None));
+        let inline = Arc::clone(&inline_err);
+        let returned = Arc::new(AtomicBool::new(false));
+        let after = Arc::clone(&returned);
+        let done: Done = Box::new(move |r: Result<()>| {
+            let fail = match r {
+                // Before `submit` returned: the caller is told at once
+                // (a backend that completes inline has nobody else to
+                // tell; an ordered one that answered that fast is as
+                // good as inline).
+                Err(e) if !after.load(Relaxed) => {
+                    *inline.lock() = Some(e);
+                    None
+                }
+                Err(e) => Some(Failure {
+                    sb,
+                    node,
+                    entry,
+                    dentry,
+                    what,
+                    err: e,
+                }),
+                Ok(()) => None,
+            };
+            shared.complete(sb, keys, fail);
+        });
+        let r = fs.submit(op, done);
+        returned.store(true, Relaxed);
+        if let Err(e) = r {
+            // Never started: `done` will not run.
+            sh.complete(sb, keys, None);
+            return Err(e);
+        }
+        let e = inline_err.lock().take();
+        e.map_or(Ok(()), Err)
+    }
+
+    /// Wait until none of `keys` of superblock `sb` has a change in
+    /// flight.
+    pub fn wait_for(&self, sb: usize, keys: &[u64]) {
+        let sh = &self.shared;
+        let mut st = sh.st.lock();
+        let busy = |st: &State| keys.iter().any(|k| st.pending.contains_key(&(sb, *k)));
+        if busy(&st) {
+            sh.stats.waits.fetch_add(1, Relaxed);
+            while busy(&st) {
+                sh.cv.wait(&mut st);
+            }
+        }
+    }
+
+    /// Wait until nothing is in flight.
+    pub fn wait_all(&self) {
+        let sh = &self.shared;
+        let mut st = sh.st.lock();
+        if st.inflight > 0 {
+            sh.stats.waits.fetch_add(1, Relaxed);
+            while st.inflight > 0 {
+                sh.cv.wait(&mut st);
+            }
+        }
+    }
+
+    /// The failure of inode `(sb, node)` that `seen` has not reported yet,
+    /// now reported (`seen` moves to the current sequence).
+    pub fn report(&self, sb: usize, node: u64, seen: &AtomicU64) -> Result<()> {
+        let now = self.seq();
+        let was = seen.load(Relaxed);
+        if now == was {
+            return Ok(());
+        }
+        let st = self.shared.st.lock();
+        match st.errs.get(&(sb, node)) {
+            Some(&(at, e)) if at > was => {
+                seen.store(now, Relaxed);
+                Err(e)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Any failure `seen` has not reported yet (`syncfs`).
+    pub fn report_any(&self, seen: &AtomicU64) -> Result<()> {
+        let now = self.seq();
+        if seen.swap(now, Relaxed) == now {
+            return Ok(());
+        }
+        Err(self.shared.st.lock().last.unwrap_or(Errno::EIO))
+    }
+
+    /// [`WriteBack::report_any`] against the vfs's own cursor.
+    pub fn report_vfs(&self) -> Result<()> {
+        self.report_any(&self.vfs_seen)
+    }
+}
+
+impl Shared {
+    /// A submitted change finished (`fail`: it was refused).
+    fn complete(&self, sb: usize, keys: [Option<u64>; 2], fail: Option<Failure>) {
+        let mut st = self.st.lock();
+        st.inflight -= 1;
+        for k in keys.iter().flatten() {
+            if let Some(n) = st.pending.get_mut(&(sb, *k)) {
+                *n -= 1;
+                if *n == 0 {
+                    st.pending.remove(&(sb, *k));
+                }
+            }
+        }
+        if let Some(f) = &fail {
+            let seq = self.seq.load(Relaxed) + 1;
+            for k in keys.iter().flatten() {
+                st.errs.insert((sb, *k), (seq, f.err));
+            }
+            st.last = Some(f.err);
+            // Published under the lock: a reader that sees the new
+            // sequence and then takes the lock finds the error.
+            self.seq.store(seq, Relaxed);
+            self.stats.failed.fetch_add(1, Relaxed);
+        }
+        drop(st);
+        self.cv.notify_all();
+        if let Some(f) = fail {
+            self.correct(f);
+        }
+    }
+
+    /// Hand a failure to the corrections thread (started at the first).
+    fn correct(&self, f: Failure) {
+        let mut fix = self.fix.lock();
+        if fix.is_none() {
+            let (tx, rx) = mpsc::channel::<Failure>();
+            let inner = self.inner.clone();
+            let started = std::thread::Builder::new()
+                .name("vfs-corrections".into())
+                .spawn(move || {
+                    for f in rx {
+                        let Some(inner) = inner.upgrade() else { return };
+                        inner.failed(f);
+                    }
+                });
+            match started {
+                Ok(_) => *fix = Some(tx),
+                Err(e) => {
+                    tracing::error!("cannot start the corrections thread: {e}");
+                    return;
+                }
+            }
+        }
+        if let Some(tx) = &*fix {
+            let _ = tx.send(f);
+        }
+    }
+}
+
+impl Inner {
+    /// Whether changes to `fs` run behind their callers.
+    #[inline]
+    pub(crate) fn defers(&self, fs: &dyn FileSystem) -> bool {
+        self.sw.write_back.load(Relaxed) && fs.completion() == Completion::Ordered
+    }
+
+    /// A failure, on the corrections thread: log it with its path, drop
+    /// what the cache answered from (and tell the listeners: a FUSE
+    /// kernel must drop it too).
+    fn failed(self: &Arc<Inner>, f: Failure) {
+        let path = self.path_of(f.dentry);
+        match &f.entry {
+            Some((_, name)) => tracing::warn!(
+                "write-back: {} of {}/{} failed: {} (reported at fsync, close, syncfs)",
+                f.what,
+                path,
+                String::from_utf8_lossy(name),
+                f.err
+            ),
+            None => tracing::warn!(
+                "write-back: {} of {} failed: {} (reported at fsync, close, syncfs)",
+                f.what,
+                path,
+                f.err
+            ),
+        }
+        let mut changes = vec![Change::Inode {
+            node: NodeId(f.node),
+            ino: f.node,
+        }];
+        if let Some((dir, name)) = f.entry {
+            changes.push(Change::Entry {
+                dir: NodeId(dir),
+                dir_ino: dir,
+                name,
+            });
+        }
+        crate::coherent::Invalidator {
+            inner: Arc::downgrade(self),
+            sb: f.sb,
+        }
+        .changed(&changes);
+    }
+
+    /// The path of dentry `d` from the vfs root, for logs (best effort: a
+    /// name may be renamed meanwhile).
+    pub(crate) fn path_of(&self, mut d: DIdx) -> String {
+        let dc = &self.dc;
+        let mut names = Vec::new();
+        for _ in 0..64 {
+            if d == self.root || d.is_none() {
+                break;
+            }
+            let Some(den) = dc.dentry(d) else { break };
+            names.push(dc.name_of(d));
+            let p = DIdx(den.parent.load(Relaxed));
+            if p == d {
+                break;
+            }
+            d = p;
+        }
+        let mut out = String::new();
+        for n in names.iter().rev() {
+            out.push('/');
+            out.push_str(&String::from_utf8_lossy(n));
+        }
+        if out.is_empty() {
+            out.push('/');
+        }
+        out
+    }
+
+    /// Write `data` at `off` of the open file `(sb, node)`, behind the
+    /// caller: gathered into the file's piece when small, else submitted.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn write_behind(
+        &self,
+        fs: &dyn FileSystem,
+        sb: usize,
+        node: u64,
+        fh: FileHandle,
+        off: u64,
+        data: &[u8],
+        dentry: DIdx,
+    ) -> Result<()> {
+        let wb = &self.wb;
+        let key = (sb, node);
+        let mut p = wb.pieces.lock();
+        if let Some(piece) = p.by_key.get_mut(&key) {
+            if piece.fh == fh
+                && piece.off + piece.buf.len() as u64 == off
+                && piece.buf.len() + data.len() <= MAX_PIECE
+            {
+                piece.buf.extend_from_slice(data);
+                wb.shared.stats.gathered.fetch_add(1, Relaxed);
+                return Ok(());
+            }
+            let piece = p.by_key.remove(&key).expect("just found");
+            self.send_piece(fs, key, piece)?;
+        }
+        if data.len() >= DIRECT {
+            wb.gathering.store(!p.by_key.is_empty(), Relaxed);
+            return self.submit_write(fs, key, fh, off, data, dentry);
+        }
+        if p.by_key.len() >= MAX_FILES {
+            let all: Vec<(Key, Piece)> = p.by_key.drain().collect();
+            for (k, piece) in all {
+                if let Ok(fs) = self.sb(k.0) {
+                    // A failure is recorded against its file.
+                    let _ = self.send_piece(&*fs, k, piece);
+                }
+            }
+        }
+        p.by_key.insert(
+            key,
+            Piece {
+                fh,
+                off,
+                buf: data.to_vec(),
+                since: Instant::now(),
+                dentry,
+            },
+        );
+        wb.shared.stats.gathered.fetch_add(1, Relaxed);
+        wb.gathering.store(true, Relaxed);
+        if !p.flusher {
+            p.flusher = self.start_flusher();
+        }
+        Ok(())
+    }
+
+    fn submit_write(
+        &self,
+        fs: &dyn FileSystem,
+        key: Key,
+        fh: FileHandle,
+        off: u64,
+        data: &[u8],
+        dentry: DIdx,
+    ) -> Result<()> {
+        self.wb.submit(
+            fs,
+            key.0,
+            [Some(key.1), None],
+            None,
+            dentry,
+            "write",
+            Deferred::Write {
+                node: NodeId(key.1),
+                fh,
+                off,
+                data,
+            },
+        )
+    }
+
+    /// Submit a piece (the pieces' lock held: see [`Piece`]).
+    fn send_piece(&self, fs: &dyn FileSystem, key: Key, p: Piece) -> Result<()> {
+        self.submit_write(fs, key, p.fh, p.off, &p.buf, p.dentry)
+    }
+
+    /// Send the piece of file `(sb, node)`, if any: before anything asks
+    /// the backend about the file, and at close and fsync.
+    #[inline]
+    pub(crate) fn flush_file(&self, sb: usize, node: u64) -> Result<()> {
+        if !self.wb.gathering.load(Relaxed) {
+            return Ok(());
+        }
+        self.flush_file_slow(sb, node)
+    }
+
+    #[cold]
+    fn flush_file_slow(&self, sb: usize, node: u64) -> Result<()> {
+        let mut p = self.wb.pieces.lock();
+        let Some(piece) = p.by_key.remove(&(sb, node)) else {
+            return Ok(());
+        };
+        self.wb.gathering.store(!p.by_key.is_empty(), Relaxed);
+        let fs = self.sb(sb)?;
+        self.send_piece(&*fs, (sb, node), piece)
+    }
+
+    /// Send every piece (syncfs, sync, unmount).
+    pub(crate) fn flush_all(&self) {
+        let mut p = self.wb.pieces.lock();
+        let all: Vec<(Key, Piece)> = p.by_key.drain().collect();
+        self.wb.gathering.store(false, Relaxed);
+        for (k, piece) in all {
+            if let Ok(fs) = self.sb(k.0) {
+                let _ = self.send_piece(&*fs, k, piece);
+            }
+        }
+    }
+
+    /// Start the thread that sends pieces older than [`MAX_AGE`]; it ends
+    /// with the vfs.
+    fn start_flusher(&self) -> bool {
+        let weak = self.wb.shared.inner.clone();
+        std::thread::Builder::new()
+            .name("vfs-writeback".into())
+            .spawn(move || loop {
+                std::thread::sleep(MAX_AGE / 2);
+                let Some(inner) = weak.upgrade() else { return };
+                if !inner.wb.gathering.load(Relaxed) {
+                    continue;
+                }
+                let mut p = inner.wb.pieces.lock();
+                let now = Instant::now();
+                let due: Vec<Key> = p
+                    .by_key
+                    .iter()
+                    .filter(|(_, piece)| now.duration_since(piece.since) >= MAX_AGE)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for k in due {
+                    let Some(piece) = p.by_key.remove(&k) else {
+                        continue;
+                    };
+                    if let Ok(fs) = inner.sb(k.0) {
+                        let _ = inner.send_piece(&*fs, k, piece);
+                    }
+                }
+                inner.wb.gathering.store(!p.by_key.is_empty(), Relaxed);
+            })
+            .map_err(|e| tracing::error!("cannot start the write-back thread: {e}"))
+            .is_ok()
+    }
+
+    /// Submit an attribute change already decided from the cache.
+    pub(crate) fn setattr_behind(
+        &self,
+        fs: &dyn FileSystem,
+        sb: usize,
+        node: u64,
+        set: SetAttr,
+        dentry: DIdx,
+    ) -> Result<()> {
+        self.wb.submit(
+            fs,
+            sb,
+            [Some(node), None],
+            None,
+            dentry,
+            "attribute change",
+            Deferred::SetAttr {
+                node: NodeId(node),
+                set,
+            },
+        )
+    }
+
+    /// Submit the unlink of `name` (file `victim`) in directory `dir`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn unlink_behind(
+        &self,
+        fs: &dyn FileSystem,
+        sb: usize,
+        dir: u64,
+        name: &[u8],
+        victim: u64,
+        dentry: DIdx,
+    ) -> Result<()> {
+        self.wb.submit(
+            fs,
+            sb,
+            [Some(dir), Some(victim)],
+            Some((dir, name.to_vec())),
+            dentry,
+            "unlink",
+            Deferred::Unlink {
+                parent: NodeId(dir),
+                name,
+            },
+        )
+    }
+
+    /// At close (and FUSE's flush) of `file` on inode `(sb, node)`: its
+    /// gathered writes sent; with `cache=coherent` its changes waited for
+    /// (close-to-open: the next open, anywhere, sees them); then a
+    /// failure the file has not reported.
+    pub(crate) fn file_closing(&self, seen: &AtomicU64, sb: usize, node: u64) -> Result<()> {
+        let sent = self.flush_file(sb, node);
+        if self.coherent {
+            self.wb.wait_for(sb, &[node]);
+        }
+        sent.and(self.wb.report(sb, node, seen))
+    }
+
+    /// Everything sent and answered; then any failure since the last call
+    /// (unmount, `walkfs sync`).
+    pub(crate) fn sync_all(&self) -> Result<()> {
+        self.flush_all();
+        self.wb.wait_all();
+        self.wb.report_vfs()
+    }
+}
+
+/// Can `set` be answered from `cur` without the backend? Then the part of
+/// it to send (`None`: nothing) and the attributes that result. Only
+/// changes whose outcome no backend policy decides: times, owners, and
+/// modes, of a file with no set-id bit and setting none (a chown clears
+/// them, a chmod may drop them); a chown to the current owner is not sent
+/// at all; sizes wait. The caller has checked the permission.
+pub(crate) fn decide_setattr(set: &SetAttr, cur: &Attr) -> Option<(Option<SetAttr>, Attr)> {
+    const SETID: u32 = libc::S_ISUID | libc::S_ISGID;
+    if set.size.is_some() || cur.mode & SETID != 0 || set.mode.is_some_and(|m| m & SETID != 0) {
+        return None;
+    }
+    let mut set = *set;
+    if set.uid == Some(cur.uid) {
+        set.uid = None;
+    }
+    if set.gid == Some(cur.gid) {
+        set.gid = None;
+    }
+    let now = Timespec::now();
+    let mut a = *cur;
+    a.uid = set.uid.unwrap_or(a.uid);
+    a.gid = set.gid.unwrap_or(a.gid);
+    if let Some(m) = set.mode {
+        a.mode = (a.mode & libc::S_IFMT) | (m & 0o7777);
+    }
+    for (t, slot) in [(set.atime, &mut a.atime), (set.mtime, &mut a.mtime)] {
+        match t {
+            None => {}
+            Some(TimeSet::Now) => *slot = now,
+            Some(TimeSet::At(ts)) => *slot = ts,
+        }
+    }
+    if set == SetAttr::default() {
+        return Some((None, a));
+    }
+    a.ctime = now;
+    Some((Some(set), a))
+}
