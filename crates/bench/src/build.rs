@@ -89,12 +89,14 @@ pub struct Row {
 #[derive(Clone, Debug)]
 pub(crate) enum Kind {
     Native,
-    /// `walkfs mount` of the local directory (embedded server) with these
-    /// options; with a delay, a separate `walkfs serve --reply-delay-us`
-    /// and `walkfs mount unix:...`.
+    /// `walkfs mount` of the local directory with these options (the vfs
+    /// over the directory; with `via_9p` through the 9P client and an
+    /// in-process server); with a delay, a separate `walkfs serve
+    /// --reply-delay-us` and `walkfs mount unix:...`.
     Walkfs {
         opts: &'static str,
         delay_us: u64,
+        via_9p: bool,
         /// Run with [`BuildOpts::baseline`] instead of [`BuildOpts::walkfs`].
         baseline: bool,
     },
@@ -130,6 +132,7 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
             kind: Kind::Walkfs {
                 opts: o,
                 delay_us: 0,
+                via_9p: false,
                 baseline: false,
             },
         });
@@ -149,6 +152,7 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
                 kind: Kind::Walkfs {
                     opts: o,
                     delay_us: opts.slow_us,
+                    via_9p: false,
                     baseline: false,
                 },
             });
@@ -173,11 +177,17 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
         let twins: Vec<Config> = v
             .iter()
             .filter_map(|c| match c.kind {
-                Kind::Walkfs { opts, delay_us, .. } => Some(Config {
+                Kind::Walkfs {
+                    opts,
+                    delay_us,
+                    via_9p,
+                    ..
+                } => Some(Config {
                     name: format!("{}@baseline", c.name),
                     kind: Kind::Walkfs {
                         opts,
                         delay_us,
+                        via_9p,
                         baseline: true,
                     },
                 }),
@@ -478,6 +488,7 @@ pub(crate) fn mount(
             opts: o,
             delay_us,
             baseline,
+            ..
         } if *delay_us > 0 => {
             let exe = exe_of(opts, *baseline);
             let sock = mnt.with_extension("sock");
@@ -491,13 +502,21 @@ pub(crate) fn mount(
                 .args(["-o", o]))?;
         }
         Kind::Walkfs {
-            opts: o, baseline, ..
+            opts: o,
+            baseline,
+            via_9p,
+            ..
         } => {
-            sh(Command::new(exe_of(opts, *baseline))
-                .arg("mount")
-                .arg(src)
-                .arg(mnt)
-                .args(["-o", o]))?;
+            let mut cmd = Command::new(exe_of(opts, *baseline));
+            cmd.arg("mount").arg(src).arg(mnt).args(["-o", o]);
+            if *via_9p {
+                cmd.arg("--via-9p");
+            } else if *baseline {
+                // A release from before the local mount was the vfs over
+                // the directory by default.
+                cmd.arg("--direct");
+            }
+            sh(&mut cmd)?;
         }
         Kind::Bindfs => sh(Command::new("bindfs").arg(src).arg(mnt))?,
         Kind::Sshfs => {

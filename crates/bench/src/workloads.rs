@@ -17,8 +17,9 @@
 //! - `node-require`: node requiring the project's large packages, cold
 //!   (module resolution: mostly lookups of names that do not exist).
 //!
-//! Configurations: native ext4, `walkfs mount` (its in-process server)
-//! with `cache=loose,negtimeout=-1` and with `cache=coherent`, bindfs,
+//! Configurations: native ext4, `walkfs mount` (the vfs over the
+//! directory) with `cache=loose,negtimeout=-1` and with `cache=coherent`,
+//! the same loose mount through the whole 9P stack (`--via-9p`), bindfs,
 //! sshfs over 127.0.0.1; with `--reply-delay-us N` the walkfs rows again
 //! behind `walkfs serve --reply-delay-us N`. Repetitions are interleaved
 //! across configurations; medians are reported, with the RPCs (by type)
@@ -97,6 +98,7 @@ fn configs(opts: &WorkloadOpts) -> Vec<Config> {
         kind: Kind::Walkfs {
             opts: o,
             delay_us,
+            via_9p: name.contains("-9p"),
             baseline: false,
         },
     };
@@ -107,6 +109,7 @@ fn configs(opts: &WorkloadOpts) -> Vec<Config> {
         },
         walkfs("walkfs-loose", "cache=loose,negtimeout=-1", 0),
         walkfs("walkfs-coherent", "cache=coherent,negtimeout=-1", 0),
+        walkfs("walkfs-9p-loose", "cache=loose,negtimeout=-1", 0),
         Config {
             name: "bindfs".into(),
             kind: Kind::Bindfs,

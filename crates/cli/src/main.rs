@@ -139,18 +139,28 @@ enum Cmd {
     },
     /// Print the target of the symlink PATH in SOURCE.
     Readlink { source: String, path: String },
-    /// Mount SOURCE on MOUNTPOINT through FUSE. SOURCE is a 9P server
-    /// (unix:PATH, tcp:HOST:PORT) or a local directory, which is then
-    /// exported by a walkfs server inside this process over a socketpair
-    /// and reached through the 9P client, so the whole stack runs.
+    /// Mount SOURCE on MOUNTPOINT through FUSE. SOURCE is a local
+    /// directory (the vfs over the directory itself), mem: (an empty
+    /// in-memory tree) or a 9P server (unix:PATH, tcp:HOST:PORT).
     ///
-    /// OPTIONS (-o, comma-separated): cache=none|loose (default loose),
-    /// negtimeout=MS (alias ndentrytmo; -1 = keep negative entries until
-    /// invalidated), msize=N, ro, allow_other, default_permissions,
-    /// threads=N, entry_timeout=S, attr_timeout=S, and the vfs switches
-    /// (fastpath, fastperm, cache_symlinks, pathcache). In cache=loose the
-    /// kernel keeps entries, attributes, negative entries and symlink
-    /// bodies itself; cache=none gives it zero timeouts.
+    /// OPTIONS (-o, comma-separated): cache=none|loose|coherent (default
+    /// loose): none asks the backend on every lookup and stat; loose keeps
+    /// what was learned; coherent keeps it and drops exactly what the
+    /// host (inotify) or the 9P server reports changed, so edits made
+    /// beside the mount are seen at once. negtimeout=MS (alias
+    /// ndentrytmo; -1 = keep negative entries until invalidated),
+    /// sync_metadata=1 (wait for every change rather than let unlinks,
+    /// writes and attribute changes run behind the caller on a 9P
+    /// source), msize=N, fids=N, host_fds=N, dir_readahead=N, ro,
+    /// allow_other, default_permissions, threads=N, entry_timeout=S,
+    /// attr_timeout=S, and the vfs switches (fastpath, fastperm,
+    /// cache_symlinks, pathcache). In cache=loose the kernel keeps
+    /// entries, attributes, negative entries and symlink bodies itself;
+    /// cache=none gives it zero timeouts.
+    ///
+    /// Changes that ran behind their callers report failures at fsync
+    /// and close; `walkfs sync MOUNTPOINT` waits for all of them (sync(2)
+    /// never reaches a FUSE daemon).
     ///
     /// Without --foreground the command returns once the mount is up and
     /// the mount lives on in the background. Unmount with
@@ -165,14 +175,26 @@ enum Cmd {
         /// Stay in the foreground (logs to stderr) until unmounted.
         #[arg(short, long)]
         foreground: bool,
-        /// Mount a local directory without the 9P layer in between (the
-        /// vfs over the directory itself).
+        /// Mount a local directory through the whole stack: exported by a
+        /// walkfs server inside this process over a socketpair and reached
+        /// through the 9P client (for tests and comparisons).
         #[arg(long)]
+        via_9p: bool,
+        /// The default since the local mount is the vfs over the directory
+        /// (kept for old scripts).
+        #[arg(long, hide = true)]
         direct: bool,
     },
     /// Print a walkfs mount's counters: what the kernel asked (lookups,
     /// negative answers, ...), the vfs cache's misses, 9P RPCs by type,
     /// bytes, and the time spent waiting for the server.
+    /// Drain a walkfs mount: send what it gathered and wait until every
+    /// change that ran behind its caller (unlinks, writes, attribute
+    /// changes on a 9P source) has been carried out. Exits non-zero with
+    /// the error if any of them failed since the last `walkfs sync` (each
+    /// failure is also logged by the mount with its path). sync(2) does
+    /// not reach a FUSE daemon; this does.
+    Sync { mountpoint: String },
     Stats {
         mountpoint: String,
         /// The counters as one JSON object.
@@ -855,9 +877,11 @@ fn run(cmd: Cmd) -> Result<(), String> {
             mountpoint,
             options,
             foreground,
-            direct,
-        } => mount_cmd(&source, &mountpoint, &options, foreground, direct),
+            via_9p,
+            direct: _,
+        } => mount_cmd(&source, &mountpoint, &options, foreground, via_9p),
         Cmd::Stats { mountpoint, json } => stats_cmd(&mountpoint, json),
+        Cmd::Sync { mountpoint } => sync_cmd(&mountpoint),
         Cmd::NineP {
             addr,
             op,
@@ -957,7 +981,7 @@ fn mount_cmd(
     mountpoint: &str,
     options: &str,
     foreground: bool,
-    direct: bool,
+    via_9p: bool,
 ) -> Result<(), String> {
     use walkfs_fuse::mount;
     let opts = walkfs_fuse::MountOptions::parse(options)?;
@@ -974,7 +998,7 @@ fn mount_cmd(
     };
     mount::block_signals();
     let up = (|| {
-        let vfs = mount::open_source(source, &opts, direct)?;
+        let vfs = mount::open_source(source, &opts, via_9p)?;
         mount::mount(vfs, source, mp, opts, mount::wake_waiter)
     })();
     let m = match (up, ready) {
@@ -1063,6 +1087,31 @@ mod daemon {
             Ok(Ready(std::fs::File::from_raw_fd(fds[1])))
         }
     }
+}
+
+fn sync_cmd(mountpoint: &str) -> Result<(), String> {
+    let path = std::ffi::CString::new(mountpoint).map_err(|_| "bad path".to_string())?;
+    let name = std::ffi::CString::new(walkfs_fuse::SYNC_XATTR).unwrap_or_default();
+    let mut buf = [0u8; 64];
+    // SAFETY: C strings and a buffer of the length passed.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENODATA) | Some(libc::ENOTSUP) => {
+                format!("{mountpoint}: not a walkfs mount ({e})")
+            }
+            _ => format!("{mountpoint}: a change made behind its caller failed: {e}"),
+        });
+    }
+    Ok(())
 }
 
 fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {

@@ -10,18 +10,22 @@ use common::*;
 
 #[test]
 fn a_c_project_builds_and_runs_from_the_mount() {
-    build_on_the_mount("cache=loose,negtimeout=-1");
+    build_on_the_mount("cache=loose,negtimeout=-1", false);
+    build_on_the_mount("cache=loose,negtimeout=-1", true);
 }
 
-/// Coherent mounts write through and gather small writes themselves
-/// (crates/fuse/src/writebehind.rs): the compiler's and linker's output
-/// must come out the same.
+/// Coherent mounts write through; over 9P the vfs's write-back gathers
+/// small writes itself (crates/vfs/src/writeback.rs): the compiler's and
+/// linker's output must come out the same.
 #[test]
 fn a_c_project_builds_and_runs_from_a_coherent_mount() {
-    build_on_the_mount("cache=coherent,negtimeout=-1");
+    build_on_the_mount("cache=coherent,negtimeout=-1", false);
+    build_on_the_mount("cache=coherent,negtimeout=-1", true);
 }
 
-fn build_on_the_mount(opts: &str) {
+/// A C build on a mount of a local directory: the vfs over it, or with
+/// `via_9p` through the whole stack (whose RPCs `walkfs stats` shows).
+fn build_on_the_mount(opts: &str, via_9p: bool) {
     let t = tempfile::tempdir().expect("tempdir");
     let (src, mnt) = (t.path().join("src"), t.path().join("mnt"));
     std::fs::create_dir_all(src.join("include")).expect("mkdir");
@@ -42,18 +46,32 @@ fn build_on_the_mount(opts: &str) {
         "prog: main.o twice.o\n\tcc -o $@ $^\n%.o: %.c\n\tcc -Iinclude -c -o $@ $<\n",
     )
     .expect("write");
-    let _m = Mount::new(&src, &mnt, opts);
+    let _m = if via_9p {
+        Mount::via_9p(&src, &mnt, opts)
+    } else {
+        Mount::new(&src, &mnt, opts)
+    };
     run(Command::new("make").arg("-s").arg("-C").arg(&mnt));
     let o = run(&mut Command::new(mnt.join("prog")));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "hello from walkfs 42\n");
     // What the build wrote through the mount is on the host.
     assert!(src.join("prog").is_file() && src.join("main.o").is_file());
-    // Counters of the mount: the build's lookups and RPCs.
+    // Everything ran behind its caller is done, none failed.
+    run(walkfs().arg("sync").arg(&mnt));
+    // Counters of the mount: the build's lookups, and through 9P its RPCs.
     let o = run(walkfs().arg("stats").arg(&mnt).arg("--json"));
     let s: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
-    assert!(s["total_rpcs"].as_u64().unwrap_or(0) > 0, "{s}");
-    let o = run(walkfs().arg("stats").arg(&mnt));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("Twalk"));
+    assert!(s["vfs_slow_lookups"].as_u64().unwrap_or(0) > 0, "{s}");
+    assert_eq!(s["writeback_failed"].as_u64(), Some(0), "{s}");
+    let rpcs = s["total_rpcs"].as_u64().unwrap_or(0);
+    assert_eq!(rpcs > 0, via_9p, "{s}");
+    if via_9p {
+        // A build's unlinks (make's temporaries), writes and times ran
+        // behind it.
+        assert!(s["writeback_submitted"].as_u64().unwrap_or(0) > 0, "{s}");
+        let o = run(walkfs().arg("stats").arg(&mnt));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("Twalk"));
+    }
 }
 
 /// What tmux, ssh's ControlPath and build daemons do in a working

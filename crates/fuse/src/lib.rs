@@ -46,7 +46,7 @@ use parking_lot::{Mutex, RwLock};
 use walkfs_vfs::{Creds, Ctx, Errno, Statx, TimeSet, Timespec, Vfs};
 
 pub use options::MountOptions;
-pub use stats::{FuseCounters, MountStats, STATS_XATTR};
+pub use stats::{FuseCounters, MountStats, STATS_XATTR, SYNC_XATTR};
 pub use walkfs_vfs::CachePolicy;
 
 /// Descriptors the mount may hold in the vfs: the cached ones of nodes
@@ -1232,11 +1232,19 @@ impl Filesystem for WalkFuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        if ino != INodeNo::ROOT || name.as_bytes() != STATS_XATTR.as_bytes() {
-            reply.error(fuser::Errno::NO_XATTR);
-            return;
-        }
-        let body = serde_json::to_vec(&self.stats()).unwrap_or_default();
+        let body = match name.as_bytes() {
+            n if ino != INodeNo::ROOT
+                || n != STATS_XATTR.as_bytes() && n != SYNC_XATTR.as_bytes() =>
+            {
+                reply.error(fuser::Errno::NO_XATTR);
+                return;
+            }
+            n if n == SYNC_XATTR.as_bytes() => match self.vfs.sync() {
+                Ok(()) => b"ok".to_vec(),
+                Err(e) => return reply.error(errno(e)),
+            },
+            _ => serde_json::to_vec(&self.stats()).unwrap_or_default(),
+        };
         if size == 0 {
             reply.size(body.len() as u32);
         } else if (size as usize) < body.len() {

@@ -13,14 +13,15 @@ use walkfs_vfs::Vfs;
 
 use crate::{kmount, MountOptions, WalkFuse};
 
-/// The vfs for `source`. A local directory (or `mem:`) is exported by a
-/// `walkfs serve` in this process over one end of a socketpair; the 9P
-/// client takes the other end. `direct` skips the 9P layer (the vfs
-/// over the directory itself).
-pub fn open_source(source: &str, opts: &MountOptions, direct: bool) -> Result<Vfs, String> {
+/// The vfs for `source`: a 9P server's export through the 9P client, or
+/// a local directory (or `mem:`) itself. With `via_9p` a local directory
+/// is instead exported by a `walkfs serve` in this process over one end
+/// of a socketpair, the 9P client taking the other end: the whole stack,
+/// for tests and comparisons.
+pub fn open_source(source: &str, opts: &MountOptions, via_9p: bool) -> Result<Vfs, String> {
     let open = || walkfs_source::open(source, &opts.source).map_err(|e| format!("{source}: {e}"));
     let kind = Source::parse(source);
-    if direct || matches!(kind, Ok(Source::P9(_))) {
+    if !via_9p || matches!(kind, Ok(Source::P9(_))) {
         return open();
     }
     match kind {

@@ -12,6 +12,13 @@ use crate::MountOptions;
 /// The attribute `walkfs stats` reads: JSON of [`MountStats`].
 pub const STATS_XATTR: &str = "user.walkfs.stats";
 
+/// The extended attribute of the mount's root whose reading drains the
+/// mount: everything gathered is sent and every change running behind
+/// its caller carried out, then a failure any met since the last such
+/// read is reported as the read's error (`walkfs sync MOUNTPOINT`;
+/// `sync(2)` never reaches a FUSE daemon).
+pub const SYNC_XATTR: &str = "user.walkfs.sync";
+
 /// What the kernel asked of the mount.
 #[derive(Default, Debug)]
 pub struct FuseCounters {

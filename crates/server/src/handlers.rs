@@ -268,7 +268,14 @@ pub(crate) fn handle(
         Fcall::Treadlink { .. } => {
             let st = fid(0)?;
             let mut buf = [0u8; libc::PATH_MAX as usize];
-            let n = st.ctx.readlinkat_into(st.fd, b"", &mut buf)?;
+            let n = match st.ctx.readlinkat_into(st.fd, b"", &mut buf) {
+                // The vfs's readlinkat(fd, "") of a non-symlink is ENOENT
+                // (Linux's do_readlinkat); a fid names its file, and
+                // readlink(2) of a file that is no symlink is EINVAL, as
+                // diod and QEMU answer.
+                Err(Errno::ENOENT) if !is_symlink(&st) => return Err(Errno::EINVAL),
+                r => r?,
+            };
             reply(
                 Fcall::Rreadlink {
                     target: Str(&buf[..n]),
@@ -674,4 +681,11 @@ fn setattr(st: &FidState, a: &p9::SetAttr) -> Result<()> {
         ctx.utimensat(st.fd, b"", times, e | libc::AT_SYMLINK_NOFOLLOW)?;
     }
     Ok(())
+}
+
+/// Is the file a fid names a symlink?
+fn is_symlink(st: &FidState) -> bool {
+    st.ctx
+        .fstatx(st.fd, libc::STATX_TYPE)
+        .is_ok_and(|x| u32::from(x.stx_mode) & libc::S_IFMT == libc::S_IFLNK)
 }

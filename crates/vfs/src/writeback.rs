@@ -565,21 +565,30 @@ impl Inner {
     /// the backend about the file, and at close and fsync.
     #[inline]
     pub(crate) fn flush_file(&self, sb: usize, node: u64) -> Result<()> {
+        self.flushed_file(sb, node).map(drop)
+    }
+
+    /// [`Inner::flush_file`], saying whether there was a piece: then the
+    /// cached attributes may predate a refresh that lacked it, and a stat
+    /// asks the backend (which has the piece first: it runs changes in
+    /// order).
+    #[inline]
+    pub(crate) fn flushed_file(&self, sb: usize, node: u64) -> Result<bool> {
         if !self.wb.gathering.load(Relaxed) {
-            return Ok(());
+            return Ok(false);
         }
         self.flush_file_slow(sb, node)
     }
 
     #[cold]
-    fn flush_file_slow(&self, sb: usize, node: u64) -> Result<()> {
+    fn flush_file_slow(&self, sb: usize, node: u64) -> Result<bool> {
         let mut p = self.wb.pieces.lock();
         let Some(piece) = p.by_key.remove(&(sb, node)) else {
-            return Ok(());
+            return Ok(false);
         };
         self.wb.gathering.store(!p.by_key.is_empty(), Relaxed);
         let fs = self.sb(sb)?;
-        self.send_piece(&*fs, (sb, node), piece)
+        self.send_piece(&*fs, (sb, node), piece).map(|()| true)
     }
 
     /// Send every piece (syncfs, sync, unmount).

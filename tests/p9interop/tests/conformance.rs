@@ -526,3 +526,48 @@ fn the_clients_ids_are_honoured() {
         }
     }
 }
+
+/// Treadlink of a fid that names no symlink is EINVAL, as readlink(2),
+/// diod and QEMU answer (the vfs's readlinkat(fd, "") says ENOENT, as
+/// Linux's does for a descriptor that is no symlink: the C ABI keeps
+/// that, and the server must not pass it on).
+#[test]
+fn readlink_of_what_is_no_symlink_is_einval() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let dir = t.path().join("export");
+    make_tree(&dir);
+    let sock = t.path().join("s.sock");
+    let _server = serve(&dir, &sock);
+    let mut s = raw(&sock);
+    rpc(
+        &mut s,
+        1,
+        Fcall::Tattach {
+            fid: 1,
+            afid: walkfs_p9::NOFID,
+            uname: Str(b"root"),
+            aname: Str(b""),
+            n_uname: 0,
+        },
+    )
+    .expect("attach");
+    let readlink = |s: &mut std::os::unix::net::UnixStream, fid: u32| {
+        let r = rpc(s, 9, Fcall::Treadlink { fid }).expect("a reply");
+        match decoded(&r) {
+            Fcall::Rreadlink { target } => Ok(target.0.to_vec()),
+            Fcall::Rlerror { ecode } => Err(ecode),
+            f => panic!("unexpected {f:?}"),
+        }
+    };
+    walk(&mut s, 1, 2, &[b"hello.txt"]);
+    walk(&mut s, 1, 3, &[b"usr"]);
+    walk(&mut s, 1, 4, &[b"rel"]);
+    assert_eq!(readlink(&mut s, 2), Err(libc::EINVAL as u32), "a file");
+    assert_eq!(readlink(&mut s, 3), Err(libc::EINVAL as u32), "a directory");
+    assert_eq!(readlink(&mut s, 1), Err(libc::EINVAL as u32), "the root");
+    assert_eq!(
+        readlink(&mut s, 4),
+        Ok(b"usr/lib/gcc/crtendS.o".to_vec()),
+        "a symlink"
+    );
+}

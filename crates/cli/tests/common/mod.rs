@@ -52,12 +52,25 @@ pub struct Mount {
 }
 
 impl Mount {
+    /// The default mount: a local directory's vfs over the directory.
     pub fn new(src: &Path, mnt: &Path, opts: &str) -> Mount {
+        Mount::with_args(src, mnt, opts, &[])
+    }
+
+    /// A local directory through the whole stack (`--via-9p`: the 9P
+    /// client and an in-process server).
+    #[allow(dead_code)]
+    pub fn via_9p(src: &Path, mnt: &Path, opts: &str) -> Mount {
+        Mount::with_args(src, mnt, opts, &["--via-9p"])
+    }
+
+    fn with_args(src: &Path, mnt: &Path, opts: &str, extra: &[&str]) -> Mount {
         let o = walkfs()
             .arg("mount")
             .arg(src)
             .arg(mnt)
             .args(["-o", opts])
+            .args(extra)
             .output()
             .expect("run walkfs mount");
         assert!(

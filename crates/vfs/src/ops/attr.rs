@@ -10,7 +10,11 @@ impl Ctx {
     pub(super) fn attrs(&self, c: Cur) -> Res<InodeSnap> {
         let inner = self.inner();
         let s = inner.dc.inode_snap(c.ino).ok_or(Step::Restart)?;
-        if s.flags & I_STALE == 0 && !inner.sw.revalidate.load(AtomicOrdering::Relaxed) {
+        // A file with writes gathered (writeback.rs) sends them before
+        // anyone looks, and is then asked about.
+        let flushed = inner.flushed_file(s.sb(), s.node)?;
+        if !flushed && s.flags & I_STALE == 0 && !inner.sw.revalidate.load(AtomicOrdering::Relaxed)
+        {
             return Ok(s);
         }
         self.refresh_attrs(c.ino, s)
@@ -150,7 +154,8 @@ impl Ctx {
         if file.seq.read_retry(seq) {
             return Err(Step::Restart);
         }
-        if s.flags & I_STALE != 0 || inner.sw.revalidate.load(AtomicOrdering::Relaxed) {
+        let flushed = inner.flushed_file(s.sb(), s.node)?;
+        if flushed || s.flags & I_STALE != 0 || inner.sw.revalidate.load(AtomicOrdering::Relaxed) {
             return self.refresh_attrs(ino, s);
         }
         Ok(s)
