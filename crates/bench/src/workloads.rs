@@ -607,14 +607,21 @@ mod tests {
                 "native",
                 "walkfs-loose",
                 "walkfs-coherent",
+                "walkfs-9p-loose",
                 "bindfs",
                 "sshfs",
                 "walkfs-loose-200us",
                 "walkfs-coherent-200us"
             ]
         );
+        // Only the -9p row goes through the 9P stack of a local mount.
+        for c in configs(&o) {
+            if let Kind::Walkfs { via_9p, .. } = c.kind {
+                assert_eq!(via_9p, c.name == "walkfs-9p-loose", "{}", c.name);
+            }
+        }
         o.quick = true;
         o.reply_delay_us = 0;
-        assert_eq!(configs(&o).len(), 4);
+        assert_eq!(configs(&o).len(), 5);
     }
 }

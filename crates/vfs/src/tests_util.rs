@@ -146,3 +146,176 @@ impl FileSystem for GatedFs {
         self.inner.readdir(n)
     }
 }
+
+/// A change [`LaterFs`] holds until its worker runs it.
+struct Job {
+    op: OwnedOp,
+    done: walkfs_fsapi::Done,
+}
+
+enum OwnedOp {
+    Write(NodeId, FileHandle, u64, Vec<u8>),
+    SetAttr(NodeId, SetAttr),
+    Unlink(NodeId, Vec<u8>),
+}
+
+/// memfs as a backend whose changes complete later
+/// ([`Completion::Ordered`]): submitted changes queue up, and one worker
+/// carries them out in order, each after passing `gate` (so a test holds
+/// them in flight); `fail` makes every change it runs fail with that
+/// errno (a full disk, a refusal).
+pub(crate) struct LaterFs {
+    pub inner: walkfs_memfs::MemFs,
+    pub gate: Gate,
+    pub fail: Mutex<Option<walkfs_fsapi::Errno>>,
+    queue: Mutex<std::collections::VecDeque<Job>>,
+    wake: Condvar,
+    /// Changes submitted and not yet done.
+    busy: Mutex<usize>,
+    idle: Condvar,
+}
+
+impl LaterFs {
+    pub fn new() -> Arc<LaterFs> {
+        let fs = Arc::new(LaterFs {
+            inner: walkfs_memfs::MemFs::new(),
+            gate: Gate::default(),
+            fail: Mutex::new(None),
+            queue: Mutex::new(Default::default()),
+            wake: Condvar::new(),
+            busy: Mutex::new(0),
+            idle: Condvar::new(),
+        });
+        let weak = Arc::downgrade(&fs);
+        std::thread::spawn(move || loop {
+            let Some(fs) = weak.upgrade() else { return };
+            let job = {
+                let mut q = fs.queue.lock().expect("queue");
+                loop {
+                    if let Some(j) = q.pop_front() {
+                        break j;
+                    }
+                    let (g, _) = fs
+                        .wake
+                        .wait_timeout(q, std::time::Duration::from_millis(50))
+                        .expect("queue");
+                    q = g;
+                    if q.is_empty() && Arc::strong_count(&fs) == 1 {
+                        return;
+                    }
+                }
+            };
+            fs.gate.pass();
+            let failing = *fs.fail.lock().expect("fail");
+            let r = match failing {
+                Some(e) => Err(e),
+                None => match &job.op {
+                    OwnedOp::Write(n, fh, off, data) => {
+                        fs.inner.write(*n, *fh, *off, data).map(drop)
+                    }
+                    OwnedOp::SetAttr(n, set) => fs.inner.setattr(*n, set).map(drop),
+                    OwnedOp::Unlink(p, name) => fs.inner.unlink(*p, name),
+                },
+            };
+            (job.done)(r);
+            *fs.busy.lock().expect("busy") -= 1;
+            fs.idle.notify_all();
+        });
+        fs
+    }
+
+    /// What `Completion::Ordered` promises: a call sees every change
+    /// submitted before it.
+    fn settle(&self) {
+        let mut b = self.busy.lock().expect("busy");
+        while *b > 0 {
+            b = self.idle.wait(b).expect("busy");
+        }
+    }
+}
+
+impl FileSystem for LaterFs {
+    fn root(&self) -> NodeId {
+        self.inner.root()
+    }
+    fn lookup(&self, p: NodeId, n: &[u8]) -> Result<Entry> {
+        self.settle();
+        self.inner.lookup(p, n)
+    }
+    fn forget(&self, n: NodeId, c: u64) {
+        self.inner.forget(n, c)
+    }
+    fn getattr(&self, n: NodeId) -> Result<Attr> {
+        self.settle();
+        self.inner.getattr(n)
+    }
+    fn setattr(&self, n: NodeId, s: &SetAttr) -> Result<Attr> {
+        self.settle();
+        self.inner.setattr(n, s)
+    }
+    fn mkdir(&self, p: NodeId, n: &[u8], m: u32, o: Owner) -> Result<Entry> {
+        self.settle();
+        self.inner.mkdir(p, n, m, o)
+    }
+    fn create(
+        &self,
+        p: NodeId,
+        n: &[u8],
+        m: u32,
+        o: Owner,
+        f: OpenFlags,
+    ) -> Result<(Entry, FileHandle)> {
+        self.settle();
+        self.inner.create(p, n, m, o, f)
+    }
+    fn open(&self, n: NodeId, f: OpenFlags) -> Result<FileHandle> {
+        self.settle();
+        self.inner.open(n, f)
+    }
+    fn read(&self, n: NodeId, fh: FileHandle, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.settle();
+        self.inner.read(n, fh, off, buf)
+    }
+    fn write(&self, n: NodeId, fh: FileHandle, off: u64, data: &[u8]) -> Result<usize> {
+        self.settle();
+        self.inner.write(n, fh, off, data)
+    }
+    fn release(&self, n: NodeId, fh: FileHandle) {
+        self.inner.release(n, fh)
+    }
+    fn unlink(&self, p: NodeId, n: &[u8]) -> Result<()> {
+        self.settle();
+        self.inner.unlink(p, n)
+    }
+    fn rmdir(&self, p: NodeId, n: &[u8]) -> Result<()> {
+        self.settle();
+        self.inner.rmdir(p, n)
+    }
+    fn readdir(&self, n: NodeId) -> Result<Vec<DirEntry>> {
+        self.settle();
+        self.inner.readdir(n)
+    }
+    fn completion(&self) -> walkfs_fsapi::Completion {
+        walkfs_fsapi::Completion::Ordered
+    }
+    fn submit(&self, op: walkfs_fsapi::Deferred<'_>, done: walkfs_fsapi::Done) -> Result<()> {
+        use walkfs_fsapi::Deferred;
+        let op = match op {
+            Deferred::Write {
+                node,
+                fh,
+                off,
+                data,
+            } => OwnedOp::Write(node, fh, off, data.to_vec()),
+            Deferred::SetAttr { node, set } => OwnedOp::SetAttr(node, set),
+            Deferred::Unlink { parent, name } => OwnedOp::Unlink(parent, name.to_vec()),
+        };
+        *self.busy.lock().expect("busy") += 1;
+        self.queue
+            .lock()
+            .expect("queue")
+            .push_back(Job { op, done });
+        self.wake.notify_all();
+        Ok(())
+    }
+}

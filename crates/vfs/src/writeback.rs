@@ -213,8 +213,7 @@ impl WriteBack {
 
     /// Submit `op` to `fs` (superblock `sb`), counted against `keys`;
     /// `dentry` names the file in the log. Waits for room first. `Err`
-    /// when the backend could not even start it, or, for a backend that
-    /// completes inline, when it failed (the caller learns at once).
+    /// when the backend could not even start it.
     #[allow(clippy::too_many_arguments)]
     fn submit(
         &self,
@@ -243,42 +242,25 @@ impl WriteBack {
         sh.stats.submitted.fetch_add(1, Relaxed);
         let node = keys[0].unwrap_or(0);
         let shared = Arc::clone(sh);
-        // Set by a `done` that ran before `submit` returned with an error.
-        let inline_err = Arc::new(Mutex::new(None));
-        let inline = Arc::clone(&inline_err);
-        let returned = Arc::new(AtomicBool::new(false));
-        let after = Arc::clone(&returned);
+        // Every outcome goes through the record, even one that came back
+        // before `submit` returned: each open file must hear of it.
         let done: Done = Box::new(move |r: Result<()>| {
-            let fail = match r {
-                // Before `submit` returned: the caller is told at once
-                // (a backend that completes inline has nobody else to
-                // tell; an ordered one that answered that fast is as
-                // good as inline).
-                Err(e) if !after.load(Relaxed) => {
-                    *inline.lock() = Some(e);
-                    None
-                }
-                Err(e) => Some(Failure {
-                    sb,
-                    node,
-                    entry,
-                    dentry,
-                    what,
-                    err: e,
-                }),
-                Ok(()) => None,
-            };
+            let fail = r.err().map(|err| Failure {
+                sb,
+                node,
+                entry,
+                dentry,
+                what,
+                err,
+            });
             shared.complete(sb, keys, fail);
         });
-        let r = fs.submit(op, done);
-        returned.store(true, Relaxed);
-        if let Err(e) = r {
+        if let Err(e) = fs.submit(op, done) {
             // Never started: `done` will not run.
             sh.complete(sb, keys, None);
             return Err(e);
         }
-        let e = inline_err.lock().take();
-        e.map_or(Ok(()), Err)
+        Ok(())
     }
 
     /// Wait until none of `keys` of superblock `sb` has a change in
@@ -743,4 +725,146 @@ pub(crate) fn decide_setattr(set: &SetAttr, cur: &Attr) -> Option<(Option<SetAtt
     }
     a.ctime = now;
     Some((Some(set), a))
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use walkfs_fsapi::{Errno, FileSystem, NodeId};
+
+    use crate::tests_util::LaterFs;
+    use crate::{Creds, Options, Vfs, AT_FDCWD};
+
+    fn later_vfs(opts: &str) -> (Arc<LaterFs>, Vfs) {
+        let fs = LaterFs::new();
+        let vfs = Vfs::new(fs.clone(), &Options::parse(opts).expect("opts")).expect("vfs");
+        (fs, vfs)
+    }
+
+    fn size_in_backend(fs: &LaterFs, name: &[u8]) -> u64 {
+        let e = fs.inner.lookup(fs.inner.root(), name).expect("lookup");
+        fs.inner.getattr(e.node).expect("getattr").size
+    }
+
+    #[test]
+    fn writes_run_behind_their_callers_and_fsync_waits_for_them() {
+        let (fs, vfs) = later_vfs("");
+        let ctx = vfs.context(Creds::root());
+        let fd = ctx
+            .openat(AT_FDCWD, b"/f", libc::O_CREAT | libc::O_WRONLY, 0o644)
+            .expect("create");
+        // A wide write goes at once; small ones are gathered. All are
+        // answered while the backend holds nothing yet, and the caller's
+        // stat sees them.
+        let wide = vec![7u8; 100 * 1024];
+        assert_eq!(ctx.write(fd, &wide), Ok(wide.len()));
+        for _ in 0..3 {
+            assert_eq!(ctx.write(fd, b"0123456789"), Ok(10));
+        }
+        // The gate opens shortly (also if an assertion below fails, so
+        // the vfs's drop does not wait for ever).
+        let opener = {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                fs.gate.open();
+            })
+        };
+        let want = 30 + wide.len() as u64;
+        assert_eq!(size_in_backend(&fs, b"f"), 0, "held at the gate");
+        assert!(vfs.write_back_stats().inflight >= 1);
+        assert!(vfs.write_back_stats().gathered >= 3);
+        // A stat sends the gathered piece and asks the backend, which
+        // answers after the changes before it (`Completion::Ordered`).
+        let t = Instant::now();
+        assert_eq!(ctx.fstat(fd).expect("fstat").st_size as u64, want);
+        assert!(t.elapsed() >= Duration::from_millis(20), "the stat waited");
+        assert_eq!(ctx.fsync(fd), Ok(()));
+        assert_eq!(size_in_backend(&fs, b"f"), want);
+        assert_eq!(vfs.write_back_stats().inflight, 0);
+        assert_eq!(ctx.close(fd), Ok(()));
+        opener.join().expect("opener");
+    }
+
+    #[test]
+    fn a_failure_reaches_every_file_open_on_the_inode_once() {
+        let (fs, vfs) = later_vfs("");
+        fs.gate.open();
+        let ctx = vfs.context(Creds::root());
+        let a = ctx
+            .openat(AT_FDCWD, b"/f", libc::O_CREAT | libc::O_WRONLY, 0o644)
+            .expect("create");
+        let b = ctx
+            .openat(AT_FDCWD, b"/f", libc::O_WRONLY, 0)
+            .expect("open");
+        *fs.fail.lock().expect("fail") = Some(Errno::ENOSPC);
+        assert_eq!(ctx.write(a, b"data"), Ok(4), "answered before it fails");
+        assert_eq!(ctx.fsync(a), Err(Errno::ENOSPC));
+        assert_eq!(ctx.fsync(a), Ok(()), "reported once to a file");
+        assert_eq!(ctx.fsync(b), Err(Errno::ENOSPC), "and once to the other");
+        assert_eq!(ctx.close(b), Ok(()));
+        *fs.fail.lock().expect("fail") = None;
+        let c = ctx
+            .openat(AT_FDCWD, b"/f", libc::O_WRONLY, 0)
+            .expect("open");
+        assert_eq!(ctx.fsync(c), Ok(()), "opened after the failure");
+        assert_eq!(ctx.syncfs(c), Ok(()));
+        // syncfs has a cursor of its own (Linux's f_sb_err).
+        assert_eq!(ctx.syncfs(a), Err(Errno::ENOSPC));
+        assert_eq!(ctx.syncfs(a), Ok(()));
+        assert_eq!(vfs.sync(), Err(Errno::ENOSPC), "the vfs's own cursor");
+        assert_eq!(vfs.sync(), Ok(()));
+        assert_eq!(vfs.write_back_stats().failed, 1);
+        for fd in [a, c] {
+            assert_eq!(ctx.close(fd), Ok(()));
+        }
+    }
+
+    #[test]
+    fn an_unlink_runs_behind_and_a_refused_one_leaves_the_cache() {
+        let (fs, vfs) = later_vfs("");
+        let ctx = vfs.context(Creds::root());
+        for name in [&b"/gone"[..], b"/kept"] {
+            let fd = ctx
+                .openat(AT_FDCWD, name, libc::O_CREAT | libc::O_WRONLY, 0o644)
+                .expect("create");
+            ctx.close(fd).expect("close");
+        }
+        // Held in flight: the vfs says it is gone, the backend has it.
+        assert_eq!(ctx.unlinkat(AT_FDCWD, b"/gone", 0), Ok(()));
+        assert_eq!(ctx.faccessat(AT_FDCWD, b"/gone", 0, 0), Err(Errno::ENOENT));
+        assert!(fs.inner.lookup(fs.inner.root(), b"gone").is_ok());
+        fs.gate.open();
+        assert_eq!(vfs.sync(), Ok(()));
+        assert_eq!(
+            fs.inner.lookup(fs.inner.root(), b"gone").err(),
+            Some(Errno::ENOENT)
+        );
+        // Refused later: reported, and the name comes back.
+        *fs.fail.lock().expect("fail") = Some(Errno::EACCES);
+        assert_eq!(ctx.unlinkat(AT_FDCWD, b"/kept", 0), Ok(()));
+        assert_eq!(vfs.sync(), Err(Errno::EACCES));
+        let t = Instant::now();
+        while ctx.faccessat(AT_FDCWD, b"/kept", 0, 0).is_err() {
+            assert!(t.elapsed() < Duration::from_secs(5), "the name came back");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = NodeId(0);
+    }
+
+    #[test]
+    fn sync_metadata_waits_for_every_change() {
+        let (fs, vfs) = later_vfs("sync_metadata=1");
+        let ctx = vfs.context(Creds::root());
+        let fd = ctx
+            .openat(AT_FDCWD, b"/f", libc::O_CREAT | libc::O_WRONLY, 0o644)
+            .expect("create");
+        // The gate stays shut: nothing may be submitted.
+        assert_eq!(ctx.write(fd, b"now"), Ok(3));
+        assert_eq!(size_in_backend(&fs, b"f"), 3);
+        assert_eq!(vfs.write_back_stats().submitted, 0);
+        ctx.close(fd).expect("close");
+    }
 }
