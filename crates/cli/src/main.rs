@@ -1089,10 +1089,12 @@ mod daemon {
     }
 }
 
-fn sync_cmd(mountpoint: &str) -> Result<(), String> {
-    let path = std::ffi::CString::new(mountpoint).map_err(|_| "bad path".to_string())?;
-    let name = std::ffi::CString::new(walkfs_fuse::SYNC_XATTR).unwrap_or_default();
-    let mut buf = [0u8; 64];
+/// Read the extended attribute `name` of `mountpoint` into `buf` (how
+/// `walkfs stats` and `walkfs sync` reach the mount's daemon).
+fn mount_xattr(mountpoint: &str, name: &str, buf: &mut [u8]) -> std::io::Result<usize> {
+    let bad = |_| std::io::Error::from_raw_os_error(libc::EINVAL);
+    let path = std::ffi::CString::new(mountpoint).map_err(bad)?;
+    let name = std::ffi::CString::new(name).map_err(bad)?;
     // SAFETY: C strings and a buffer of the length passed.
     let n = unsafe {
         libc::getxattr(
@@ -1102,36 +1104,27 @@ fn sync_cmd(mountpoint: &str) -> Result<(), String> {
             buf.len(),
         )
     };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::ENODATA) | Some(libc::ENOTSUP) => {
-                format!("{mountpoint}: not a walkfs mount ({e})")
-            }
-            _ => format!("{mountpoint}: a change made behind its caller failed: {e}"),
-        });
+    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+}
+
+fn sync_cmd(mountpoint: &str) -> Result<(), String> {
+    let mut buf = [0u8; 64];
+    match mount_xattr(mountpoint, walkfs_fuse::SYNC_XATTR, &mut buf) {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENODATA | libc::ENOTSUP)) => {
+            Err(format!("{mountpoint}: not a walkfs mount ({e})"))
+        }
+        Err(e) => Err(format!(
+            "{mountpoint}: a change made behind its caller failed: {e}"
+        )),
     }
-    Ok(())
 }
 
 fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
-    let path = std::ffi::CString::new(mountpoint).map_err(|_| "bad path".to_string())?;
-    let name = std::ffi::CString::new(walkfs_fuse::STATS_XATTR).unwrap_or_default();
     let mut buf = vec![0u8; 1 << 16];
-    // SAFETY: C strings and a buffer of the length passed.
-    let n = unsafe {
-        libc::getxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(format!("{mountpoint}: not a walkfs mount ({e})"));
-    }
-    buf.truncate(n as usize);
+    let n = mount_xattr(mountpoint, walkfs_fuse::STATS_XATTR, &mut buf)
+        .map_err(|e| format!("{mountpoint}: not a walkfs mount ({e})"))?;
+    buf.truncate(n);
     if json {
         println!("{}", String::from_utf8_lossy(&buf));
         return Ok(());

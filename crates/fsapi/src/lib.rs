@@ -289,6 +289,29 @@ pub enum Deferred<'a> {
     },
 }
 
+/// Carry `op` out on `fs` now with its ordinary methods and report the
+/// outcome to `done`: what [`FileSystem::submit`] does for a backend that
+/// completes inline (and for one that cannot defer a given change).
+pub fn run_inline<F: FileSystem + ?Sized>(fs: &F, op: Deferred<'_>, done: Done) {
+    let r = match op {
+        Deferred::Write {
+            node,
+            fh,
+            off,
+            data,
+        } => fs.write(node, fh, off, data).and_then(|n| {
+            if n < data.len() {
+                Err(Errno::ENOSPC)
+            } else {
+                Ok(())
+            }
+        }),
+        Deferred::SetAttr { node, set } => fs.setattr(node, &set).map(drop),
+        Deferred::Unlink { parent, name } => fs.unlink(parent, name),
+    };
+    done(r);
+}
+
 /// Where a submitted change's outcome goes: called once, from any thread
 /// (a 9P client's reply reader), so it must not wait for anything.
 pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
@@ -385,23 +408,7 @@ pub trait FileSystem: Send + Sync {
     /// failure reported to `done` is a refusal the cache could not
     /// foresee (another client, a full disk).
     fn submit(&self, op: Deferred<'_>, done: Done) -> Result<()> {
-        let r = match op {
-            Deferred::Write {
-                node,
-                fh,
-                off,
-                data,
-            } => self.write(node, fh, off, data).and_then(|n| {
-                if n < data.len() {
-                    Err(Errno::ENOSPC)
-                } else {
-                    Ok(())
-                }
-            }),
-            Deferred::SetAttr { node, set } => self.setattr(node, &set).map(drop),
-            Deferred::Unlink { parent, name } => self.unlink(parent, name),
-        };
-        done(r);
+        run_inline(self, op, done);
         Ok(())
     }
 

@@ -983,28 +983,6 @@ impl P9Fs {
     }
 }
 
-/// What the default [`FileSystem::submit`] does: the change now.
-fn inline_submit(fs: &P9Fs, op: Deferred<'_>, done: Done) -> Result<()> {
-    let r = match op {
-        Deferred::Write {
-            node,
-            fh,
-            off,
-            data,
-        } => fs.write(node, fh, off, data).and_then(|n| {
-            if n < data.len() {
-                Err(Errno::ENOSPC)
-            } else {
-                Ok(())
-            }
-        }),
-        Deferred::SetAttr { node, set } => fs.setattr(node, &set).map(drop),
-        Deferred::Unlink { parent, name } => fs.unlink(parent, name),
-    };
-    done(r);
-    Ok(())
-}
-
 /// One [`Done`] for a change sent in `n` parts: called once every part
 /// has finished, with the first failure among them.
 struct Join(Arc<Mutex<JoinState>>);
@@ -1208,7 +1186,8 @@ impl FileSystem for P9Fs {
     /// order); the outcome goes to `done` from the reader thread.
     fn submit(&self, op: Deferred<'_>, done: Done) -> Result<()> {
         if !self.ordered {
-            return inline_submit(self, op, done);
+            walkfs_fsapi::run_inline(self, op, done);
+            return Ok(());
         }
         match op {
             Deferred::Write {
