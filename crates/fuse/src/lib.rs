@@ -999,12 +999,11 @@ impl Filesystem for WalkFuse {
         offset: u64,
         data: &[u8],
         _write_flags: fuser::WriteFlags,
-        flags: OpenFlags,
+        _flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
         self.counters.writes.fetch_add(1, Relaxed);
-        let _ = flags;
         let r = self
             .io_fd(ino, fh, true)
             .and_then(|fd| self.base.pwrite(fd.fd(), data, offset));
