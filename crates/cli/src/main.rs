@@ -1181,7 +1181,7 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
         ("readahead_used", s.readahead_used),
         ("readahead_wasted", s.readahead_wasted),
     ] {
-        rows.push(vec!["9p".into(), n.into(), c.to_string()]);
+        rows.push(vec!["vfs".into(), n.into(), c.to_string()]);
     }
     print!("{}", report::table(&["layer", "counter", "value"], &rows));
     Ok(())

@@ -316,6 +316,18 @@ pub fn run_inline<F: FileSystem + ?Sized>(fs: &F, op: Deferred<'_>, done: Done) 
 /// (a 9P client's reply reader), so it must not wait for anything.
 pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
 
+/// A listing asked for ahead ([`FileSystem::list_ahead`]): the ticket for
+/// an answer on its way. Dropping it unused gives the answer up (whatever
+/// the backend holds for it is released, and nothing is counted as looked
+/// up).
+pub trait ListAhead: Send {
+    /// Wait for the answer: the listing, each entry counted as a lookup
+    /// (as [`FileSystem::readdir_plus`]); `None` when it turned out
+    /// unusable (the directory was not where the backend last saw it, or
+    /// the listing did not fit in one reply).
+    fn wait(self: Box<Self>) -> Option<Result<Vec<DirPlus>>>;
+}
+
 /// When a backend carries out what is [submitted](FileSystem::submit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Completion {
@@ -347,10 +359,6 @@ pub struct RpcStats {
     pub bytes_received: u64,
     /// Nanoseconds callers spent waiting for replies.
     pub wait_ns: u64,
-    /// Directory listings asked for ahead of use and then used, and
-    /// those given up (stale, or never asked for).
-    pub readahead_used: u64,
-    pub readahead_wasted: u64,
 }
 
 /// A backend's use of the remote handles it keeps for cached nodes (a 9P
@@ -506,6 +514,16 @@ pub trait FileSystem: Send + Sync {
     /// one per name). `None` when the backend cannot list that way (then
     /// [`readdir`](FileSystem::readdir)).
     fn readdir_plus(&self, node: NodeId) -> Option<Result<Vec<DirPlus>>> {
+        None
+    }
+
+    /// Ask for `node`'s [`readdir_plus`](FileSystem::readdir_plus) listing
+    /// without waiting for it (the vfs's directory read-ahead). `None`
+    /// when the backend cannot (then the vfs lists when it needs to):
+    /// asking ahead pays only where the answer travels (a remote server
+    /// that keeps a connection's order, so the listing reflects every
+    /// change submitted before it).
+    fn list_ahead(&self, node: NodeId) -> Option<Box<dyn ListAhead>> {
         None
     }
 

@@ -137,6 +137,8 @@ impl MountStats {
             writeback_failed: wb.failed,
             writeback_waits: wb.waits,
             writeback_gathered: wb.gathered,
+            readahead_used: cs.readahead_used,
+            readahead_wasted: cs.readahead_wasted,
             resources,
             ..Default::default()
         };
@@ -155,8 +157,6 @@ impl MountStats {
             s.bytes_sent = p.bytes_sent;
             s.bytes_received = p.bytes_received;
             s.wait_ms = p.wait_ns as f64 / 1e6;
-            s.readahead_used = p.readahead_used;
-            s.readahead_wasted = p.readahead_wasted;
         }
         s
     }

@@ -108,10 +108,6 @@ pub struct BackendOptions {
     /// For a host directory: `O_PATH` descriptors kept for files not in
     /// use (the rest are opened again by name when needed).
     pub host_fds: u32,
-    /// For a 9P source with `cache=loose` or `cache=coherent`: listings
-    /// of subdirectories asked for ahead of use when a directory is
-    /// listed (at most 64; 0 turns read-ahead off).
-    pub dir_readahead: u32,
 }
 
 impl Default for BackendOptions {
@@ -122,21 +118,14 @@ impl Default for BackendOptions {
             secret_file: None,
             fids: walkfs_p9client::DEFAULT_NODE_FIDS as u32,
             host_fds: walkfs_hostfs::DEFAULT_CACHED_FDS as u32,
-            dir_readahead: 48,
         }
     }
 }
 
 impl BackendOptions {
     /// The names [`BackendOptions::set`] takes.
-    pub const NAMES: &'static [&'static str] = &[
-        "dir_readahead",
-        "msize",
-        "aname",
-        "secret_file",
-        "fids",
-        "host_fds",
-    ];
+    pub const NAMES: &'static [&'static str] =
+        &["msize", "aname", "secret_file", "fids", "host_fds"];
 
     /// Is `name` a backend's option (rather than the vfs's)?
     pub fn handles(name: &str) -> bool {
@@ -161,7 +150,6 @@ impl BackendOptions {
             "secret_file" if !value.is_empty() => self.secret_file = Some(PathBuf::from(value)),
             "fids" => self.fids = count(value, 1)?,
             "host_fds" => self.host_fds = count(value, 1)?,
-            "dir_readahead" => self.dir_readahead = count(value, 0)?,
             _ => return Err(Errno::EINVAL),
         }
         Ok(())
@@ -260,11 +248,6 @@ pub fn open_9p(stream: Stream, opts: &SourceOptions) -> Result<Vfs> {
         // Ask the server to report changes only when they are used.
         notify: opts.vfs.cache == CachePolicy::Coherent,
         node_fids: b.fids as usize,
-        readahead_dirs: if opts.vfs.cache == CachePolicy::None {
-            0
-        } else {
-            b.dir_readahead as usize
-        },
         ..Default::default()
     };
     let fs = Arc::new(walkfs_p9client::P9Fs::on_stream(stream, &cfg)?);
@@ -353,9 +336,9 @@ mod tests {
                 secret_file: Some("/k".into()),
                 fids: 64,
                 host_fds: 8,
-                dir_readahead: 4,
             }
         );
+        assert_eq!(o.vfs.dir_readahead, 4);
         assert_eq!(SourceOptions::parse("").unwrap(), SourceOptions::default());
         assert_eq!(SourceOptions::default().backend.fids, 1024);
         assert_eq!(SourceOptions::default().backend.host_fds, 2048);

@@ -270,7 +270,7 @@ fn subdirectories_are_read_ahead_and_used_only_while_fresh() {
         v
     };
     let counts = || {
-        let s = vfs.p9_stats().expect("9p");
+        let s = vfs.cache_stats();
         (s.readahead_used, s.readahead_wasted)
     };
     assert_eq!(list("/a").len(), 4);

@@ -58,6 +58,12 @@ pub(crate) struct Counters {
     pub changes: Counter,
     /// Times the backend lost changes and everything was dropped.
     pub changes_lost: Counter,
+    /// Directory listings asked for ahead (readahead.rs), used, given up
+    /// (stale, or never needed), and nanoseconds spent waiting for them.
+    pub readahead_asked: Counter,
+    pub readahead_used: Counter,
+    pub readahead_wasted: Counter,
+    pub readahead_wait_ns: Counter,
 }
 
 #[cfg(all(test, not(loom)))]

@@ -21,7 +21,8 @@
 //! together by [`DirLocks::exclusive`]), then the writer mutex. Nothing
 //! that holds the writer mutex takes a directory lock, and nothing takes a
 //! directory lock while holding another one taken separately: a shared
-//! lock is never held while taking an exclusive one.
+//! lock is never held while taking an exclusive one. (A directory
+//! read-ahead only tries a second shared lock, and goes on without it.)
 
 #[cfg(not(loom))]
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -71,6 +72,12 @@ impl DirLocks {
         }
     }
 
+    /// Lock `dir` for a lookup if that needs no wait (a read-ahead, which
+    /// runs while its caller holds another directory's lock).
+    pub fn try_shared(&self, dir: IIdx) -> Option<Shared<'_>> {
+        try_read(&self.stripes[self.stripe(dir)]).map(|g| Shared { _g: g })
+    }
+
     /// Lock every directory of `dirs` for a change, in stripe order; a
     /// stripe named twice (the same directory, or two sharing it) is
     /// taken once.
@@ -98,12 +105,20 @@ fn read(l: &RwLock<()>) -> RwLockReadGuard<'_, ()> {
     l.read()
 }
 #[cfg(not(loom))]
+fn try_read(l: &RwLock<()>) -> Option<RwLockReadGuard<'_, ()>> {
+    l.try_read()
+}
+#[cfg(not(loom))]
 fn write(l: &RwLock<()>) -> RwLockWriteGuard<'_, ()> {
     l.write()
 }
 #[cfg(loom)]
 fn read(l: &RwLock<()>) -> RwLockReadGuard<'_, ()> {
     l.read().unwrap_or_else(|e| e.into_inner())
+}
+#[cfg(loom)]
+fn try_read(l: &RwLock<()>) -> Option<RwLockReadGuard<'_, ()>> {
+    l.try_read().ok()
 }
 #[cfg(loom)]
 fn write(l: &RwLock<()>) -> RwLockWriteGuard<'_, ()> {

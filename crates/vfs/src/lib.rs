@@ -40,6 +40,7 @@ mod options;
 mod pathcache;
 mod perm;
 mod policy;
+mod readahead;
 mod seqlock;
 mod stat;
 mod step;
@@ -212,6 +213,10 @@ pub(crate) struct Inner {
     pub listeners: coherent::Listeners,
     /// Changes running behind their callers (writeback.rs).
     pub wb: writeback::WriteBack,
+    /// Directory listings asked for ahead (readahead.rs).
+    pub ra: readahead::ReadAhead,
+    /// Superblocks (bit per index) whose backend cannot list ahead.
+    pub no_ahead: AtomicU64,
 }
 
 /// A tree of mounted file systems with its caches. Cheap to clone (shared).
@@ -238,6 +243,12 @@ pub struct CacheStats {
     /// some (a queue overflow) so that everything cached was dropped.
     pub changes: u64,
     pub changes_lost: u64,
+    /// Directory listings read ahead: asked for, used, given up, and the
+    /// time callers waited for them.
+    pub readahead_asked: u64,
+    pub readahead_used: u64,
+    pub readahead_wasted: u64,
+    pub readahead_wait_ns: u64,
 }
 
 impl Vfs {
@@ -309,6 +320,8 @@ impl Vfs {
             degraded: AtomicBool::new(false),
             listeners: Default::default(),
             wb: writeback::WriteBack::new(weak.clone()),
+            ra: readahead::ReadAhead::new(opts.dir_readahead as usize),
+            no_ahead: AtomicU64::new(0),
         });
         let vfs = Vfs { inner };
         vfs.watch_sb(0, start);
@@ -417,13 +430,18 @@ impl Vfs {
         o.set(name, value)?;
         match name {
             "fastpath" | "fastperm" | "cache_symlinks" | "pathcache" | "negtimeout"
-            | "ndentrytmo" | "umask" | "ro" | "cache" | "sync_metadata" => {}
+            | "ndentrytmo" | "umask" | "ro" | "cache" | "sync_metadata" | "dir_readahead" => {}
             // Sizes are fixed when the vfs is built.
             _ => return Err(Errno::EINVAL),
         }
         // Under the lock, so that a degrade meanwhile is either seen here
         // or applies its overrides after (coherent.rs).
         inner.sw.apply(&o, inner.degraded.load(Ordering::Acquire));
+        inner.ra.set_max(o.dir_readahead as usize);
+        if o.dir_readahead == 0 {
+            let n = inner.ra.clear();
+            inner.counters.readahead_wasted.add(n as u64);
+        }
         *opts = o;
         drop(opts);
         // Cached answers may depend on the old setting.
@@ -509,6 +527,10 @@ impl Vfs {
             retries: c.retries.get(),
             changes: c.changes.get(),
             changes_lost: c.changes_lost.get(),
+            readahead_asked: c.readahead_asked.get(),
+            readahead_used: c.readahead_used.get(),
+            readahead_wasted: c.readahead_wasted.get(),
+            readahead_wait_ns: c.readahead_wait_ns.get(),
         }
     }
 }
@@ -519,6 +541,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.flush_all();
         self.wb.wait_all();
+        self.ra.clear();
     }
 }
 

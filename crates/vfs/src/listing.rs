@@ -41,15 +41,23 @@ impl Inner {
             Ok(fs) => fs,
             Err(e) => return Some(Err(e)),
         };
-        let gen = self.attr_gen.load(Acquire);
-        let seen = self.ext_seen.load(Acquire);
-        let plus = match fs.readdir_plus(NodeId(s.node))? {
-            Ok(p) => p,
-            Err(e) => return Some(Err(e)),
+        let sb = s.sb();
+        // A listing read ahead is as fresh as the generations it was asked
+        // under (readahead.rs); one asked for now, as these.
+        let (plus, gen, seen) = match self.listed_ahead(sb, s.node) {
+            Some((plus, g)) => (plus, g.attrs, g.seen),
+            None => {
+                let gen = self.attr_gen.load(Acquire);
+                let seen = self.ext_seen.load(Acquire);
+                match fs.readdir_plus(NodeId(s.node))? {
+                    Ok(p) => (p, gen, seen),
+                    Err(e) => return Some(Err(e)),
+                }
+            }
         };
         self.counters.listings.inc();
         let dc = &self.dc;
-        let sb = s.sb();
+        let mut subdirs = Vec::new();
         let mut w = self.writer();
         // A change reported meanwhile may be newer than the listing: use
         // it for this call, cache none of it.
@@ -94,11 +102,18 @@ impl Inner {
             if let (true, Some(body)) = (links, &p.link) {
                 w.cache_link(dc, i, body);
             }
+            if p.entry.attr.is_dir() {
+                subdirs.push((p.entry.node.0, i));
+            }
         }
         // With cache=coherent the mark only says "listed": a miss does
         // not list the directory again, but still asks for its name.
         if keep && self.list_on_miss() && fs.listings_complete() {
             w.set_complete(dc, ino, true);
+        }
+        drop(w);
+        if keep {
+            self.read_ahead(sb, s.node, &subdirs);
         }
         Some(Ok((out, keep)))
     }

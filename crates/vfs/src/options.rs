@@ -134,6 +134,10 @@ pub struct Options {
     /// once; their errors are reported at fsync, close and syncfs
     /// (writeback.rs).
     pub sync_metadata: bool,
+    /// Directory listings asked for ahead at most (readahead.rs), when
+    /// the backend can ask without waiting (a 9P server that keeps a
+    /// connection's order); at most 64, 0 = off. Not with `cache=none`.
+    pub dir_readahead: u32,
 }
 
 impl Default for Options {
@@ -150,6 +154,7 @@ impl Default for Options {
             read_only: false,
             cache: CachePolicy::Loose,
             sync_metadata: false,
+            dir_readahead: crate::readahead::DEFAULT_LISTINGS as u32,
         }
     }
 }
@@ -201,6 +206,9 @@ impl Options {
             "rw" => self.read_only = !parse_bool(value)?,
             "cache" => self.cache = value.parse()?,
             "sync_metadata" => self.sync_metadata = parse_bool(value)?,
+            "dir_readahead" => {
+                self.dir_readahead = u32::try_from(num(value)?).map_err(|_| Errno::EINVAL)?
+            }
             _ => return Err(Errno::EINVAL),
         }
         Ok(())

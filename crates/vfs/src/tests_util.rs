@@ -166,6 +166,8 @@ enum OwnedOp {
 /// errno (a full disk, a refusal).
 pub(crate) struct LaterFs {
     pub inner: walkfs_memfs::MemFs,
+    /// Itself, for the tickets [`FileSystem::list_ahead`] hands out.
+    me: std::sync::Weak<LaterFs>,
     pub gate: Gate,
     pub fail: Mutex<Option<walkfs_fsapi::Errno>>,
     queue: Mutex<std::collections::VecDeque<Job>>,
@@ -177,8 +179,9 @@ pub(crate) struct LaterFs {
 
 impl LaterFs {
     pub fn new() -> Arc<LaterFs> {
-        let fs = Arc::new(LaterFs {
+        let fs = Arc::new_cyclic(|me| LaterFs {
             inner: walkfs_memfs::MemFs::new(),
+            me: me.clone(),
             gate: Gate::default(),
             fail: Mutex::new(None),
             queue: Mutex::new(Default::default()),
@@ -222,6 +225,26 @@ impl LaterFs {
             fs.idle.notify_all();
         });
         fs
+    }
+
+    /// A listing with attributes as a remote backend gives it: every
+    /// entry looked up (counted), symlink bodies along.
+    fn plus(&self, dir: NodeId) -> Result<Vec<walkfs_fsapi::DirPlus>> {
+        let mut out = Vec::new();
+        for e in self.inner.readdir(dir)? {
+            let entry = self.inner.lookup(dir, &e.name)?;
+            let link = if entry.attr.is_symlink() {
+                self.inner.readlink(entry.node).ok()
+            } else {
+                None
+            };
+            out.push(walkfs_fsapi::DirPlus {
+                name: e.name,
+                entry,
+                link,
+            });
+        }
+        Ok(out)
     }
 
     /// What `Completion::Ordered` promises: a call sees every change
@@ -295,6 +318,19 @@ impl FileSystem for LaterFs {
         self.settle();
         self.inner.readdir(n)
     }
+    fn readdir_plus(&self, n: NodeId) -> Option<Result<Vec<walkfs_fsapi::DirPlus>>> {
+        self.settle();
+        Some(self.plus(n))
+    }
+    /// Answered as of the ask (as an ordered server would), handed over
+    /// at the wait.
+    fn list_ahead(&self, n: NodeId) -> Option<Box<dyn walkfs_fsapi::ListAhead>> {
+        self.settle();
+        Some(Box::new(Snapshot {
+            fs: self.me.clone(),
+            listing: Some(self.plus(n)),
+        }))
+    }
     fn completion(&self) -> walkfs_fsapi::Completion {
         walkfs_fsapi::Completion::Ordered
     }
@@ -317,5 +353,28 @@ impl FileSystem for LaterFs {
             .push_back(Job { op, done });
         self.wake.notify_all();
         Ok(())
+    }
+}
+
+/// A [`LaterFs`] listing asked for ahead.
+struct Snapshot {
+    fs: std::sync::Weak<LaterFs>,
+    listing: Option<Result<Vec<walkfs_fsapi::DirPlus>>>,
+}
+
+impl walkfs_fsapi::ListAhead for Snapshot {
+    fn wait(mut self: Box<Self>) -> Option<Result<Vec<walkfs_fsapi::DirPlus>>> {
+        self.listing.take()
+    }
+}
+
+impl Drop for Snapshot {
+    /// Given up unused: the lookups it counted are forgotten.
+    fn drop(&mut self) {
+        if let (Some(Ok(l)), Some(fs)) = (self.listing.take(), self.fs.upgrade()) {
+            for p in l {
+                fs.inner.forget(p.entry.node, 1);
+            }
+        }
     }
 }

@@ -12,9 +12,9 @@
 //! one round trip; a server must handle a fid's requests in order, as
 //! `walkfs serve` does (it resolves fids in arrival order).
 
+mod ahead;
 mod nodes;
 mod notify;
-mod readahead;
 mod rpc;
 
 use nodes::{Need, Nodes};
@@ -51,10 +51,6 @@ pub struct Config {
     /// Fids kept for cached nodes beyond those in use (open files and
     /// calls in flight hold theirs as long as they need them).
     pub node_fids: usize,
-    /// Directories whose listings may be asked for ahead of use
-    /// (readahead.rs; at most `readahead::MAX_LISTINGS`), 0 for none.
-    /// Used only with a server that keeps a connection's order.
-    pub readahead_dirs: usize,
 }
 
 impl Default for Config {
@@ -67,7 +63,6 @@ impl Default for Config {
             secret: None,
             notify: false,
             node_fids: DEFAULT_NODE_FIDS,
-            readahead_dirs: 0,
         }
     }
 }
@@ -141,8 +136,7 @@ pub struct P9Fs {
     root_ino: u64,
     /// The server agreed to report changes.
     notify: bool,
-    next_fid: AtomicU32,
-    free_fids: Mutex<Vec<u32>>,
+    fids: Arc<Fids>,
     iounit: u32,
     /// The server lists directories with attributes (p9::dirplus); off
     /// for good once it says it cannot.
@@ -161,9 +155,59 @@ pub struct P9Fs {
     /// The server has answered a `Tunlinkat` (diod 1.0 does not know it,
     /// and an asynchronous one could not fall back).
     unlinkat_ok: std::sync::atomic::AtomicBool,
-    /// Listings asked for ahead (readahead.rs), and how many at most.
-    readahead: readahead::ReadAhead,
-    readahead_dirs: usize,
+}
+
+/// Fid numbers: handed out, and given back for reuse.
+pub(crate) struct Fids {
+    next: AtomicU32,
+    free: Mutex<Vec<u32>>,
+}
+
+impl Fids {
+    fn alloc(&self) -> u32 {
+        if let Some(f) = self.free.lock().pop() {
+            return f;
+        }
+        self.next.fetch_add(1, Relaxed)
+    }
+
+    pub(crate) fn free(&self, fid: u32) {
+        self.free.lock().push(fid);
+    }
+
+    /// Clunk `fid` without waiting; its number is reused at once (the
+    /// clunk is written first, and the server reads in order).
+    pub(crate) fn clunk(&self, rpc: &rpc::Rpc, fid: u32) {
+        rpc.send_forget(Fcall::Tclunk { fid });
+        self.free(fid);
+    }
+}
+
+/// Decode a `walkfs.readdirplus` listing of `dir`, and remember where each
+/// entry lives (a later call walks to it by name).
+pub(crate) fn decode_listing(
+    nodes: &Mutex<Nodes>,
+    dir: NodeId,
+    buf: &[u8],
+) -> Result<Vec<walkfs_fsapi::DirPlus>> {
+    let mut out = Vec::new();
+    for rec in p9::dirplus::decode(buf) {
+        let rec = rec.map_err(|_| Errno::EPROTO)?;
+        let attr = attr_of(&rec.stat);
+        out.push(walkfs_fsapi::DirPlus {
+            name: rec.name.to_vec(),
+            entry: Entry {
+                node: NodeId(attr.ino),
+                attr,
+            },
+            link: attr.is_symlink().then(|| rec.link.to_vec()),
+        });
+    }
+    let mut n = nodes.lock();
+    for p in &out {
+        n.adopt_listed(p.entry.node.0, dir.0, &p.name);
+    }
+    Ok(out)
 }
 
 fn attr_of(st: &p9::Stat) -> Attr {
@@ -278,25 +322,18 @@ impl P9Fs {
         if !ordered {
             tracing::info!("9p server does not keep a connection's order: every change waits");
         }
-        // A listing read ahead is known fresh only when the server ran
-        // it after every change sent before it.
-        let readahead_dirs = if ordered {
-            cfg.readahead_dirs.min(readahead::MAX_LISTINGS)
-        } else {
-            0
-        };
         Ok(P9Fs {
             ordered,
             dirplus: std::sync::atomic::AtomicBool::new(true),
             unlinkat_ok: std::sync::atomic::AtomicBool::new(false),
-            readahead: readahead::ReadAhead::default(),
-            readahead_dirs,
             rpc,
             nodes: Arc::new(Mutex::new(Nodes::new(root_ino, ROOT_FID, cfg.node_fids))),
             root_ino,
             notify,
-            next_fid: AtomicU32::new(ROOT_FID + 1),
-            free_fids: Mutex::new(Vec::new()),
+            fids: Arc::new(Fids {
+                next: AtomicU32::new(ROOT_FID + 1),
+                free: Mutex::new(Vec::new()),
+            }),
             iounit,
             pipeline: std::sync::atomic::AtomicBool::new(true),
             attach_uid: cfg.uid,
@@ -318,19 +355,15 @@ impl P9Fs {
     }
 
     fn alloc_fid(&self) -> u32 {
-        if let Some(f) = self.free_fids.lock().pop() {
-            return f;
-        }
-        self.next_fid.fetch_add(1, Relaxed)
+        self.fids.alloc()
     }
 
     fn free_fid(&self, fid: u32) {
-        self.free_fids.lock().push(fid);
+        self.fids.free(fid);
     }
 
     fn clunk(&self, fid: u32) {
-        self.rpc.send_forget(Fcall::Tclunk { fid });
-        self.free_fid(fid);
+        self.fids.clunk(&self.rpc, fid);
     }
 
     /// Give up a fid a failed chain was making: clunk it if the server
@@ -802,110 +835,24 @@ impl P9Fs {
     }
 
     fn listing(&self, node: NodeId) -> Result<Vec<walkfs_fsapi::DirPlus>> {
-        let buf = match self.listed_ahead(node) {
+        let buf = match self.list_walking(node) {
             Some(buf) => buf,
-            None => match self.list_walking(node) {
-                Some(buf) => buf,
-                None => self.list_now(node)?,
-            },
+            None => self.list_now(node)?,
         };
-        let mut out = Vec::new();
-        for rec in p9::dirplus::decode(&buf) {
-            let rec = rec.map_err(|_| Errno::EPROTO)?;
-            let attr = attr_of(&rec.stat);
-            out.push(walkfs_fsapi::DirPlus {
-                name: rec.name.to_vec(),
-                entry: Entry {
-                    node: NodeId(attr.ino),
-                    attr,
-                },
-                link: attr.is_symlink().then(|| rec.link.to_vec()),
-            });
-        }
-        {
-            let mut n = self.nodes.lock();
-            for p in &out {
-                n.adopt_listed(p.entry.node.0, node.0, &p.name);
-            }
-        }
-        if self.readahead_dirs > 0 {
-            let dirs = out
-                .iter()
-                .filter(|e| e.entry.attr.mode & libc::S_IFMT == libc::S_IFDIR)
-                .map(|e| e.entry.node.0);
-            self.readahead.listed(node.0, dirs);
-            self.read_ahead();
-        }
-        Ok(out)
+        decode_listing(&self.nodes, node, &buf)
     }
 
-    /// The listing of `node` read ahead, if one was and it is still
-    /// fresh (readahead.rs). Its fids are given up either way.
-    fn listed_ahead(&self, node: NodeId) -> Option<Vec<u8>> {
-        let l = self.readahead.take(node.0)?;
-        let data = self.give_up(&l);
-        let c = if data.is_some() {
-            &self.rpc.counters.readahead_used
-        } else {
-            &self.rpc.counters.readahead_wasted
-        };
-        c.fetch_add(1, Relaxed);
-        data
+    /// Can a listing go in one write with the walk to its directory (the
+    /// server keeps a fid's requests in order, and lists with attributes)?
+    fn can_batch_listing(&self) -> bool {
+        self.pipeline.load(Relaxed) && self.dirplus.load(Relaxed)
     }
 
-    /// Wait for a listing read ahead, clunk the fids the server made for
-    /// it, and return its bytes if they can be used.
-    fn give_up(&self, l: &readahead::Listing) -> Option<Vec<u8>> {
-        // Time spent here waits for replies, as a call's does.
-        let t0 = std::time::Instant::now();
-        let t = l.take(&self.rpc);
-        self.rpc
-            .counters
-            .wait_ns
-            .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
-        for (fid, made) in l.fids.into_iter().zip(t.made) {
-            if made {
-                self.clunk(fid);
-            } else {
-                self.free_fid(fid);
-            }
-        }
-        t.data
-    }
-
-    /// Ask, without waiting, for the listings of the directories queued
-    /// for read-ahead, as many as there is room for.
-    fn read_ahead(&self) {
-        if !self.pipeline.load(Relaxed) || !self.dirplus.load(Relaxed) {
-            return;
-        }
-        let mut gone = Vec::new();
-        while let Some((id, parent)) = self.readahead.next(self.readahead_dirs, &mut gone) {
-            let Some(need) = self.nodes.lock().need(id) else {
-                continue;
-            };
-            match self.ask_listing(id, parent, need) {
-                Ok(Some(l)) => gone.extend(self.readahead.insert(id, l)),
-                Ok(None) => {}
-                Err(_) => break,
-            }
-        }
-        for l in gone {
-            self.rpc.counters.readahead_wasted.fetch_add(1, Relaxed);
-            self.give_up(&l);
-        }
-    }
-
-    /// Ask, without waiting, for the listing of `id` (in `parent`) by
-    /// walking to it as `need` (pinned, unpinned here) says: one write of
-    /// walk, listing and first read (readahead.rs). `None` when the path
-    /// is too long for one walk.
-    fn ask_listing(
-        &self,
-        id: u64,
-        parent: u64,
-        need: Need,
-    ) -> Result<Option<Arc<readahead::Listing>>> {
+    /// Ask, without waiting, for the listing of `id` by walking to it as
+    /// `need` (pinned, unpinned here) says: one write of walk, listing and
+    /// first read (ahead.rs). `None` when the path is too long for one
+    /// walk.
+    fn ask_listing(&self, id: u64, need: Need) -> Result<Option<Arc<ahead::Listing>>> {
         let (anc, from, names, ids) = match need {
             Need::Held(fid) => (id, fid, Vec::new(), Vec::new()),
             Need::Walk {
@@ -927,7 +874,7 @@ impl P9Fs {
         }
         let refs: Vec<&[u8]> = names.iter().map(|n| &**n).collect();
         let fids = [self.alloc_fid(), self.alloc_fid()];
-        let l = readahead::Listing::new(parent, self.rpc.changes_sent(), fids, ids);
+        let l = ahead::Listing::new(fids, ids);
         let reqs = [
             Fcall::Twalk {
                 fid: from,
@@ -961,7 +908,7 @@ impl P9Fs {
     /// that walks to it too (as a read-ahead, waited for at once); `None`
     /// when that cannot be used (then the ordinary way: walk, then list).
     fn list_walking(&self, node: NodeId) -> Option<Vec<u8>> {
-        if self.readahead_dirs == 0 || !self.pipeline.load(Relaxed) || !self.dirplus.load(Relaxed) {
+        if !self.can_batch_listing() {
             return None;
         }
         let need = self.nodes.lock().need(node.0)?;
@@ -974,8 +921,8 @@ impl P9Fs {
             });
             return None;
         }
-        let l = self.ask_listing(node.0, node.0, need).ok()??;
-        self.give_up(&l)
+        let l = self.ask_listing(node.0, need).ok()??;
+        l.finish(&self.rpc, &self.fids)
     }
 
     fn simple(&self, req: Fcall<'_>) -> Result<()> {
@@ -1584,6 +1531,23 @@ impl FileSystem for P9Fs {
             // what it says, this once.
             Err(_) => None,
         }
+    }
+
+    /// Only over a server that keeps a connection's order: then the
+    /// listing reflects every change submitted before it.
+    fn list_ahead(&self, node: NodeId) -> Option<Box<dyn walkfs_fsapi::ListAhead>> {
+        if !self.ordered || !self.can_batch_listing() {
+            return None;
+        }
+        let need = self.nodes.lock().need(node.0)?;
+        let listing = self.ask_listing(node.0, need).ok()??;
+        Some(Box::new(ahead::Ahead {
+            listing: Some(listing),
+            dir: node,
+            rpc: Arc::clone(&self.rpc),
+            fids: Arc::clone(&self.fids),
+            nodes: Arc::clone(&self.nodes),
+        }))
     }
 
     fn statfs(&self, node: NodeId) -> Result<StatFs> {

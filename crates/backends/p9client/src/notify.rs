@@ -77,8 +77,6 @@ pub(crate) fn start(
                 match got {
                     Ok(recs) if recs.is_empty() => return, // clunked
                     Ok(recs) => {
-                        // Listings read ahead before this are stale.
-                        r.note_change();
                         drop(r);
                         let changes = decode(&recs, &nodes.lock(), root_ino);
                         if !changes.is_empty() {

@@ -30,10 +30,6 @@ pub struct Counters {
     pub bytes_received: AtomicU64,
     /// Nanoseconds callers spent waiting for replies.
     pub wait_ns: AtomicU64,
-    /// Asynchronous changes sent, and those the server refused.
-    /// Directory listings read ahead and used, and read ahead in vain.
-    pub readahead_used: AtomicU64,
-    pub readahead_wasted: AtomicU64,
 }
 
 impl Default for Counters {
@@ -43,8 +39,6 @@ impl Default for Counters {
             bytes_sent: AtomicU64::new(0),
             bytes_received: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
-            readahead_used: AtomicU64::new(0),
-            readahead_wasted: AtomicU64::new(0),
         }
     }
 }
@@ -66,8 +60,6 @@ impl Counters {
         s.bytes_sent = self.bytes_sent.load(Relaxed);
         s.bytes_received = self.bytes_received.load(Relaxed);
         s.wait_ns = self.wait_ns.load(Relaxed);
-        s.readahead_used = self.readahead_used.load(Relaxed);
-        s.readahead_wasted = self.readahead_wasted.load(Relaxed);
         s
     }
     pub fn reset(&self) {
@@ -77,8 +69,6 @@ impl Counters {
         self.bytes_sent.store(0, Relaxed);
         self.bytes_received.store(0, Relaxed);
         self.wait_ns.store(0, Relaxed);
-        self.readahead_used.store(0, Relaxed);
-        self.readahead_wasted.store(0, Relaxed);
     }
 }
 
@@ -163,8 +153,6 @@ pub struct Rpc {
     /// reader, and a failure is handed to `on_error`) and of requests
     /// whose replies go to a callback.
     changes: Vec<Mutex<Option<Pending>>>,
-    /// Changes written so far (see [`Rpc::changes_sent`]).
-    change_gen: AtomicU64,
     inflight: Inflight,
     dead: AtomicBool,
     pub msize: u32,
@@ -200,7 +188,6 @@ impl Rpc {
             free_cv: Condvar::new(),
             orphan: (0..TAGS).map(|_| AtomicBool::new(false)).collect(),
             changes: (0..TAGS).map(|_| Mutex::new(None)).collect(),
-            change_gen: AtomicU64::new(0),
             inflight: Inflight::default(),
             dead: AtomicBool::new(false),
             msize,
@@ -274,9 +261,6 @@ impl Rpc {
             .fetch_add(out.len() as u64, Relaxed);
         let t0 = Instant::now();
         let w = self.writer.lock().write_all(&out);
-        if reqs.iter().any(walkfs_p9::order::changes_state) {
-            self.change_gen.fetch_add(1, Relaxed);
-        }
         if w.is_err() {
             self.dead.store(true, Relaxed);
             for t in tags {
@@ -344,28 +328,9 @@ impl Rpc {
             .bytes_sent
             .fetch_add(out.len() as u64, Relaxed);
         let w = self.writer.lock().write_all(&out);
-        if walkfs_p9::order::changes_state(&req) {
-            self.change_gen.fetch_add(1, Relaxed);
-        }
         if w.is_err() {
             self.dead.store(true, Relaxed);
         }
-    }
-
-    /// How many changes (requests that change the file system, see
-    /// `p9::order::changes_state`) this client has written, plus the
-    /// changes others made that the client was told of. Bumped after the
-    /// write: a reply to a request written before a reading of this
-    /// number may miss only changes counted after it, so a result taken
-    /// with the count unchanged since is as fresh as the client's own
-    /// view.
-    pub fn changes_sent(&self) -> u64 {
-        self.change_gen.load(Relaxed)
-    }
-
-    /// Count a change made by someone else (a notification).
-    pub fn note_change(&self) {
-        self.change_gen.fetch_add(1, Relaxed);
     }
 
     /// Send `reqs` back to back in one write and return at once; the
@@ -433,7 +398,6 @@ impl Rpc {
             .bytes_sent
             .fetch_add(out.len() as u64, Relaxed);
         let w = self.writer.lock().write_all(&out);
-        self.change_gen.fetch_add(1, Relaxed);
         if w.is_err() {
             self.dead.store(true, Relaxed);
             // Unless the reader, seeing the death, has reported it already.

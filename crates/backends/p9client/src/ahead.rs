@@ -1,0 +1,144 @@
+//! A directory listing asked for in one write, without waiting: the
+//! transport under the vfs's directory read-ahead
+//! ([`FileSystem::list_ahead`](walkfs_fsapi::FileSystem::list_ahead); the
+//! policy of what to ask for, and whether an answer is still fresh, is the
+//! vfs's).
+//!
+//! One write of three requests: `Twalk(ancestor, names -> f1)`,
+//! `Txattrwalk(f1 -> f2, "walkfs.readdirplus")`, `Tread(f2, 0, iounit)`.
+//! The reader thread files the replies into a [`Listing`]; whoever holds
+//! the [`Ahead`] ticket waits for it, clunks the fids the server made, and
+//! gets the entries if the walk landed on the directories remembered (qid
+//! paths) and the whole listing fit in the first read. Dropping the ticket
+//! unused does the same and decodes nothing.
+//!
+//! Also used, waited for at once, to list a directory that holds no fid in
+//! one round trip rather than two (walk, then list).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use walkfs_fsapi::{DirPlus, ListAhead, NodeId, Result};
+use walkfs_p9::Fcall;
+
+use crate::nodes::Nodes;
+use crate::rpc::Rpc;
+use crate::Fids;
+
+/// One directory's listing, asked for ahead.
+pub struct Listing {
+    /// The fid the walk makes and the listing's fid.
+    pub fids: [u32; 2],
+    /// Qid paths the walk must find, in order.
+    ids: Vec<u64>,
+    state: Mutex<State>,
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    /// Replies received (3: complete), or the connection died.
+    replies: u8,
+    dead: bool,
+    /// The walk made its fid, and reached the remembered directory.
+    walk_made: bool,
+    walked: bool,
+    /// The listing's fid exists (the xattr walk succeeded).
+    opened: bool,
+    size: Option<u64>,
+    data: Vec<u8>,
+}
+
+impl Listing {
+    pub fn new(fids: [u32; 2], ids: Vec<u64>) -> Arc<Listing> {
+        Arc::new(Listing {
+            fids,
+            ids,
+            state: Mutex::new(State::default()),
+            done: Condvar::new(),
+        })
+    }
+
+    /// File reply `i` of the three (runs on the reader thread).
+    pub fn reply(&self, i: usize, r: Option<Fcall<'_>>) {
+        let mut s = self.state.lock();
+        match (i, r) {
+            (_, None) => s.dead = true,
+            (0, Some(Fcall::Rwalk { qids })) => {
+                // A walk that returns every qid makes the fid (even to
+                // another file than remembered); a partial one does not.
+                let got = qids.as_slice();
+                s.walk_made = got.len() == self.ids.len();
+                s.walked = s.walk_made && got.iter().zip(&self.ids).all(|(q, &id)| q.path == id);
+            }
+            (1, Some(Fcall::Rxattrwalk { size })) => {
+                s.size = Some(size);
+                s.opened = true;
+            }
+            (2, Some(Fcall::Rread { data })) => s.data = data.0.to_vec(),
+            _ => {}
+        }
+        s.replies += 1;
+        if s.replies >= 3 || s.dead {
+            self.done.notify_all();
+        }
+    }
+
+    /// Wait for the replies (or the connection's death), give up the fids
+    /// the server made, and return the listing's bytes if usable.
+    pub fn finish(&self, rpc: &Rpc, fids: &Fids) -> Option<Vec<u8>> {
+        // Time spent here waits for replies, as a call's does.
+        let t0 = Instant::now();
+        let mut s = self.state.lock();
+        while s.replies < 3 && !s.dead {
+            if rpc.is_dead() {
+                s.dead = true;
+                break;
+            }
+            // The reader reports a death, but a batch registered just as
+            // the connection died may not hear of it: look again.
+            self.done.wait_for(&mut s, Duration::from_millis(100));
+        }
+        rpc.counters
+            .wait_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+        let whole = s.size.is_some_and(|n| s.data.len() as u64 == n);
+        let usable = !s.dead && s.walked && s.opened && whole;
+        for (fid, made) in self.fids.into_iter().zip([s.walk_made, s.opened]) {
+            if made {
+                fids.clunk(rpc, fid);
+            } else {
+                fids.free(fid);
+            }
+        }
+        usable.then(|| std::mem::take(&mut s.data))
+    }
+}
+
+/// The ticket [`FileSystem::list_ahead`](walkfs_fsapi::FileSystem::list_ahead)
+/// hands out.
+pub struct Ahead {
+    pub(crate) listing: Option<Arc<Listing>>,
+    pub(crate) dir: NodeId,
+    pub(crate) rpc: Arc<Rpc>,
+    pub(crate) fids: Arc<Fids>,
+    pub(crate) nodes: Arc<Mutex<Nodes>>,
+}
+
+impl ListAhead for Ahead {
+    fn wait(mut self: Box<Self>) -> Option<Result<Vec<DirPlus>>> {
+        let l = self.listing.take()?;
+        let buf = l.finish(&self.rpc, &self.fids)?;
+        Some(crate::decode_listing(&self.nodes, self.dir, &buf))
+    }
+}
+
+impl Drop for Ahead {
+    fn drop(&mut self) {
+        if let Some(l) = self.listing.take() {
+            l.finish(&self.rpc, &self.fids);
+        }
+    }
+}
