@@ -22,15 +22,16 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 use walkfs_p9::{peek_header, read_frame, Fcall, Stream, MIN_MSIZE, NOFID, VERSION};
-use walkfs_vfs::{Creds, Ctx, Errno};
+use walkfs_vfs::Errno;
 
 use crate::fid::Fid;
 use crate::handlers;
+use crate::session::Session;
 use crate::Server;
 
 /// A request's place in the tag table.
@@ -50,7 +51,8 @@ enum Sink {
 }
 
 pub(crate) struct Conn {
-    pub server: Arc<Server>,
+    /// What the handlers see (session.rs).
+    session: Session,
     writer: Mutex<Sink>,
     /// Set once a reply could not be written (the peer stopped reading or
     /// went away): the connection is shut down and nothing more is sent.
@@ -65,17 +67,8 @@ pub(crate) struct Conn {
     pending: Mutex<usize>,
     room: Condvar,
     tags: Mutex<HashMap<u16, TagState>>,
-    pub fids: Mutex<HashMap<u32, Arc<Fid>>>,
-    pub msize: AtomicU32,
-    /// Contexts by (uid, gid), all sharing one descriptor table.
-    ctxs: Mutex<HashMap<(u32, u32), Arc<Ctx>>>,
-    base: Ctx,
-    pub peer: String,
-    /// Auth fids (`Tauth`) and what was written to each, when the server
-    /// asks for a secret.
-    auth: Mutex<HashMap<u32, Vec<u8>>>,
     /// The change-notification subscription (see notify.rs).
-    pub(crate) notify: Mutex<Option<crate::notify::Sub>>,
+    notify: Mutex<Option<crate::notify::Sub>>,
     /// Requests that must run in arrival order (see the module comment).
     strand: Mutex<VecDeque<Job>>,
     /// Invariant: true exactly while a [`Work::Strand`] for this
@@ -140,45 +133,48 @@ pub(crate) struct Job {
     newfid: Option<(u32, Arc<Fid>)>,
 }
 
+impl std::ops::Deref for Conn {
+    type Target = Session;
+
+    fn deref(&self) -> &Session {
+        &self.session
+    }
+}
+
+impl crate::notify::Peer for Conn {
+    fn slot(&self) -> &Mutex<Option<crate::notify::Sub>> {
+        &self.notify
+    }
+
+    fn send_msg(&self, tag: u16, f: Fcall<'_>) {
+        Conn::send_msg(self, tag, f)
+    }
+
+    fn error(&self, tag: u16, e: Errno) {
+        Conn::error(self, tag, e)
+    }
+
+    fn may_subscribe(&self, fid: u32, newfid: u32) -> bool {
+        let fids = self.fids.lock();
+        // The fid must be attached (authenticated); the new one free.
+        fids.contains_key(&fid) && !fids.contains_key(&newfid) && newfid != NOFID
+    }
+
+    fn coherent(&self) -> bool {
+        self.server.vfs.is_coherent()
+    }
+}
+
 impl Conn {
-    /// The context acting as `creds`, sharing the connection's descriptors.
-    pub fn ctx_for(&self, creds: Creds) -> Arc<Ctx> {
-        let key = (creds.uid, creds.gid);
-        let mut m = self.ctxs.lock();
-        Arc::clone(
-            m.entry(key)
-                .or_insert_with(|| Arc::new(self.base.with_creds(creds))),
-        )
-    }
-
-    /// Was the secret written to auth fid `afid`?
-    pub fn auth_ok(&self, afid: u32, secret: &crate::auth::Secret) -> bool {
-        self.auth
-            .lock()
-            .get(&afid)
-            .is_some_and(|written| secret.matches(written))
-    }
-
     fn new(server: Arc<Server>, sink: Sink, peer: String) -> Conn {
-        let base = server.vfs.context_with_fds(
-            Creds::root(),
-            // Each fid holds at most two descriptors (path and open).
-            server.cfg.max_fids * 2 + 16,
-        );
         Conn {
+            session: Session::new(server, peer),
             writer: Mutex::new(sink),
             broken: AtomicBool::new(false),
             mute: AtomicBool::new(false),
             pending: Mutex::new(0),
             room: Condvar::new(),
             tags: Mutex::new(HashMap::new()),
-            fids: Mutex::new(HashMap::new()),
-            msize: AtomicU32::new(MIN_MSIZE),
-            ctxs: Mutex::new(HashMap::new()),
-            base,
-            peer,
-            server,
-            auth: Mutex::new(HashMap::new()),
             notify: Mutex::new(None),
             strand: Mutex::new(VecDeque::new()),
             strand_busy: AtomicBool::new(false),
@@ -399,7 +395,7 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
             return Some(frame);
         }
         Fcall::Tflush { oldtag } => {
-            if crate::notify::flush(conn, oldtag) {
+            if crate::notify::flush(&**conn, oldtag) {
                 conn.send_msg(tag, Fcall::Rflush {});
                 return Some(frame);
             }
@@ -418,7 +414,7 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
     if conn.server.cfg.secret.is_some() && auth_message(conn, tag, &f) {
         return Some(frame);
     }
-    if crate::notify::message(conn, tag, &f) {
+    if crate::notify::message(&conn.server.notify, conn, tag, &f) {
         return Some(frame);
     }
     // Resolve what the request names, in arrival order.
@@ -765,7 +761,7 @@ impl Job {
         let mut out = Vec::with_capacity(256);
         let r = match Fcall::decode(&self.frame) {
             Ok((_, f)) => handlers::handle(
-                conn,
+                &conn.session,
                 &f,
                 &self.fids,
                 self.newfid.as_ref().map(|x| &x.1),

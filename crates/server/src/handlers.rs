@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use walkfs_p9::{self as p9, msg, Fcall, Qid, Qids, Str, IOHDRSZ};
+use walkfs_p9::{self as p9, msg, Data, Fcall, Names, Qid, Qids, Str};
 use walkfs_vfs::{Creds, Ctx, Errno, NameStep, Result, Statx, TimeSet, Timespec};
 
-use crate::conn::Conn;
 use crate::fid::{Fid, FidState};
+use crate::session::Session;
 use crate::users;
 
 /// The open flags a client may ask for (the rest are the client kernel's
@@ -115,12 +115,12 @@ fn fstatx(st: &FidState) -> Result<Statx> {
 /// client kernel chose (the caller's fsgid, or a setgid directory's group)
 /// and no supplementary groups, so the server's own user database cannot
 /// judge it. `NOGID` (~0) keeps the fid's group.
-fn ctx_with_gid(conn: &Conn, st: &FidState, gid: u32) -> Arc<Ctx> {
+fn ctx_with_gid(s: &Session, st: &FidState, gid: u32) -> Arc<Ctx> {
     let c = st.ctx.creds();
     if gid == c.gid || gid == u32::MAX {
         return Arc::clone(&st.ctx);
     }
-    conn.ctx_for(Creds {
+    s.ctx_for(Creds {
         uid: c.uid,
         gid,
         groups: c.groups.clone(),
@@ -132,15 +132,15 @@ fn ctx_with_gid(conn: &Conn, st: &FidState, gid: u32) -> Arc<Ctx> {
 /// is writable, the name is one plain name, the directory fid is known.
 /// The directory's state and the context to create with (group `gid`).
 fn creating(
-    conn: &Conn,
+    s: &Session,
     dir: impl FnOnce() -> Result<FidState>,
     name: &[u8],
     gid: u32,
 ) -> Result<(FidState, Arc<Ctx>)> {
-    writable(conn)?;
+    writable(s)?;
     check_name(name)?;
     let st = dir()?;
-    let ctx = ctx_with_gid(conn, &st, gid);
+    let ctx = ctx_with_gid(s, &st, gid);
     Ok((st, ctx))
 }
 
@@ -152,16 +152,12 @@ fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn writable(conn: &Conn) -> Result<()> {
-    if conn.server.cfg.read_only {
+fn writable(s: &Session) -> Result<()> {
+    if s.server.cfg.read_only {
         Err(Errno::EROFS)
     } else {
         Ok(())
     }
-}
-
-fn iounit(conn: &Conn) -> u32 {
-    conn.msize.load(std::sync::atomic::Ordering::Relaxed) - IOHDRSZ
 }
 
 /// The qid of `name` in the directory `dirfd` (after creating it).
@@ -177,18 +173,31 @@ fn qid_at(ctx: &Ctx, dirfd: i32, name: &[u8]) -> Result<Qid> {
     Ok(qid_of_statx(&st))
 }
 
+/// One request being answered: what each message's function needs.
+struct Req<'a> {
+    s: &'a Session,
+    /// The fids the request names, resolved on arrival (conn.rs).
+    fids: &'a [Arc<Fid>],
+    /// The fid it makes, pending until it completes or fails.
+    newfid: Option<&'a Arc<Fid>>,
+    tag: u16,
+}
+
+/// Answer `f` (whose fids `fids` and `newfid` were resolved on arrival)
+/// into `out`; an error is sent as `Rlerror` by the caller.
 pub(crate) fn handle(
-    conn: &Conn,
+    s: &Session,
     f: &Fcall<'_>,
     fids: &[Arc<Fid>],
     newfid: Option<&Arc<Fid>>,
     tag: u16,
     out: &mut Vec<u8>,
 ) -> Result<()> {
-    let fid = |i: usize| -> Result<FidState> { fids.get(i).ok_or(Errno::EBADF)?.get() };
-    let reply = |f: Fcall<'_>, out: &mut Vec<u8>| {
-        f.encode(tag, out);
-        Ok(())
+    let r = Req {
+        s,
+        fids,
+        newfid,
+        tag,
     };
     match *f {
         Fcall::Tattach {
@@ -197,381 +206,48 @@ pub(crate) fn handle(
             afid,
             aname,
             ..
-        } => {
-            if let Some(secret) = &conn.server.cfg.secret {
-                let ok = conn.auth_ok(afid, secret)
-                    || crate::auth::secret_in_aname(aname.0).is_some_and(|s| secret.matches(s));
-                if !ok {
-                    tracing::warn!("{}: attach refused: no or wrong secret", conn.peer);
-                    return Err(Errno::EACCES);
-                }
-            }
-            let mut creds = users::creds_for(n_uname, uname.0).ok_or(Errno::EACCES)?;
-            // A client that checks permissions itself (Linux's v9fs,
-            // access=client) has already decided with groups the server
-            // never sees: the server then checks none of its own.
-            creds.privileged = conn.server.cfg.trust_client_permissions;
-            let ctx = conn.ctx_for(creds);
-            let mut steps = Vec::new();
-            let fd = ctx
-                .walk_names(walkfs_vfs::AT_FDCWD, &[], &mut steps)?
-                .ok_or(Errno::EIO)?;
-            let st = FidState {
-                ctx,
-                fd,
-                open: None,
-                listing: None,
-            };
-            let qid = qid_of_statx(&fstatx(&st)?);
-            newfid.ok_or(Errno::EBADF)?.complete(st);
-            reply(Fcall::Rattach { qid }, out)
-        }
-        Fcall::Twalk { names, .. } => {
-            let from = fid(0)?;
-            let names = names.as_slice();
-            let mut steps = Vec::with_capacity(names.len());
-            let fd = from.ctx.walk_names(from.fd, names, &mut steps)?;
-            let mut qids = Qids::default();
-            for s in &steps {
-                qids.push(qid_of_step(s));
-            }
-            match (fd, newfid) {
-                (Some(fd), Some(nf)) => nf.complete(FidState {
-                    ctx: Arc::clone(&from.ctx),
-                    fd,
-                    open: None,
-                    listing: None,
-                }),
-                // A walk of the fid onto itself.
-                (Some(fd), None) => {
-                    let r = fids[0].update(|st| st.fd = fd);
-                    if r.is_err() {
-                        let _ = from.ctx.close(fd);
-                    }
-                    r?
-                }
-                // A partial walk makes no fid.
-                (None, Some(nf)) => {
-                    nf.fail();
-                    let mut t = conn.fids.lock();
-                    t.retain(|_, x| !Arc::ptr_eq(x, nf));
-                }
-                (None, None) => {}
-            }
-            reply(Fcall::Rwalk { qids }, out)
-        }
-        Fcall::Tgetattr { .. } => {
-            let st = fid(0)?;
-            let x = fstatx(&st)?;
-            reply(Fcall::Rgetattr { st: stat_of(&x) }, out)
-        }
-        Fcall::Treadlink { .. } => {
-            let st = fid(0)?;
-            let mut buf = [0u8; libc::PATH_MAX as usize];
-            let n = match st.ctx.readlinkat_into(st.fd, b"", &mut buf) {
-                // The vfs's readlinkat(fd, "") of a non-symlink is ENOENT
-                // (Linux's do_readlinkat); a fid names its file, and
-                // readlink(2) of a file that is no symlink is EINVAL, as
-                // diod and QEMU answer.
-                Err(Errno::ENOENT) if !is_symlink(&st) => return Err(Errno::EINVAL),
-                r => r?,
-            };
-            reply(
-                Fcall::Rreadlink {
-                    target: Str(&buf[..n]),
-                },
-                out,
-            )
-        }
-        Fcall::Tlopen { flags, .. } => {
-            let st = fid(0)?;
-            if st.open.is_some() {
-                return Err(Errno::EBADF);
-            }
-            let flags = flags & OPEN_MASK;
-            if flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32
-                || flags & libc::O_TRUNC as u32 != 0
-            {
-                writable(conn)?;
-            }
-            let fd = st.ctx.reopen(st.fd, flags as i32)?;
-            let x = fstatx(&st)?;
-            let r = fids[0].update(|s| s.open = Some(fd));
-            if r.is_err() {
-                let _ = st.ctx.close(fd);
-            }
-            r?;
-            reply(
-                Fcall::Rlopen {
-                    qid: qid_of_statx(&x),
-                    iounit: iounit(conn),
-                },
-                out,
-            )
-        }
+        } => r.attach(uname, n_uname, afid, aname, out),
+        Fcall::Twalk { names, .. } => r.walk(names, out),
+        Fcall::Tgetattr { .. } => r.getattr(out),
+        Fcall::Treadlink { .. } => r.readlink(out),
+        Fcall::Tlopen { flags, .. } => r.lopen(flags, out),
         Fcall::Tlcreate {
             name,
             flags,
             mode,
             gid,
             ..
-        } => {
-            let (st, ctx) = creating(conn, || fid(0), name.0, gid)?;
-            let flags = (flags & OPEN_MASK) as i32 | libc::O_CREAT | libc::O_EXCL;
-            let fd = ctx.openat(st.fd, name.0, flags, mode & 0o7777)?;
-            let path = match ctx.reopen(fd, libc::O_PATH) {
-                Ok(p) => p,
-                Err(e) => {
-                    let _ = ctx.close(fd);
-                    return Err(e);
-                }
-            };
-            let mut x = Statx::default();
-            ctx.fstatx_into(path, libc::STATX_BASIC_STATS, &mut x)?;
-            let r = fids[0].update(|s| {
-                s.fd = path;
-                s.open = Some(fd);
-            });
-            if r.is_err() {
-                let _ = ctx.close(fd);
-                let _ = ctx.close(path);
-            }
-            r?;
-            reply(
-                Fcall::Rlcreate {
-                    qid: qid_of_statx(&x),
-                    iounit: iounit(conn),
-                },
-                out,
-            )
-        }
-        Fcall::Tread { offset, count, .. } => {
-            let st = fid(0)?;
-            if let Some(l) = &st.listing {
-                let from = (offset.min(l.len() as u64)) as usize;
-                let n = (count.min(iounit(conn)) as usize).min(l.len() - from);
-                let data = p9::Data(&l[from..from + n]);
-                return reply(Fcall::Rread { data }, out);
-            }
-            let fd = st.open.ok_or(Errno::EBADF)?;
-            let n = count.min(iounit(conn)) as usize;
-            let start = p9::begin(out, msg::Rread, tag);
-            let at = out.len();
-            out.resize(at + 4 + n, 0);
-            // The file's bytes go straight into the reply.
-            let got = st.ctx.pread(fd, &mut out[at + 4..], offset)?;
-            out.truncate(at + 4 + got);
-            out[at..at + 4].copy_from_slice(&(got as u32).to_le_bytes());
-            p9::finish(out, start);
-            Ok(())
-        }
-        Fcall::Twrite { offset, data, .. } => {
-            writable(conn)?;
-            let st = fid(0)?;
-            let fd = st.open.ok_or(Errno::EBADF)?;
-            let n = st.ctx.pwrite(fd, data.0, offset)?;
-            reply(Fcall::Rwrite { count: n as u32 }, out)
-        }
-        Fcall::Treaddir { offset, count, .. } => {
-            let st = fid(0)?;
-            let fd = st.open.ok_or(Errno::EBADF)?;
-            // Offsets are positions in the listing: entry i carries i + 1,
-            // where the next read starts.
-            st.ctx.lseek(fd, offset as i64, libc::SEEK_SET)?;
-            let entries = st.ctx.getdents(fd)?;
-            let max = count.min(iounit(conn)) as usize;
-            let start = p9::begin(out, msg::Rreaddir, tag);
-            let at = out.len();
-            out.extend_from_slice(&[0; 4]);
-            let mut used = 0;
-            for (i, e) in entries.iter().enumerate() {
-                let len = p9::dirent_len(&e.name);
-                if used + len > max {
-                    break;
-                }
-                let mode = e.kind.mode_bits();
-                p9::put_dirent(
-                    out,
-                    qid_of(mode, e.ino),
-                    offset + i as u64 + 1,
-                    e.kind.dtype(),
-                    &e.name,
-                );
-                used += len;
-            }
-            out[at..at + 4].copy_from_slice(&(used as u32).to_le_bytes());
-            p9::finish(out, start);
-            Ok(())
-        }
-        Fcall::Tstatfs { .. } => {
-            let st = fid(0)?;
-            let s = st.ctx.statfs(st.fd, b"")?;
-            reply(
-                Fcall::Rstatfs {
-                    st: p9::StatFs {
-                        ty: 0x01021997, // V9FS_MAGIC
-                        bsize: s.bsize as u32,
-                        blocks: s.blocks,
-                        bfree: s.bfree,
-                        bavail: s.bavail,
-                        files: s.files,
-                        ffree: s.ffree,
-                        fsid: 0,
-                        namelen: s.namelen as u32,
-                    },
-                },
-                out,
-            )
-        }
+        } => r.lcreate(name, flags, mode, gid, out),
+        Fcall::Tread { offset, count, .. } => r.read(offset, count, out),
+        Fcall::Twrite { offset, data, .. } => r.write(offset, data, out),
+        Fcall::Treaddir { offset, count, .. } => r.readdir(offset, count, out),
+        Fcall::Tstatfs { .. } => r.statfs(out),
         Fcall::Tmkdir {
             name, mode, gid, ..
-        } => {
-            let (st, ctx) = creating(conn, || fid(0), name.0, gid)?;
-            ctx.mkdirat(st.fd, name.0, mode & 0o7777)?;
-            let qid = qid_at(&ctx, st.fd, name.0)?;
-            reply(Fcall::Rmkdir { qid }, out)
-        }
+        } => r.mkdir(name, mode, gid, out),
         Fcall::Tsymlink {
             name, symtgt, gid, ..
-        } => {
-            let (st, ctx) = creating(conn, || fid(0), name.0, gid)?;
-            ctx.symlinkat(symtgt.0, st.fd, name.0)?;
-            let qid = qid_at(&ctx, st.fd, name.0)?;
-            reply(Fcall::Rsymlink { qid }, out)
-        }
-        Fcall::Tlink { name, .. } => {
-            writable(conn)?;
-            check_name(name.0)?;
-            let dir = fid(0)?;
-            let target = fid(1)?;
-            dir.ctx
-                .linkat(target.fd, b"", dir.fd, name.0, libc::AT_EMPTY_PATH)?;
-            reply(Fcall::Rlink {}, out)
-        }
+        } => r.symlink(name, symtgt, gid, out),
+        Fcall::Tlink { name, .. } => r.link(name, out),
         Fcall::Trenameat {
             oldname, newname, ..
-        } => {
-            writable(conn)?;
-            check_name(oldname.0)?;
-            check_name(newname.0)?;
-            let od = fid(0)?;
-            let nd = fid(1)?;
-            od.ctx.renameat2(od.fd, oldname.0, nd.fd, newname.0, 0)?;
-            reply(Fcall::Rrenameat {}, out)
-        }
-        Fcall::Tunlinkat { name, flags, .. } => {
-            writable(conn)?;
-            check_name(name.0)?;
-            let st = fid(0)?;
-            let fl = if flags & p9::AT_REMOVEDIR != 0 {
-                libc::AT_REMOVEDIR
-            } else {
-                0
-            };
-            st.ctx.unlinkat(st.fd, name.0, fl)?;
-            reply(Fcall::Runlinkat {}, out)
-        }
-        Fcall::Tsetattr { attr, .. } => {
-            writable(conn)?;
-            let st = fid(0)?;
-            setattr(&st, &attr)?;
-            reply(Fcall::Rsetattr {}, out)
-        }
-        Fcall::Tfsync { .. } => {
-            // Writes reach the backend at once (no write-back cache here);
-            // the backends have no durability call to pass on.
-            fid(0)?;
-            reply(Fcall::Rfsync {}, out)
-        }
-        Fcall::Tlock { .. } => {
-            // Locks are advisory and kept by each client kernel.
-            fid(0)?;
-            reply(Fcall::Rlock { status: 0 }, out)
-        }
+        } => r.renameat(oldname, newname, out),
+        Fcall::Tunlinkat { name, flags, .. } => r.unlinkat(name, flags, out),
+        Fcall::Tsetattr { attr, .. } => r.set_attr(&attr, out),
+        Fcall::Tfsync { .. } => r.fsync(out),
+        Fcall::Tlock { .. } => r.lock(out),
         Fcall::Tgetlock {
             start,
             length,
             proc_id,
             client_id,
             ..
-        } => {
-            fid(0)?;
-            reply(
-                Fcall::Rgetlock {
-                    ty: 2, // P9_LOCK_TYPE_UNLCK: nothing here holds a lock
-                    start,
-                    length,
-                    proc_id,
-                    client_id,
-                },
-                out,
-            )
-        }
-        Fcall::Tclunk { .. } => {
-            // The fid left the table on arrival; it closes when the last
-            // request using it is done.
-            reply(Fcall::Rclunk {}, out)
-        }
-        // The fid left the table on arrival: Tremove clunks it whether
-        // or not the removal succeeds.
-        Fcall::Tremove { .. } => {
-            writable(conn)?;
-            let st = fid(0)?;
-            let (pfd, name) = located(&st)?;
-            let dir = st
-                .ctx
-                .fstatx(st.fd, libc::STATX_TYPE)
-                .map(|x| u32::from(x.stx_mode) & libc::S_IFMT == libc::S_IFDIR);
-            let r = dir.and_then(|dir| {
-                let fl = if dir { libc::AT_REMOVEDIR } else { 0 };
-                st.ctx.unlinkat(pfd, &name, fl)
-            });
-            let _ = st.ctx.close(pfd);
-            r?;
-            reply(Fcall::Rremove {}, out)
-        }
-        Fcall::Trename { name, .. } => {
-            writable(conn)?;
-            check_name(name.0)?;
-            let st = fid(0)?;
-            let nd = fid(1)?;
-            let (pfd, old) = located(&st)?;
-            let r = st.ctx.renameat2(pfd, &old, nd.fd, name.0, 0);
-            let _ = st.ctx.close(pfd);
-            r?;
-            reply(Fcall::Rrename {}, out)
-        }
-        Fcall::Txattrwalk { name, .. } if name.0 == p9::dirplus::NAME => {
-            let st = fid(0)?;
-            let nf = newfid.ok_or(Errno::EINVAL)?;
-            let l = listing_of(&st)?;
-            let size = l.len() as u64;
-            // The fid names no file of its own: only reads of the
-            // listing work on it (anything else finds no descriptor).
-            nf.complete(FidState {
-                ctx: Arc::clone(&st.ctx),
-                fd: -1,
-                open: None,
-                listing: Some(Arc::new(l)),
-            });
-            reply(Fcall::Rxattrwalk { size }, out)
-        }
-        Fcall::Txattrwalk { name, .. } if name.0 == p9::order::NAME => {
-            // This server keeps a connection's order (conn.rs): say so.
-            let st = fid(0)?;
-            newfid.ok_or(Errno::EINVAL)?.complete(FidState {
-                ctx: Arc::clone(&st.ctx),
-                fd: -1,
-                open: None,
-                listing: Some(Arc::new(Vec::new())),
-            });
-            reply(
-                Fcall::Rxattrwalk {
-                    size: p9::order::VERSION,
-                },
-                out,
-            )
-        }
+        } => r.getlock(start, length, proc_id, client_id, out),
+        Fcall::Tclunk { .. } => r.clunk(out),
+        Fcall::Tremove { .. } => r.remove(out),
+        Fcall::Trename { name, .. } => r.rename(name, out),
+        Fcall::Txattrwalk { name, .. } if name.0 == p9::dirplus::NAME => r.list_plus(out),
+        Fcall::Txattrwalk { name, .. } if name.0 == p9::order::NAME => r.order(out),
         Fcall::Txattrwalk { .. } | Fcall::Txattrcreate { .. } => Err(Errno::EOPNOTSUPP),
         Fcall::Tmknod {
             name,
@@ -580,20 +256,467 @@ pub(crate) fn handle(
             minor,
             gid,
             ..
-        } => {
-            let (st, ctx) = creating(conn, || fid(0), name.0, gid)?;
-            // Made, never opened: Tlopen refuses anything but regular
-            // files and directories, so a client's fifo or socket is its
-            // own kernel's business, and a device node here is inert.
-            let dev = libc::makedev(major, minor);
-            ctx.mknodat(st.fd, name.0, mode, dev)?;
-            let qid = qid_at(&ctx, st.fd, name.0)?;
-            reply(Fcall::Rmknod { qid }, out)
-        }
+        } => r.mknod(name, mode, major, minor, gid, out),
         // ENOENT is how 9P2000.L servers say "no authentication
         // required" (diod's clients then attach with afid = NOFID).
         Fcall::Tauth { .. } => Err(Errno::ENOENT),
         _ => Err(Errno::EOPNOTSUPP),
+    }
+}
+
+impl Req<'_> {
+    /// The state of the `i`th fid the request names.
+    fn fid(&self, i: usize) -> Result<FidState> {
+        self.fids.get(i).ok_or(Errno::EBADF)?.get()
+    }
+
+    fn reply(&self, f: Fcall<'_>, out: &mut Vec<u8>) -> Result<()> {
+        f.encode(self.tag, out);
+        Ok(())
+    }
+
+    /// `Tattach`: a fid for the export's root, acting as the user named.
+    fn attach(
+        &self,
+        uname: Str<'_>,
+        n_uname: u32,
+        afid: u32,
+        aname: Str<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        if let Some(secret) = &self.s.server.cfg.secret {
+            let ok = self.s.auth_ok(afid, secret)
+                || crate::auth::secret_in_aname(aname.0).is_some_and(|s| secret.matches(s));
+            if !ok {
+                tracing::warn!("{}: attach refused: no or wrong secret", self.s.peer);
+                return Err(Errno::EACCES);
+            }
+        }
+        let mut creds = users::creds_for(n_uname, uname.0).ok_or(Errno::EACCES)?;
+        // A client that checks permissions itself (Linux's v9fs,
+        // access=client) has already decided with groups the server
+        // never sees: the server then checks none of its own.
+        creds.privileged = self.s.server.cfg.trust_client_permissions;
+        let ctx = self.s.ctx_for(creds);
+        let mut steps = Vec::new();
+        let fd = ctx
+            .walk_names(walkfs_vfs::AT_FDCWD, &[], &mut steps)?
+            .ok_or(Errno::EIO)?;
+        let st = FidState {
+            ctx,
+            fd,
+            open: None,
+            listing: None,
+        };
+        let qid = qid_of_statx(&fstatx(&st)?);
+        self.newfid.ok_or(Errno::EBADF)?.complete(st);
+        self.reply(Fcall::Rattach { qid }, out)
+    }
+
+    /// `Twalk`: a new fid (or the same one) for what the names lead to; the qids of the steps taken.
+    fn walk(&self, names: Names<'_>, out: &mut Vec<u8>) -> Result<()> {
+        let from = self.fid(0)?;
+        let names = names.as_slice();
+        let mut steps = Vec::with_capacity(names.len());
+        let fd = from.ctx.walk_names(from.fd, names, &mut steps)?;
+        let mut qids = Qids::default();
+        for s in &steps {
+            qids.push(qid_of_step(s));
+        }
+        match (fd, self.newfid) {
+            (Some(fd), Some(nf)) => nf.complete(FidState {
+                ctx: Arc::clone(&from.ctx),
+                fd,
+                open: None,
+                listing: None,
+            }),
+            // A walk of the fid onto itself.
+            (Some(fd), None) => {
+                let r = self.fids[0].update(|st| st.fd = fd);
+                if r.is_err() {
+                    let _ = from.ctx.close(fd);
+                }
+                r?
+            }
+            // A partial walk makes no fid.
+            (None, Some(nf)) => {
+                nf.fail();
+                let mut t = self.s.fids.lock();
+                t.retain(|_, x| !Arc::ptr_eq(x, nf));
+            }
+            (None, None) => {}
+        }
+        self.reply(Fcall::Rwalk { qids }, out)
+    }
+
+    /// `Tgetattr`.
+    fn getattr(&self, out: &mut Vec<u8>) -> Result<()> {
+        let st = self.fid(0)?;
+        let x = fstatx(&st)?;
+        self.reply(Fcall::Rgetattr { st: stat_of(&x) }, out)
+    }
+
+    /// `Treadlink`.
+    fn readlink(&self, out: &mut Vec<u8>) -> Result<()> {
+        let st = self.fid(0)?;
+        let mut buf = [0u8; libc::PATH_MAX as usize];
+        let n = match st.ctx.readlinkat_into(st.fd, b"", &mut buf) {
+            // The vfs's readlinkat(fd, "") of a non-symlink is ENOENT
+            // (Linux's do_readlinkat); a fid names its file, and
+            // readlink(2) of a file that is no symlink is EINVAL, as
+            // diod and QEMU answer.
+            Err(Errno::ENOENT) if !is_symlink(&st) => return Err(Errno::EINVAL),
+            r => r?,
+        };
+        self.reply(
+            Fcall::Rreadlink {
+                target: Str(&buf[..n]),
+            },
+            out,
+        )
+    }
+
+    /// `Tlopen`: the fid's file opened for I/O.
+    fn lopen(&self, flags: u32, out: &mut Vec<u8>) -> Result<()> {
+        let st = self.fid(0)?;
+        if st.open.is_some() {
+            return Err(Errno::EBADF);
+        }
+        let flags = flags & OPEN_MASK;
+        if flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32
+            || flags & libc::O_TRUNC as u32 != 0
+        {
+            writable(self.s)?;
+        }
+        let fd = st.ctx.reopen(st.fd, flags as i32)?;
+        let x = fstatx(&st)?;
+        let r = self.fids[0].update(|s| s.open = Some(fd));
+        if r.is_err() {
+            let _ = st.ctx.close(fd);
+        }
+        r?;
+        self.reply(
+            Fcall::Rlopen {
+                qid: qid_of_statx(&x),
+                iounit: self.s.iounit(),
+            },
+            out,
+        )
+    }
+
+    /// `Tlcreate`: a new file, opened; the fid now names it.
+    fn lcreate(
+        &self,
+        name: Str<'_>,
+        flags: u32,
+        mode: u32,
+        gid: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
+        let flags = (flags & OPEN_MASK) as i32 | libc::O_CREAT | libc::O_EXCL;
+        let fd = ctx.openat(st.fd, name.0, flags, mode & 0o7777)?;
+        let path = match ctx.reopen(fd, libc::O_PATH) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = ctx.close(fd);
+                return Err(e);
+            }
+        };
+        let mut x = Statx::default();
+        ctx.fstatx_into(path, libc::STATX_BASIC_STATS, &mut x)?;
+        let r = self.fids[0].update(|s| {
+            s.fd = path;
+            s.open = Some(fd);
+        });
+        if r.is_err() {
+            let _ = ctx.close(fd);
+            let _ = ctx.close(path);
+        }
+        r?;
+        self.reply(
+            Fcall::Rlcreate {
+                qid: qid_of_statx(&x),
+                iounit: self.s.iounit(),
+            },
+            out,
+        )
+    }
+
+    /// `Tread` of an open file, or of a listing fid.
+    fn read(&self, offset: u64, count: u32, out: &mut Vec<u8>) -> Result<()> {
+        let st = self.fid(0)?;
+        if let Some(l) = &st.listing {
+            let from = (offset.min(l.len() as u64)) as usize;
+            let n = (count.min(self.s.iounit()) as usize).min(l.len() - from);
+            let data = p9::Data(&l[from..from + n]);
+            return self.reply(Fcall::Rread { data }, out);
+        }
+        let fd = st.open.ok_or(Errno::EBADF)?;
+        let n = count.min(self.s.iounit()) as usize;
+        let start = p9::begin(out, msg::Rread, self.tag);
+        let at = out.len();
+        out.resize(at + 4 + n, 0);
+        // The file's bytes go straight into the reply.
+        let got = st.ctx.pread(fd, &mut out[at + 4..], offset)?;
+        out.truncate(at + 4 + got);
+        out[at..at + 4].copy_from_slice(&(got as u32).to_le_bytes());
+        p9::finish(out, start);
+        Ok(())
+    }
+
+    /// `Twrite`.
+    fn write(&self, offset: u64, data: Data<'_>, out: &mut Vec<u8>) -> Result<()> {
+        writable(self.s)?;
+        let st = self.fid(0)?;
+        let fd = st.open.ok_or(Errno::EBADF)?;
+        let n = st.ctx.pwrite(fd, data.0, offset)?;
+        self.reply(Fcall::Rwrite { count: n as u32 }, out)
+    }
+
+    /// `Treaddir`.
+    fn readdir(&self, offset: u64, count: u32, out: &mut Vec<u8>) -> Result<()> {
+        let st = self.fid(0)?;
+        let fd = st.open.ok_or(Errno::EBADF)?;
+        // Offsets are positions in the listing: entry i carries i + 1,
+        // where the next read starts.
+        st.ctx.lseek(fd, offset as i64, libc::SEEK_SET)?;
+        let entries = st.ctx.getdents(fd)?;
+        let max = count.min(self.s.iounit()) as usize;
+        let start = p9::begin(out, msg::Rreaddir, self.tag);
+        let at = out.len();
+        out.extend_from_slice(&[0; 4]);
+        let mut used = 0;
+        for (i, e) in entries.iter().enumerate() {
+            let len = p9::dirent_len(&e.name);
+            if used + len > max {
+                break;
+            }
+            let mode = e.kind.mode_bits();
+            p9::put_dirent(
+                out,
+                qid_of(mode, e.ino),
+                offset + i as u64 + 1,
+                e.kind.dtype(),
+                &e.name,
+            );
+            used += len;
+        }
+        out[at..at + 4].copy_from_slice(&(used as u32).to_le_bytes());
+        p9::finish(out, start);
+        Ok(())
+    }
+
+    /// `Tstatfs`.
+    fn statfs(&self, out: &mut Vec<u8>) -> Result<()> {
+        let st = self.fid(0)?;
+        let s = st.ctx.statfs(st.fd, b"")?;
+        self.reply(
+            Fcall::Rstatfs {
+                st: p9::StatFs {
+                    ty: 0x01021997, // V9FS_MAGIC
+                    bsize: s.bsize as u32,
+                    blocks: s.blocks,
+                    bfree: s.bfree,
+                    bavail: s.bavail,
+                    files: s.files,
+                    ffree: s.ffree,
+                    fsid: 0,
+                    namelen: s.namelen as u32,
+                },
+            },
+            out,
+        )
+    }
+
+    /// `Tmkdir`.
+    fn mkdir(&self, name: Str<'_>, mode: u32, gid: u32, out: &mut Vec<u8>) -> Result<()> {
+        let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
+        ctx.mkdirat(st.fd, name.0, mode & 0o7777)?;
+        let qid = qid_at(&ctx, st.fd, name.0)?;
+        self.reply(Fcall::Rmkdir { qid }, out)
+    }
+
+    /// `Tsymlink`.
+    fn symlink(&self, name: Str<'_>, symtgt: Str<'_>, gid: u32, out: &mut Vec<u8>) -> Result<()> {
+        let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
+        ctx.symlinkat(symtgt.0, st.fd, name.0)?;
+        let qid = qid_at(&ctx, st.fd, name.0)?;
+        self.reply(Fcall::Rsymlink { qid }, out)
+    }
+
+    /// `Tlink`.
+    fn link(&self, name: Str<'_>, out: &mut Vec<u8>) -> Result<()> {
+        writable(self.s)?;
+        check_name(name.0)?;
+        let dir = self.fid(0)?;
+        let target = self.fid(1)?;
+        dir.ctx
+            .linkat(target.fd, b"", dir.fd, name.0, libc::AT_EMPTY_PATH)?;
+        self.reply(Fcall::Rlink {}, out)
+    }
+
+    /// `Trenameat`.
+    fn renameat(&self, oldname: Str<'_>, newname: Str<'_>, out: &mut Vec<u8>) -> Result<()> {
+        writable(self.s)?;
+        check_name(oldname.0)?;
+        check_name(newname.0)?;
+        let od = self.fid(0)?;
+        let nd = self.fid(1)?;
+        od.ctx.renameat2(od.fd, oldname.0, nd.fd, newname.0, 0)?;
+        self.reply(Fcall::Rrenameat {}, out)
+    }
+
+    /// `Tunlinkat`.
+    fn unlinkat(&self, name: Str<'_>, flags: u32, out: &mut Vec<u8>) -> Result<()> {
+        writable(self.s)?;
+        check_name(name.0)?;
+        let st = self.fid(0)?;
+        let fl = if flags & p9::AT_REMOVEDIR != 0 {
+            libc::AT_REMOVEDIR
+        } else {
+            0
+        };
+        st.ctx.unlinkat(st.fd, name.0, fl)?;
+        self.reply(Fcall::Runlinkat {}, out)
+    }
+
+    /// `Tsetattr`.
+    fn set_attr(&self, attr: &p9::SetAttr, out: &mut Vec<u8>) -> Result<()> {
+        writable(self.s)?;
+        let st = self.fid(0)?;
+        setattr(&st, attr)?;
+        self.reply(Fcall::Rsetattr {}, out)
+    }
+
+    /// `Tfsync`.
+    fn fsync(&self, out: &mut Vec<u8>) -> Result<()> {
+        // Writes reach the backend at once (no write-back cache here);
+        // the backends have no durability call to pass on.
+        self.fid(0)?;
+        self.reply(Fcall::Rfsync {}, out)
+    }
+
+    /// `Tlock`.
+    fn lock(&self, out: &mut Vec<u8>) -> Result<()> {
+        // Locks are advisory and kept by each client kernel.
+        self.fid(0)?;
+        self.reply(Fcall::Rlock { status: 0 }, out)
+    }
+
+    /// `Tgetlock`.
+    fn getlock(
+        &self,
+        start: u64,
+        length: u64,
+        proc_id: u32,
+        client_id: Str<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        self.fid(0)?;
+        self.reply(
+            Fcall::Rgetlock {
+                ty: 2, // P9_LOCK_TYPE_UNLCK: nothing here holds a lock
+                start,
+                length,
+                proc_id,
+                client_id,
+            },
+            out,
+        )
+    }
+
+    /// `Tclunk`.
+    fn clunk(&self, out: &mut Vec<u8>) -> Result<()> {
+        // The fid left the table on arrival; it closes when the last
+        // request using it is done.
+        self.reply(Fcall::Rclunk {}, out)
+    }
+
+    /// `Tremove`: the fid left the table on arrival, so it is clunked whether or not the removal succeeds.
+    fn remove(&self, out: &mut Vec<u8>) -> Result<()> {
+        writable(self.s)?;
+        let st = self.fid(0)?;
+        let (pfd, name) = located(&st)?;
+        let dir = st
+            .ctx
+            .fstatx(st.fd, libc::STATX_TYPE)
+            .map(|x| u32::from(x.stx_mode) & libc::S_IFMT == libc::S_IFDIR);
+        let r = dir.and_then(|dir| {
+            let fl = if dir { libc::AT_REMOVEDIR } else { 0 };
+            st.ctx.unlinkat(pfd, &name, fl)
+        });
+        let _ = st.ctx.close(pfd);
+        r?;
+        self.reply(Fcall::Rremove {}, out)
+    }
+
+    /// `Trename` (by fid).
+    fn rename(&self, name: Str<'_>, out: &mut Vec<u8>) -> Result<()> {
+        writable(self.s)?;
+        check_name(name.0)?;
+        let st = self.fid(0)?;
+        let nd = self.fid(1)?;
+        let (pfd, old) = located(&st)?;
+        let r = st.ctx.renameat2(pfd, &old, nd.fd, name.0, 0);
+        let _ = st.ctx.close(pfd);
+        r?;
+        self.reply(Fcall::Rrename {}, out)
+    }
+
+    /// `Txattrwalk("walkfs.readdirplus")`: a fid whose reads give the directory's listing with attributes (docs/readdirplus-protocol.md).
+    fn list_plus(&self, out: &mut Vec<u8>) -> Result<()> {
+        let st = self.fid(0)?;
+        let nf = self.newfid.ok_or(Errno::EINVAL)?;
+        let l = listing_of(&st)?;
+        let size = l.len() as u64;
+        // The fid names no file of its own: only reads of the
+        // listing work on it (anything else finds no descriptor).
+        nf.complete(FidState {
+            ctx: Arc::clone(&st.ctx),
+            fd: -1,
+            open: None,
+            listing: Some(Arc::new(l)),
+        });
+        self.reply(Fcall::Rxattrwalk { size }, out)
+    }
+
+    /// `Txattrwalk("walkfs.order")`: this server keeps a connection's order (conn.rs), and says so.
+    fn order(&self, out: &mut Vec<u8>) -> Result<()> {
+        // This server keeps a connection's order (self.s.rs): say so.
+        let st = self.fid(0)?;
+        self.newfid.ok_or(Errno::EINVAL)?.complete(FidState {
+            ctx: Arc::clone(&st.ctx),
+            fd: -1,
+            open: None,
+            listing: Some(Arc::new(Vec::new())),
+        });
+        self.reply(
+            Fcall::Rxattrwalk {
+                size: p9::order::VERSION,
+            },
+            out,
+        )
+    }
+
+    /// `Tmknod`.
+    fn mknod(
+        &self,
+        name: Str<'_>,
+        mode: u32,
+        major: u32,
+        minor: u32,
+        gid: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
+        // Made, never opened: Tlopen refuses anything but regular
+        // files and directories, so a client's fifo or socket is its
+        // own kernel's business, and a device node here is inert.
+        let dev = libc::makedev(major, minor);
+        ctx.mknodat(st.fd, name.0, mode, dev)?;
+        let qid = qid_at(&ctx, st.fd, name.0)?;
+        self.reply(Fcall::Rmknod { qid }, out)
     }
 }
 

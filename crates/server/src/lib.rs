@@ -36,6 +36,7 @@ mod link;
 pub mod notify;
 pub mod sandbox;
 pub mod seccomp;
+mod session;
 pub mod users;
 
 use std::io;

@@ -20,8 +20,6 @@ use parking_lot::Mutex;
 use walkfs_p9::{Data, Fcall};
 use walkfs_vfs::{Change, ChangeSink, Errno};
 
-use crate::conn::Conn;
-
 pub use walkfs_p9::notify::{ALL, DEGRADED, ENTRY, INODE, MIN_READ, NAME as NOTIFY_NAME, VERSION};
 
 /// Queued record bytes per subscriber before its queue is replaced by
@@ -41,10 +39,24 @@ pub(crate) struct Sub {
     parked: Option<(u16, u32)>,
 }
 
+/// What the extension needs of a connection (conn.rs provides it): its
+/// subscription slot, a way to send replies at any time, and the checks a
+/// subscription makes.
+pub(crate) trait Peer: Send + Sync {
+    fn slot(&self) -> &Mutex<Option<Sub>>;
+    fn send_msg(&self, tag: u16, f: Fcall<'_>);
+    fn error(&self, tag: u16, e: Errno);
+    /// `fid` is attached (authenticated) and `newfid` is free.
+    fn may_subscribe(&self, fid: u32, newfid: u32) -> bool;
+    /// The export sees every change (else the subscriber is told at once
+    /// that it must revalidate).
+    fn coherent(&self) -> bool;
+}
+
 /// The server's subscribers; listens to the vfs for changes.
 #[derive(Default)]
 pub(crate) struct Hub {
-    conns: Mutex<Vec<Weak<Conn>>>,
+    conns: Mutex<Vec<Weak<dyn Peer>>>,
 }
 
 /// Encode one change as a record.
@@ -106,21 +118,21 @@ impl Sub {
     }
 }
 
-fn reply_read(conn: &Conn, tag: u16, data: &[u8]) {
+fn reply_read(conn: &dyn Peer, tag: u16, data: &[u8]) {
     conn.send_msg(tag, Fcall::Rread { data: Data(data) });
 }
 
 impl ChangeSink for Hub {
     fn changed(&self, changes: &[Change]) {
         let recs: Vec<Vec<u8>> = changes.iter().map(encode).collect();
-        let conns: Vec<Arc<Conn>> = {
+        let conns: Vec<Arc<dyn Peer>> = {
             let mut list = self.conns.lock();
             list.retain(|c| c.strong_count() > 0);
             list.iter().filter_map(Weak::upgrade).collect()
         };
         for conn in conns {
             let ready = {
-                let mut n = conn.notify.lock();
+                let mut n = conn.slot().lock();
                 let Some(sub) = n.as_mut() else { continue };
                 for r in &recs {
                     sub.push(r);
@@ -130,28 +142,33 @@ impl ChangeSink for Hub {
             // A peer that stopped reading blocks this send for at most the
             // reply timeout, after which its connection is closed.
             if let Some((tag, data)) = ready {
-                reply_read(&conn, tag, &data);
+                reply_read(&*conn, tag, &data);
             }
         }
     }
 }
 
 impl Hub {
-    fn add(&self, conn: &Arc<Conn>) {
-        self.conns.lock().push(Arc::downgrade(conn));
+    fn add(&self, conn: Weak<dyn Peer>) {
+        self.conns.lock().push(conn);
     }
 }
 
 /// Handle `f` if it belongs to the notification extension; returns
 /// whether it did.
-pub(crate) fn message(conn: &Arc<Conn>, tag: u16, f: &Fcall<'_>) -> bool {
+pub(crate) fn message<P: Peer + 'static>(
+    hub: &Hub,
+    conn: &Arc<P>,
+    tag: u16,
+    f: &Fcall<'_>,
+) -> bool {
     match *f {
         Fcall::Txattrwalk { fid, newfid, name } if name.0 == NOTIFY_NAME => {
-            subscribe(conn, tag, fid, newfid);
+            subscribe(hub, conn, tag, fid, newfid);
             true
         }
         Fcall::Tread { fid, count, .. } => {
-            let mut n = conn.notify.lock();
+            let mut n = conn.slot().lock();
             let Some(sub) = n.as_mut().filter(|s| s.fid == fid) else {
                 return false;
             };
@@ -166,20 +183,20 @@ pub(crate) fn message(conn: &Arc<Conn>, tag: u16, f: &Fcall<'_>) -> bool {
                 let ready = sub.ready();
                 drop(n);
                 if let Some((tag, data)) = ready {
-                    reply_read(conn, tag, &data);
+                    reply_read(&**conn, tag, &data);
                 }
             }
             true
         }
         Fcall::Tclunk { fid } => {
-            let mut n = conn.notify.lock();
+            let mut n = conn.slot().lock();
             if n.as_ref().is_none_or(|s| s.fid != fid) {
                 return false;
             }
             let parked = n.take().and_then(|s| s.parked);
             drop(n);
             if let Some((t, _)) = parked {
-                reply_read(conn, t, &[]);
+                reply_read(&**conn, t, &[]);
             }
             conn.send_msg(tag, Fcall::Rclunk {});
             true
@@ -190,8 +207,8 @@ pub(crate) fn message(conn: &Arc<Conn>, tag: u16, f: &Fcall<'_>) -> bool {
 
 /// `Tflush` of a parked read: it is answered by the `Rflush` alone.
 /// Returns whether `oldtag` was one.
-pub(crate) fn flush(conn: &Conn, oldtag: u16) -> bool {
-    let mut n = conn.notify.lock();
+pub(crate) fn flush(conn: &dyn Peer, oldtag: u16) -> bool {
+    let mut n = conn.slot().lock();
     match n.as_mut() {
         Some(sub) if sub.parked.is_some_and(|(t, _)| t == oldtag) => {
             sub.parked = None;
@@ -201,20 +218,13 @@ pub(crate) fn flush(conn: &Conn, oldtag: u16) -> bool {
     }
 }
 
-fn subscribe(conn: &Arc<Conn>, tag: u16, fid: u32, newfid: u32) {
-    let err = {
-        let fids = conn.fids.lock();
-        // The fid must be attached (authenticated); the new one free.
-        let bad =
-            !fids.contains_key(&fid) || fids.contains_key(&newfid) || newfid == walkfs_p9::NOFID;
-        bad.then_some(Errno::EBADF)
-    };
-    if let Some(e) = err {
-        conn.error(tag, e);
+fn subscribe<P: Peer + 'static>(hub: &Hub, conn: &Arc<P>, tag: u16, fid: u32, newfid: u32) {
+    if !conn.may_subscribe(fid, newfid) {
+        conn.error(tag, Errno::EBADF);
         return;
     }
     {
-        let mut n = conn.notify.lock();
+        let mut n = conn.slot().lock();
         if n.is_some() {
             drop(n);
             conn.error(tag, Errno::EBUSY);
@@ -229,12 +239,13 @@ fn subscribe(conn: &Arc<Conn>, tag: u16, fid: u32, newfid: u32) {
         };
         // A server that cannot see every change says so at once: the
         // client must revalidate rather than trust its cache.
-        if !conn.server.vfs.is_coherent() {
+        if !conn.coherent() {
             sub.push(&encode(&Change::Degraded));
         }
         *n = Some(sub);
     }
-    conn.server.notify.add(conn);
+    let weak: Weak<P> = Arc::downgrade(conn);
+    hub.add(weak);
     conn.send_msg(tag, Fcall::Rxattrwalk { size: VERSION });
 }
 

@@ -1,0 +1,71 @@
+//! What a request's handler sees of its connection: the fid table, the
+//! negotiated message size, the contexts it acts through, and the secret
+//! shown. The connection itself (framing, tags, order, replies: conn.rs)
+//! owns one and dispatches to the handlers (handlers.rs) with it, so the
+//! handlers never reach back into the connection.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use walkfs_p9::{IOHDRSZ, MIN_MSIZE};
+use walkfs_vfs::{Creds, Ctx};
+
+use crate::fid::Fid;
+use crate::Server;
+
+pub(crate) struct Session {
+    pub server: Arc<Server>,
+    pub fids: Mutex<HashMap<u32, Arc<Fid>>>,
+    pub msize: AtomicU32,
+    /// Contexts by (uid, gid), all sharing one descriptor table.
+    ctxs: Mutex<HashMap<(u32, u32), Arc<Ctx>>>,
+    base: Ctx,
+    pub peer: String,
+    /// Auth fids (`Tauth`) and what was written to each, when the server
+    /// asks for a secret.
+    pub auth: Mutex<HashMap<u32, Vec<u8>>>,
+}
+
+impl Session {
+    pub fn new(server: Arc<Server>, peer: String) -> Session {
+        let base = server.vfs.context_with_fds(
+            Creds::root(),
+            // Each fid holds at most two descriptors (path and open).
+            server.cfg.max_fids * 2 + 16,
+        );
+        Session {
+            fids: Mutex::new(HashMap::new()),
+            msize: AtomicU32::new(MIN_MSIZE),
+            ctxs: Mutex::new(HashMap::new()),
+            base,
+            peer,
+            server,
+            auth: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The context acting as `creds`, sharing the connection's descriptors.
+    pub fn ctx_for(&self, creds: Creds) -> Arc<Ctx> {
+        let key = (creds.uid, creds.gid);
+        let mut m = self.ctxs.lock();
+        Arc::clone(
+            m.entry(key)
+                .or_insert_with(|| Arc::new(self.base.with_creds(creds))),
+        )
+    }
+
+    /// Was the secret written to auth fid `afid`?
+    pub fn auth_ok(&self, afid: u32, secret: &crate::auth::Secret) -> bool {
+        self.auth
+            .lock()
+            .get(&afid)
+            .is_some_and(|written| secret.matches(written))
+    }
+
+    /// The most data one read or write carries.
+    pub fn iounit(&self) -> u32 {
+        self.msize.load(Ordering::Relaxed) - IOHDRSZ
+    }
+}
