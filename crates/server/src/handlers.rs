@@ -812,3 +812,103 @@ fn is_symlink(st: &FidState) -> bool {
         .fstatx(st.fd, libc::STATX_TYPE)
         .is_ok_and(|x| u32::from(x.stx_mode) & libc::S_IFMT == libc::S_IFLNK)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use walkfs_p9::{Fcall, Str};
+    use walkfs_vfs::{Errno, Options, Vfs};
+
+    use super::{check_name, handle};
+    use crate::fid::Fid;
+    use crate::session::Session;
+    use crate::{Config, Server};
+
+    fn session(read_only: bool) -> Session {
+        let vfs = Vfs::new(Arc::new(walkfs_memfs::MemFs::new()), &Options::default()).expect("vfs");
+        let cfg = Config {
+            read_only,
+            inline_all: true,
+            ..Config::default()
+        };
+        Session::new(Server::new(vfs, cfg), "test".into())
+    }
+
+    /// `f` answered with the fids given, as conn.rs would call it: the
+    /// reply's message type.
+    fn answer(s: &Session, f: Fcall<'_>, fids: &[Arc<Fid>]) -> Result<u8, Errno> {
+        let mut out = Vec::new();
+        handle(s, &f, fids, None, 7, &mut out)?;
+        let (tag, r) = Fcall::decode(&out).map_err(|_| Errno::EPROTO)?;
+        assert_eq!(tag, 7, "the reply carries the request's tag");
+        Ok(r.msg_type())
+    }
+
+    #[test]
+    fn names_a_client_may_create() {
+        for bad in [&b""[..], b".", b"..", b"a/b", b"a\0b"] {
+            assert_eq!(check_name(bad), Err(Errno::EINVAL), "{bad:?}");
+        }
+        for good in [&b"a"[..], b"...", b".hidden", b"a b"] {
+            assert_eq!(check_name(good), Ok(()), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn a_request_naming_no_fid_it_has_is_ebadf() {
+        let s = session(false);
+        assert_eq!(
+            answer(
+                &s,
+                Fcall::Tgetattr {
+                    fid: 1,
+                    request_mask: 0
+                },
+                &[]
+            )
+            .err(),
+            Some(Errno::EBADF)
+        );
+        assert_eq!(
+            answer(&s, Fcall::Tstatfs { fid: 1 }, &[]).err(),
+            Some(Errno::EBADF)
+        );
+    }
+
+    #[test]
+    fn a_read_only_export_refuses_changes_before_looking_at_fids() {
+        let s = session(true);
+        let mkdir = Fcall::Tmkdir {
+            dfid: 1,
+            name: Str(b"d"),
+            mode: 0o755,
+            gid: 0,
+        };
+        assert_eq!(answer(&s, mkdir, &[]).err(), Some(Errno::EROFS));
+        let unlink = Fcall::Tunlinkat {
+            dirfid: 1,
+            name: Str(b"d"),
+            flags: 0,
+        };
+        assert_eq!(answer(&s, unlink, &[]).err(), Some(Errno::EROFS));
+    }
+
+    #[test]
+    fn no_authentication_is_said_with_enoent_and_unknown_xattrs_are_unsupported() {
+        let s = session(false);
+        let auth = Fcall::Tauth {
+            afid: 1,
+            uname: Str(b""),
+            aname: Str(b""),
+            n_uname: 0,
+        };
+        assert_eq!(answer(&s, auth, &[]).err(), Some(Errno::ENOENT));
+        let x = Fcall::Txattrwalk {
+            fid: 1,
+            newfid: 2,
+            name: Str(b"user.x"),
+        };
+        assert_eq!(answer(&s, x, &[]).err(), Some(Errno::EOPNOTSUPP));
+    }
+}

@@ -69,3 +69,40 @@ impl Session {
         self.msize.load(Ordering::Relaxed) - IOHDRSZ
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use walkfs_vfs::{Creds, Options, Vfs};
+
+    use super::Session;
+    use crate::{Config, Server};
+
+    #[test]
+    fn one_context_per_user_and_group_sharing_the_descriptors() {
+        let vfs = Vfs::new(Arc::new(walkfs_memfs::MemFs::new()), &Options::default()).expect("vfs");
+        let s = Session::new(Server::new(vfs, Config::default()), "t".into());
+        let user = |uid, gid| Creds {
+            uid,
+            gid,
+            groups: Vec::new(),
+            privileged: false,
+        };
+        let a = s.ctx_for(user(1000, 1000));
+        assert!(Arc::ptr_eq(&a, &s.ctx_for(user(1000, 1000))));
+        let b = s.ctx_for(user(1000, 100));
+        assert!(!Arc::ptr_eq(&a, &b));
+        // A descriptor opened through one is seen through the other.
+        let fd = a
+            .openat(
+                walkfs_vfs::AT_FDCWD,
+                b"/",
+                libc::O_RDONLY | libc::O_DIRECTORY,
+                0,
+            )
+            .expect("open");
+        assert!(b.fstatx(fd, libc::STATX_TYPE).is_ok());
+        assert_eq!(s.iounit(), walkfs_p9::MIN_MSIZE - walkfs_p9::IOHDRSZ);
+    }
+}

@@ -51,6 +51,16 @@ struct State {
     data: Vec<u8>,
 }
 
+impl State {
+    /// Can the listing be used, and which of the two fids did the server
+    /// make (to clunk)?
+    fn outcome(&self) -> (bool, [bool; 2]) {
+        let whole = self.size.is_some_and(|n| self.data.len() as u64 == n);
+        let usable = !self.dead && self.walked && self.opened && whole;
+        (usable, [self.walk_made, self.opened])
+    }
+}
+
 impl Listing {
     pub fn new(fids: [u32; 2], ids: Vec<u64>) -> Arc<Listing> {
         Arc::new(Listing {
@@ -104,9 +114,8 @@ impl Listing {
         rpc.counters
             .wait_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
-        let whole = s.size.is_some_and(|n| s.data.len() as u64 == n);
-        let usable = !s.dead && s.walked && s.opened && whole;
-        for (fid, made) in self.fids.into_iter().zip([s.walk_made, s.opened]) {
+        let (usable, made) = s.outcome();
+        for (fid, made) in self.fids.into_iter().zip(made) {
             if made {
                 fids.clunk(rpc, fid);
             } else {
@@ -140,5 +149,77 @@ impl Drop for Ahead {
         if let Some(l) = self.listing.take() {
             l.finish(&self.rpc, &self.fids);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use walkfs_p9::{Data, Fcall, Qid, Qids};
+
+    use super::Listing;
+
+    fn walked(paths: &[u64]) -> Fcall<'static> {
+        let mut qids = Qids::default();
+        for &path in paths {
+            qids.push(Qid {
+                ty: 0x80,
+                version: 0,
+                path,
+            });
+        }
+        Fcall::Rwalk { qids }
+    }
+
+    /// The listing of a walk through `ids` after the replies given.
+    fn after(ids: &[u64], replies: Vec<Option<Fcall<'_>>>) -> (bool, [bool; 2]) {
+        let l = Listing::new([10, 11], ids.to_vec());
+        for (i, r) in replies.into_iter().enumerate() {
+            l.reply(i, r);
+        }
+        let s = l.state.lock();
+        s.outcome()
+    }
+
+    #[test]
+    fn used_only_when_the_walk_lands_where_remembered_and_the_listing_is_whole() {
+        let data = [1u8, 2, 3];
+        let listed = |size: u64| Fcall::Rxattrwalk { size };
+        let read = || Fcall::Rread { data: Data(&data) };
+        // As remembered, all in one read.
+        assert_eq!(
+            after(
+                &[5, 6],
+                vec![Some(walked(&[5, 6])), Some(listed(3)), Some(read())]
+            ),
+            (true, [true, true])
+        );
+        // The path now leads elsewhere: both fids exist, nothing is used.
+        assert_eq!(
+            after(
+                &[5, 6],
+                vec![Some(walked(&[5, 9])), Some(listed(3)), Some(read())]
+            ),
+            (false, [true, true])
+        );
+        // A partial walk makes no fid; the rest fail on it.
+        let err = || Fcall::Rlerror { ecode: 2 };
+        assert_eq!(
+            after(&[5, 6], vec![Some(walked(&[5])), Some(err()), Some(err())]),
+            (false, [false, false])
+        );
+        // Larger than the first read.
+        assert_eq!(
+            after(
+                &[5],
+                vec![Some(walked(&[5])), Some(listed(4096)), Some(read())]
+            ),
+            (false, [true, true])
+        );
+        // The connection died after the walk: its fid is still the
+        // server's to clunk (if it ever comes back, it does not).
+        assert_eq!(
+            after(&[5], vec![Some(walked(&[5])), None]),
+            (false, [true, false])
+        );
     }
 }
