@@ -978,32 +978,6 @@ impl Join {
     }
 }
 
-#[cfg(test)]
-mod join_tests {
-    use std::sync::{Arc, Mutex};
-
-    use walkfs_fsapi::{Done, Errno};
-
-    use super::Join;
-
-    #[test]
-    fn one_outcome_once_every_part_is_in_with_the_first_failure() {
-        let got: Arc<Mutex<Vec<Result<(), Errno>>>> = Arc::default();
-        let sink = Arc::clone(&got);
-        let done: Done = Box::new(move |r| sink.lock().expect("lock").push(r));
-        let j = Join::new(done, 3);
-        let (a, b) = (j.part(), j.part());
-        a(Ok(()));
-        b(Err(Errno::ENOSPC));
-        assert!(
-            got.lock().expect("lock").is_empty(),
-            "reported before the last part"
-        );
-        j.unsent(Errno::ENOTCONN);
-        assert_eq!(*got.lock().expect("lock"), [Err(Errno::ENOSPC)]);
-    }
-}
-
 /// A node's fid, held for one call (or an open file's life).
 struct Pin<'a> {
     fs: &'a P9Fs,
@@ -1612,5 +1586,31 @@ impl FileSystem for P9Fs {
 
     fn reset_stats(&self) {
         P9Fs::reset_stats(self)
+    }
+}
+
+#[cfg(test)]
+mod join_tests {
+    use std::sync::{Arc, Mutex};
+
+    use walkfs_fsapi::{Done, Errno};
+
+    use super::Join;
+
+    #[test]
+    fn one_outcome_once_every_part_is_in_with_the_first_failure() {
+        let got: Arc<Mutex<Vec<Result<(), Errno>>>> = Arc::default();
+        let sink = Arc::clone(&got);
+        let done: Done = Box::new(move |r| sink.lock().expect("lock").push(r));
+        let j = Join::new(done, 3);
+        let (a, b) = (j.part(), j.part());
+        a(Ok(()));
+        b(Err(Errno::ENOSPC));
+        assert!(
+            got.lock().expect("lock").is_empty(),
+            "reported before the last part"
+        );
+        j.unsent(Errno::ENOTCONN);
+        assert_eq!(*got.lock().expect("lock"), [Err(Errno::ENOSPC)]);
     }
 }
