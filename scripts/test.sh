@@ -49,6 +49,6 @@ if [ "${WALKFS_SKIP_FUZZ:-0}" != 1 ]; then
 fi
 
 if [ "${WALKFS_SKIP_LOOM:-0}" != 1 ]; then
-    echo "== loom models: the seqlock, the directory locks, the retry driver"
+    echo "== loom models: the seqlock, the directory locks, the retry driver, the write-back ledger"
     RUSTFLAGS="--cfg loom" cargo test -p walkfs-vfs --lib --release --target-dir target/loom loom 2>&1 | tail -3
 fi

@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{mpsc, Arc, Weak};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use walkfs_fsapi::{
     Attr, Change, ChangeSink, Completion, Deferred, Done, Errno, FileHandle, FileSystem, NodeId,
     Result, SetAttr, TimeSet, Timespec,
@@ -47,6 +47,8 @@ use walkfs_fsapi::{
 
 use crate::dcache::DIdx;
 use crate::Inner;
+
+mod ledger;
 
 /// Changes in flight at most (all backends together): the bound on what
 /// the vfs owes its backends.
@@ -63,6 +65,33 @@ pub(crate) const MAX_AGE: Duration = Duration::from_millis(20);
 /// An inode as its backend knows it: (superblock, node).
 pub(crate) type Key = (usize, u64);
 
+/// The inodes a change is counted against (at most two, no allocation:
+/// this runs for every write).
+struct Keys {
+    k: [Key; 2],
+    n: usize,
+}
+
+impl std::ops::Deref for Keys {
+    type Target = [Key];
+
+    fn deref(&self) -> &[Key] {
+        &self.k[..self.n]
+    }
+}
+
+fn keys_of(sb: usize, keys: [Option<u64>; 2]) -> Keys {
+    let mut out = Keys {
+        k: [(0, 0); 2],
+        n: 0,
+    };
+    for k in keys.into_iter().flatten() {
+        out.k[out.n] = (sb, k);
+        out.n += 1;
+    }
+    out
+}
+
 /// A failed change, for the log and the cache's correction.
 struct Failure {
     sb: usize,
@@ -74,18 +103,6 @@ struct Failure {
     dentry: DIdx,
     what: &'static str,
     err: Errno,
-}
-
-#[derive(Default)]
-struct State {
-    inflight: usize,
-    /// Changes in flight per inode.
-    pending: HashMap<Key, u32>,
-    /// Per inode: the sequence number of its latest failure, and that
-    /// failure.
-    errs: HashMap<Key, (u64, Errno)>,
-    /// The latest failure of all.
-    last: Option<Errno>,
 }
 
 /// What an open file has seen of the failures (Linux's `f_wb_err` and
@@ -145,10 +162,7 @@ pub(crate) struct WriteBack {
 
 /// What a [`Done`] updates: shared with the backends' threads.
 struct Shared {
-    st: Mutex<State>,
-    cv: Condvar,
-    /// Failures so far: the error sequence (read lock-free on every close).
-    seq: AtomicU64,
+    ledger: ledger::Ledger,
     stats: Stats,
     /// Where failures go to be logged and corrected (started at the first).
     fix: Mutex<Option<mpsc::Sender<Failure>>>,
@@ -175,9 +189,7 @@ impl WriteBack {
     pub fn new(inner: Weak<Inner>) -> WriteBack {
         WriteBack {
             shared: Arc::new(Shared {
-                st: Mutex::new(State::default()),
-                cv: Condvar::new(),
-                seq: AtomicU64::new(0),
+                ledger: ledger::Ledger::new(),
                 stats: Stats::default(),
                 fix: Mutex::new(None),
                 inner,
@@ -190,14 +202,14 @@ impl WriteBack {
 
     /// The current error sequence: what a file opened now has seen.
     pub fn seq(&self) -> u64 {
-        self.shared.seq.load(Relaxed)
+        self.shared.ledger.seq()
     }
 
     pub fn stats(&self) -> WriteBackStats {
         let s = &self.shared.stats;
         WriteBackStats {
             submitted: s.submitted.load(Relaxed),
-            inflight: self.shared.st.lock().inflight as u64,
+            inflight: self.shared.ledger.inflight() as u64,
             failed: s.failed.load(Relaxed),
             waits: s.waits.load(Relaxed),
             gathered: s.gathered.load(Relaxed),
@@ -226,18 +238,8 @@ impl WriteBack {
         op: Deferred<'_>,
     ) -> Result<()> {
         let sh = &self.shared;
-        {
-            let mut st = sh.st.lock();
-            if st.inflight >= MAX_INFLIGHT {
-                sh.stats.waits.fetch_add(1, Relaxed);
-                while st.inflight >= MAX_INFLIGHT {
-                    sh.cv.wait(&mut st);
-                }
-            }
-            st.inflight += 1;
-            for k in keys.iter().flatten() {
-                *st.pending.entry((sb, *k)).or_insert(0) += 1;
-            }
+        if sh.ledger.begin(&keys_of(sb, keys), MAX_INFLIGHT) {
+            sh.stats.waits.fetch_add(1, Relaxed);
         }
         sh.stats.submitted.fetch_add(1, Relaxed);
         let node = keys[0].unwrap_or(0);
@@ -266,54 +268,28 @@ impl WriteBack {
     /// Wait until none of `keys` of superblock `sb` has a change in
     /// flight.
     pub fn wait_for(&self, sb: usize, keys: &[u64]) {
-        let sh = &self.shared;
-        let mut st = sh.st.lock();
-        let busy = |st: &State| keys.iter().any(|k| st.pending.contains_key(&(sb, *k)));
-        if busy(&st) {
-            sh.stats.waits.fetch_add(1, Relaxed);
-            while busy(&st) {
-                sh.cv.wait(&mut st);
-            }
+        let keys: Vec<Key> = keys.iter().map(|&k| (sb, k)).collect();
+        if self.shared.ledger.wait_for(&keys) {
+            self.shared.stats.waits.fetch_add(1, Relaxed);
         }
     }
 
     /// Wait until nothing is in flight.
     pub fn wait_all(&self) {
-        let sh = &self.shared;
-        let mut st = sh.st.lock();
-        if st.inflight > 0 {
-            sh.stats.waits.fetch_add(1, Relaxed);
-            while st.inflight > 0 {
-                sh.cv.wait(&mut st);
-            }
+        if self.shared.ledger.wait_all() {
+            self.shared.stats.waits.fetch_add(1, Relaxed);
         }
     }
 
     /// The failure of inode `(sb, node)` that `seen` has not reported yet,
     /// now reported (`seen` moves to the current sequence).
     pub fn report(&self, sb: usize, node: u64, seen: &AtomicU64) -> Result<()> {
-        let now = self.seq();
-        let was = seen.load(Relaxed);
-        if now == was {
-            return Ok(());
-        }
-        let st = self.shared.st.lock();
-        match st.errs.get(&(sb, node)) {
-            Some(&(at, e)) if at > was => {
-                seen.store(now, Relaxed);
-                Err(e)
-            }
-            _ => Ok(()),
-        }
+        self.shared.ledger.report((sb, node), seen)
     }
 
     /// Any failure `seen` has not reported yet (`syncfs`).
     pub fn report_any(&self, seen: &AtomicU64) -> Result<()> {
-        let now = self.seq();
-        if seen.swap(now, Relaxed) == now {
-            return Ok(());
-        }
-        Err(self.shared.st.lock().last.unwrap_or(Errno::EIO))
+        self.shared.ledger.report_any(seen)
     }
 
     /// [`WriteBack::report_any`] against the vfs's own cursor.
@@ -325,30 +301,10 @@ impl WriteBack {
 impl Shared {
     /// A submitted change finished (`fail`: it was refused).
     fn complete(&self, sb: usize, keys: [Option<u64>; 2], fail: Option<Failure>) {
-        let mut st = self.st.lock();
-        st.inflight -= 1;
-        for k in keys.iter().flatten() {
-            if let Some(n) = st.pending.get_mut(&(sb, *k)) {
-                *n -= 1;
-                if *n == 0 {
-                    st.pending.remove(&(sb, *k));
-                }
-            }
-        }
-        if let Some(f) = &fail {
-            let seq = self.seq.load(Relaxed) + 1;
-            for k in keys.iter().flatten() {
-                st.errs.insert((sb, *k), (seq, f.err));
-            }
-            st.last = Some(f.err);
-            // Published under the lock: a reader that sees the new
-            // sequence and then takes the lock finds the error.
-            self.seq.store(seq, Relaxed);
-            self.stats.failed.fetch_add(1, Relaxed);
-        }
-        drop(st);
-        self.cv.notify_all();
+        self.ledger
+            .finish(&keys_of(sb, keys), fail.as_ref().map(|f| f.err));
         if let Some(f) = fail {
+            self.stats.failed.fetch_add(1, Relaxed);
             self.correct(f);
         }
     }
