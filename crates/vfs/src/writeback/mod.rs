@@ -524,21 +524,27 @@ impl Inner {
         let Some(piece) = p.by_key.remove(&(sb, node)) else {
             return Ok(false);
         };
+        let sent = self
+            .sb(sb)
+            .and_then(|fs| self.send_piece(&*fs, (sb, node), piece));
+        // Cleared only once the piece is submitted: a caller that reads
+        // the flag unset without the lock (the fast path) must find every
+        // piece counted in flight, never one half-way.
         self.wb.gathering.store(!p.by_key.is_empty(), Relaxed);
-        let fs = self.sb(sb)?;
-        self.send_piece(&*fs, (sb, node), piece).map(|()| true)
+        sent.map(|()| true)
     }
 
     /// Send every piece (syncfs, sync, unmount).
     pub(crate) fn flush_all(&self) {
         let mut p = self.wb.pieces.lock();
         let all: Vec<(Key, Piece)> = p.by_key.drain().collect();
-        self.wb.gathering.store(false, Relaxed);
         for (k, piece) in all {
             if let Ok(fs) = self.sb(k.0) {
                 let _ = self.send_piece(&*fs, k, piece);
             }
         }
+        // After the sends (see flush_file_slow).
+        self.wb.gathering.store(false, Relaxed);
     }
 
     /// Start the thread that sends pieces older than [`MAX_AGE`]; it ends
