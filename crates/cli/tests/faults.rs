@@ -502,17 +502,7 @@ fn a_server_killed_with_writes_in_flight_fails_their_fsync() {
     std::fs::create_dir(&src).expect("mkdir");
     std::fs::create_dir(&mnt).expect("mkdir");
     // Replies half a second late: what is written stays in flight.
-    let child = walkfs()
-        .args(["serve", src.to_str().expect("utf8"), "--listen"])
-        .arg(format!("unix:{}", sock.display()))
-        .args(["--reply-delay-us", "500000"])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve");
-    let mut server = Kill(child);
-    wait_until("the server listens", || {
-        std::os::unix::net::UnixStream::connect(&sock).is_ok()
-    });
+    let mut server = serve_with(&src, &sock, &["--reply-delay-us", "500000"]);
     let m = LoggedMount::start(
         &format!("unix:{}", sock.display()),
         &mnt,

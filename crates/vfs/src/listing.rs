@@ -57,6 +57,8 @@ impl Inner {
         };
         self.counters.listings.inc();
         let dc = &self.dc;
+        // Subdirectories to read ahead (readahead.rs), when that is on.
+        let read_ahead = self.ra.on();
         let mut subdirs = Vec::new();
         let mut w = self.writer();
         // A change reported meanwhile may be newer than the listing: use
@@ -102,7 +104,7 @@ impl Inner {
             if let (true, Some(body)) = (links, &p.link) {
                 w.cache_link(dc, i, body);
             }
-            if p.entry.attr.is_dir() {
+            if read_ahead && p.entry.attr.is_dir() {
                 subdirs.push((p.entry.node.0, i));
             }
         }

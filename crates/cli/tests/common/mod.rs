@@ -119,9 +119,15 @@ impl Drop for Kill {
 /// A `walkfs serve` process of `dir` on unix socket `sock`, up and
 /// listening.
 pub fn serve(dir: &Path, sock: &Path) -> Kill {
+    serve_with(dir, sock, &[])
+}
+
+/// [`serve`] with more of `walkfs serve`'s arguments.
+pub fn serve_with(dir: &Path, sock: &Path, extra: &[&str]) -> Kill {
     let child = walkfs()
         .args(["serve", dir.to_str().expect("utf8"), "--listen"])
         .arg(format!("unix:{}", sock.display()))
+        .args(extra)
         .stderr(Stdio::null())
         .spawn()
         .expect("start walkfs serve");

@@ -128,10 +128,11 @@ impl Ledger {
         self.cv.notify_all();
     }
 
-    /// Wait until none of `keys` has a change in flight; whether it had to.
-    pub fn wait_for(&self, keys: &[Key]) -> bool {
+    /// Wait until none of inodes `nodes` of superblock `sb` has a change
+    /// in flight; whether it had to.
+    pub fn wait_for(&self, sb: usize, nodes: &[u64]) -> bool {
         let mut st = self.lock();
-        let busy = |st: &State| keys.iter().any(|k| st.pending.contains_key(k));
+        let busy = |st: &State| nodes.iter().any(|&n| st.pending.contains_key(&(sb, n)));
         let waited = busy(&st);
         while busy(&st) {
             st = self.wait(st);
@@ -213,7 +214,7 @@ mod loom_tests {
             l.begin(&[F], 4);
             let l2 = Arc::clone(&l);
             let backend = loom::thread::spawn(move || l2.finish(&[F], Some(Errno::ENOSPC)));
-            l.wait_for(&[F]);
+            l.wait_for(F.0, &[F.1]);
             assert_eq!(l.report(F, &file), Err(Errno::ENOSPC));
             assert_eq!(l.report(F, &file), Ok(()));
             assert_eq!(l.report(G, &other), Ok(()));

@@ -268,8 +268,7 @@ impl WriteBack {
     /// Wait until none of `keys` of superblock `sb` has a change in
     /// flight.
     pub fn wait_for(&self, sb: usize, keys: &[u64]) {
-        let keys: Vec<Key> = keys.iter().map(|&k| (sb, k)).collect();
-        if self.shared.ledger.wait_for(&keys) {
+        if self.shared.ledger.wait_for(sb, keys) {
             self.shared.stats.waits.fetch_add(1, Relaxed);
         }
     }
