@@ -79,15 +79,15 @@ impl FdTable {
 
     /// Install an open file on (dentry, inode) at the lowest free
     /// descriptor. The caller transfers one dentry reference to it.
-    /// `wb_seq`: the write-back's error sequence now (the failures a new
-    /// file has seen).
+    /// `wb_seen`: the write-back failures a new file has seen
+    /// ([`crate::writeback::WriteBack::sample`]).
     pub fn install(
         &self,
         dentry: DIdx,
         inode: IIdx,
         flags: i32,
         fh: u64,
-        wb_seq: u64,
+        wb_seen: (u64, u64),
     ) -> Result<i32> {
         let from = self.hint.load(Acquire);
         for (i, f) in self.slots.iter().enumerate().skip(from as u32 as usize) {
@@ -100,7 +100,7 @@ impl FdTable {
             }
             *f.pos.lock() = 0;
             *f.dir.lock() = None;
-            f.seen.reset(wb_seq);
+            f.seen.reset(wb_seen);
             f.seq.write_begin();
             f.dentry.store(dentry.0, Relaxed);
             f.inode.store(inode.0, Relaxed);

@@ -185,7 +185,8 @@ impl Ctx {
             release(fh);
             return Err(Step::Restart);
         }
-        match self.fds.install(c.d, c.ino, flags, fh, inner.wb.seq()) {
+        let seen = inner.wb.sample(s.sb(), s.node);
+        match self.fds.install(c.d, c.ino, flags, fh, seen) {
             Ok(fd) => Ok(fd),
             Err(e) => {
                 release(fh);

@@ -13,10 +13,16 @@
 //!   ones).
 //! - A cursor (an open file's `seen`) is moved, with the state locked, to
 //!   the sequence number of the failures it has just been told of, so each
-//!   failure is reported to each cursor once.
+//!   failure is reported to each cursor once by fsync (`report`); close
+//!   only looks (`check`), as in Linux.
+//! - As with `errseq_sample`, a failure no cursor has been told of yet is
+//!   reported to files opened after it, too: a front end that reaches an
+//!   inode through a descriptor opened late (FUSE without open handles)
+//!   still hears it. `unseen` counts the failures (in `errs` and `last`)
+//!   not told to anyone, so an open needs the lock only while one exists.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64 as StdAtomicU64;
+use std::sync::atomic::{AtomicU64 as StdAtomicU64, AtomicUsize as StdAtomicUsize};
 
 use walkfs_fsapi::{Errno, Result};
 
@@ -34,11 +40,19 @@ struct State {
     inflight: usize,
     /// Changes in flight per inode.
     pending: HashMap<Key, u32>,
-    /// Per inode: the sequence number of its latest failure, and that
-    /// failure.
-    errs: HashMap<Key, (u64, Errno)>,
+    /// Per inode: its latest failure.
+    errs: HashMap<Key, Failure>,
     /// The latest failure of all.
-    last: Option<Errno>,
+    last: Option<Failure>,
+}
+
+#[derive(Clone, Copy)]
+struct Failure {
+    /// Its sequence number.
+    at: u64,
+    err: Errno,
+    /// Some cursor was told of it.
+    seen: bool,
 }
 
 pub(crate) struct Ledger {
@@ -46,6 +60,10 @@ pub(crate) struct Ledger {
     cv: Condvar,
     /// Failures so far (read lock-free on every close).
     seq: AtomicU64,
+    /// Failures recorded and told to no cursor (invariants); changed only
+    /// with the state locked. A std atomic: read only as a hint before
+    /// the lock is taken.
+    unseen: StdAtomicUsize,
 }
 
 impl Ledger {
@@ -54,6 +72,7 @@ impl Ledger {
             st: Mutex::new(State::default()),
             cv: Condvar::new(),
             seq: AtomicU64::new(0),
+            unseen: StdAtomicUsize::new(0),
         }
     }
 
@@ -78,10 +97,38 @@ impl Ledger {
         self.cv.wait(g).unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The current failure sequence number: what a file opened now has
-    /// seen.
+    /// The current failure sequence number.
     pub fn seq(&self) -> u64 {
         self.seq.load(Relaxed)
+    }
+
+    /// What a file opened on inode `key` now has seen, for its inode's
+    /// cursor and for syncfs's: everything so far, but for a failure no
+    /// one has been told of yet (invariants).
+    pub fn sample(&self, key: Key) -> (u64, u64) {
+        if self.unseen.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            let now = self.seq();
+            // A failure recorded meanwhile has a later number than `now`
+            // and is reported in any case.
+            return (now, now);
+        }
+        let st = self.lock();
+        let now = self.seq();
+        let before = |f: Option<&Failure>| match f {
+            Some(f) if !f.seen => f.at - 1,
+            _ => now,
+        };
+        (before(st.errs.get(&key)), before(st.last.as_ref()))
+    }
+
+    /// Mark `f` told; keep the count of unseen failures.
+    fn tell(&self, f: &mut Failure) -> Errno {
+        if !f.seen {
+            f.seen = true;
+            self.unseen
+                .fetch_sub(1, std::sync::atomic::Ordering::Release);
+        }
+        f.err
     }
 
     pub fn inflight(&self) -> usize {
@@ -117,10 +164,24 @@ impl Ledger {
         }
         if let Some(err) = fail {
             let seq = self.seq.load(Relaxed) + 1;
-            for k in keys {
-                st.errs.insert(*k, (seq, err));
+            let f = Failure {
+                at: seq,
+                err,
+                seen: false,
+            };
+            let mut replaced_unseen = 0;
+            for k in keys.iter().copied().map(Some).chain([None]) {
+                let slot = match k {
+                    Some(k) => st.errs.insert(k, f),
+                    None => st.last.replace(f),
+                };
+                replaced_unseen += usize::from(slot.is_some_and(|o| !o.seen));
             }
-            st.last = Some(err);
+            let added = keys.len() + 1;
+            self.unseen.fetch_add(
+                added - replaced_unseen,
+                std::sync::atomic::Ordering::Release,
+            );
             // Published under the lock, after the record (invariants).
             self.seq.store(seq, Relaxed);
         }
@@ -157,15 +218,29 @@ impl Ledger {
         if self.seq() == was {
             return Ok(());
         }
-        let st = self.lock();
+        let mut st = self.lock();
         // Re-read under the lock: a failure recorded since the look above
         // is in `errs` now, and is reported with this sequence number.
         let now = self.seq();
-        match st.errs.get(&key) {
-            Some(&(at, e)) if at > was => {
+        match st.errs.get_mut(&key) {
+            Some(f) if f.at > was => {
                 seen.store(now, Relaxed);
-                Err(e)
+                Err(self.tell(f))
             }
+            _ => Ok(()),
+        }
+    }
+
+    /// The failure of inode `key` that `seen` has not been told of, left
+    /// untold (close(2), as Linux's `filemap_check_wb_err`: closing one
+    /// descriptor must not use up what fsync of another will report).
+    pub fn check(&self, key: Key, seen: &StdAtomicU64) -> Result<()> {
+        let was = seen.load(Relaxed);
+        if self.seq() == was {
+            return Ok(());
+        }
+        match self.lock().errs.get(&key) {
+            Some(f) if f.at > was => Err(f.err),
             _ => Ok(()),
         }
     }
@@ -175,12 +250,15 @@ impl Ledger {
         if self.seq() == seen.load(Relaxed) {
             return Ok(());
         }
-        let st = self.lock();
+        let mut st = self.lock();
         let now = self.seq();
         if seen.swap(now, Relaxed) == now {
             return Ok(());
         }
-        Err(st.last.unwrap_or(Errno::EIO))
+        Err(match st.last.as_mut() {
+            Some(f) => self.tell(f),
+            None => Errno::EIO,
+        })
     }
 }
 
@@ -188,7 +266,7 @@ impl Ledger {
 mod loom_tests {
     //! Run with `RUSTFLAGS="--cfg loom" cargo test -p walkfs-vfs --lib loom`.
 
-    use std::sync::atomic::AtomicU64 as StdAtomicU64;
+    use std::sync::atomic::{AtomicU64 as StdAtomicU64, AtomicUsize as StdAtomicUsize};
 
     use loom::sync::Arc;
     use walkfs_fsapi::Errno;
@@ -207,9 +285,9 @@ mod loom_tests {
         loom::model(|| {
             let l = Arc::new(Ledger::new());
             let (file, other, sb) = (
-                StdAtomicU64::new(l.seq()),
-                StdAtomicU64::new(l.seq()),
-                StdAtomicU64::new(l.seq()),
+                StdAtomicU64::new(l.sample(F).0),
+                StdAtomicU64::new(l.sample(F).0),
+                StdAtomicU64::new(l.sample(F).0),
             );
             l.begin(&[F], 4);
             let l2 = Arc::clone(&l);
@@ -224,27 +302,27 @@ mod loom_tests {
         });
     }
 
-    /// A close races with two failures on two other threads: however they
-    /// interleave, the file is told of each failure at most once, of at
-    /// least one, and of nothing more afterwards. (Reading the sequence
+    /// An fsync races with two failures on two other threads: however
+    /// they interleave, the file is told of each failure at most once, of
+    /// at least one, and of nothing more afterwards. (Reading the sequence
     /// number before taking the lock, as this ledger once did, reported
     /// the second failure twice when it landed in between: the model
     /// finds that interleaving.)
     #[test]
-    fn loom_a_close_racing_with_failures_is_told_once() {
+    fn loom_an_fsync_racing_with_failures_is_told_once() {
         loom::model(|| {
             let l = Arc::new(Ledger::new());
-            let file = Arc::new(StdAtomicU64::new(l.seq()));
+            let file = Arc::new(StdAtomicU64::new(l.sample(F).0));
             l.begin(&[F], 4);
             l.begin(&[F], 4);
             let l2 = Arc::clone(&l);
             let f2 = Arc::clone(&file);
-            let closer = loom::thread::spawn(move || l2.report(F, &f2));
+            let fsync = loom::thread::spawn(move || l2.report(F, &f2));
             let l3 = Arc::clone(&l);
             let other = loom::thread::spawn(move || l3.finish(&[F], Some(Errno::EIO)));
             l.finish(&[F], Some(Errno::ENOSPC));
             other.join().expect("backend");
-            let early = closer.join().expect("closer");
+            let early = fsync.join().expect("fsync");
             let late = l.report(F, &file);
             // Told at least once, never twice of the same failure (the two
             // carry different errnos), and nothing left afterwards.
@@ -272,5 +350,53 @@ mod loom_tests {
             l.finish(&[F], None);
             assert_eq!(second.join().expect("second"), 1);
         });
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use walkfs_fsapi::Errno;
+
+    use super::Ledger;
+
+    const F: (usize, u64) = (0, 7);
+    const G: (usize, u64) = (0, 8);
+
+    /// `errseq_sample`'s rule: a file opened after a failure no one was
+    /// told of hears it (FUSE without open handles reaches the inode
+    /// through descriptors opened late); once told, later opens do not.
+    #[test]
+    fn a_failure_no_one_heard_reaches_files_opened_after_it() {
+        let l = Ledger::new();
+        l.begin(&[F], 4);
+        l.finish(&[F], Some(Errno::ENOSPC));
+        let cursor = |k| {
+            let (f, sb) = l.sample(k);
+            (AtomicU64::new(f), AtomicU64::new(sb))
+        };
+        let (late, late_sb) = cursor(F);
+        let (other, _) = cursor(G);
+        // A close only looks: it leaves the failure for fsync.
+        let (closing, _) = cursor(F);
+        assert_eq!(l.check(F, &closing), Err(Errno::ENOSPC));
+        assert_eq!(l.check(F, &closing), Err(Errno::ENOSPC));
+        assert_eq!(l.report(G, &other), Ok(()), "another inode's failure");
+        assert_eq!(l.report(F, &late), Err(Errno::ENOSPC));
+        assert_eq!(l.report(F, &late), Ok(()));
+        assert_eq!(l.report_any(&late_sb), Err(Errno::ENOSPC));
+        // Told now: a file opened from here on starts after it.
+        let (later, later_sb) = cursor(F);
+        assert_eq!(l.report(F, &later), Ok(()));
+        assert_eq!(l.report_any(&later_sb), Ok(()));
+        // A second failure, told to no one, replaces the first.
+        l.begin(&[F, G], 4);
+        l.finish(&[F, G], Some(Errno::EIO));
+        let (again, _) = cursor(F);
+        assert_eq!(l.report(F, &again), Err(Errno::EIO));
+        let (g, _) = cursor(G);
+        assert_eq!(l.report(G, &g), Err(Errno::EIO));
+        assert_eq!(l.unseen.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 }

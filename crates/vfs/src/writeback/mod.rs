@@ -114,9 +114,10 @@ pub(crate) struct Cursor {
 }
 
 impl Cursor {
-    pub fn reset(&self, seq: u64) {
-        self.file.store(seq, Relaxed);
-        self.sb.store(seq, Relaxed);
+    /// Start from `(file, sb)`, as [`WriteBack::sample`] gave them.
+    pub fn reset(&self, (file, sb): (u64, u64)) {
+        self.file.store(file, Relaxed);
+        self.sb.store(sb, Relaxed);
     }
 }
 
@@ -200,9 +201,11 @@ impl WriteBack {
         }
     }
 
-    /// The current error sequence: what a file opened now has seen.
-    pub fn seq(&self) -> u64 {
-        self.shared.ledger.seq()
+    /// What a file opened now on inode `(sb, node)` has seen of the
+    /// failures: a failure no file was told of yet is still reported to
+    /// it, as Linux's `errseq_sample` does.
+    pub fn sample(&self, sb: usize, node: u64) -> (u64, u64) {
+        self.shared.ledger.sample((sb, node))
     }
 
     pub fn stats(&self) -> WriteBackStats {
@@ -284,6 +287,12 @@ impl WriteBack {
     /// now reported (`seen` moves to the current sequence).
     pub fn report(&self, sb: usize, node: u64, seen: &AtomicU64) -> Result<()> {
         self.shared.ledger.report((sb, node), seen)
+    }
+
+    /// The failure of inode `(sb, node)` that `seen` has not reported
+    /// yet, left for fsync to report (close).
+    pub fn check(&self, sb: usize, node: u64, seen: &AtomicU64) -> Result<()> {
+        self.shared.ledger.check((sb, node), seen)
     }
 
     /// Any failure `seen` has not reported yet (`syncfs`).
@@ -631,13 +640,13 @@ impl Inner {
     /// At close (and FUSE's flush) of `file` on inode `(sb, node)`: its
     /// gathered writes sent; with `cache=coherent` its changes waited for
     /// (close-to-open: the next open, anywhere, sees them); then a
-    /// failure the file has not reported.
+    /// failure the file has not reported, left for fsync to report too.
     pub(crate) fn file_closing(&self, seen: &AtomicU64, sb: usize, node: u64) -> Result<()> {
         let sent = self.flush_file(sb, node);
         if self.coherent {
             self.wb.wait_for(sb, &[node]);
         }
-        sent.and(self.wb.report(sb, node, seen))
+        sent.and(self.wb.check(sb, node, seen))
     }
 
     /// Everything sent and answered; then any failure since the last call
@@ -770,7 +779,9 @@ mod tests {
         let c = ctx
             .openat(AT_FDCWD, b"/f", libc::O_WRONLY, 0)
             .expect("open");
-        assert_eq!(ctx.fsync(c), Ok(()), "opened after the failure");
+        assert_eq!(ctx.fsync(c), Ok(()), "opened after fsync heard it");
+        // No syncfs heard it yet: a file opened since does (errseq).
+        assert_eq!(ctx.syncfs(c), Err(Errno::ENOSPC));
         assert_eq!(ctx.syncfs(c), Ok(()));
         // syncfs has a cursor of its own (Linux's f_sb_err).
         assert_eq!(ctx.syncfs(a), Err(Errno::ENOSPC));
