@@ -546,6 +546,44 @@ fn exe_of(opts: &BuildOpts, baseline: bool) -> &Path {
 
 /// The mount's RPCs (walkfs rows only).
 pub(crate) fn rpcs(opts: &BuildOpts, mnt: &Path) -> Option<(u64, BTreeMap<String, u64>)> {
+    counts(opts, mnt).map(|c| (c.rpcs, c.rpcs_by_type))
+}
+
+/// What a walkfs mount has cost so far, from `walkfs stats`: its 9P RPCs
+/// (by type) and its calls into the backend (by operation, and how many
+/// a caller waited for).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Counts {
+    pub rpcs: u64,
+    pub rpcs_by_type: BTreeMap<String, u64>,
+    pub backend: u64,
+    pub backend_waited: u64,
+    pub backend_by_op: BTreeMap<String, u64>,
+}
+
+impl Counts {
+    /// What happened between `before` and `self`.
+    pub fn since(self, before: &Counts) -> Counts {
+        let delta = |now: BTreeMap<String, u64>, was: &BTreeMap<String, u64>| {
+            now.into_iter()
+                .map(|(k, v)| {
+                    let d = v.saturating_sub(was.get(&k).copied().unwrap_or(0));
+                    (k, d)
+                })
+                .filter(|(_, v)| *v > 0)
+                .collect()
+        };
+        Counts {
+            rpcs: self.rpcs.saturating_sub(before.rpcs),
+            rpcs_by_type: delta(self.rpcs_by_type, &before.rpcs_by_type),
+            backend: self.backend.saturating_sub(before.backend),
+            backend_waited: self.backend_waited.saturating_sub(before.backend_waited),
+            backend_by_op: delta(self.backend_by_op, &before.backend_by_op),
+        }
+    }
+}
+
+pub(crate) fn counts(opts: &BuildOpts, mnt: &Path) -> Option<Counts> {
     let out = Command::new(&opts.walkfs)
         .arg("stats")
         .arg(mnt)
@@ -553,12 +591,23 @@ pub(crate) fn rpcs(opts: &BuildOpts, mnt: &Path) -> Option<(u64, BTreeMap<String
         .output()
         .ok()?;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    let by = v["rpcs"]
-        .as_array()?
-        .iter()
-        .filter_map(|p| Some((p[0].as_str()?.to_string(), p[1].as_u64()?)))
-        .collect();
-    Some((v["total_rpcs"].as_u64()?, by))
+    let pairs = |key: &str| -> BTreeMap<String, u64> {
+        v[key]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|p| Some((p[0].as_str()?.to_string(), p[1].as_u64()?)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Some(Counts {
+        rpcs: v["total_rpcs"].as_u64()?,
+        rpcs_by_type: pairs("rpcs"),
+        backend: v["backend_total"].as_u64().unwrap_or(0),
+        backend_waited: v["backend_waited"].as_u64().unwrap_or(0),
+        backend_by_op: pairs("backend_calls"),
+    })
 }
 
 fn make(dir: &Path, jobs: usize) -> Result<(), String> {

@@ -18,7 +18,8 @@
 //!   (module resolution: mostly lookups of names that do not exist).
 //!
 //! Configurations: native ext4, `walkfs mount` (the vfs over the
-//! directory) with `cache=loose,negtimeout=-1` and with `cache=coherent`,
+//! directory) with `cache=loose,negtimeout=-1`, the same with every change
+//! waited for (`sync_metadata=1`: what `--direct` was), with `cache=coherent`,
 //! the same loose mount through the whole 9P stack (`--via-9p`), bindfs,
 //! sshfs over 127.0.0.1; with `--reply-delay-us N` the walkfs rows again
 //! behind `walkfs serve --reply-delay-us N`. Repetitions are interleaved
@@ -84,6 +85,14 @@ pub struct Row {
     pub rpcs: Option<u64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub rpcs_by_type: BTreeMap<String, u64>,
+    /// Calls into the backend below the vfs, and how many of them a
+    /// caller waited for (walkfs rows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_calls: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_waited: Option<u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub backend_by_op: BTreeMap<String, u64>,
 }
 
 pub struct WorkloadResult {
@@ -108,6 +117,13 @@ fn configs(opts: &WorkloadOpts) -> Vec<Config> {
             kind: Kind::Native,
         },
         walkfs("walkfs-loose", "cache=loose,negtimeout=-1", 0),
+        // What `--direct` was before the write-back moved into the vfs:
+        // the vfs over the directory, every change waited for.
+        walkfs(
+            "walkfs-loose-sync",
+            "cache=loose,negtimeout=-1,sync_metadata=1",
+            0,
+        ),
         walkfs("walkfs-coherent", "cache=coherent,negtimeout=-1", 0),
         walkfs("walkfs-9p-loose", "cache=loose,negtimeout=-1", 0),
         Config {
@@ -210,10 +226,11 @@ fn git(dir: &Path, args: &[&str]) -> Command {
     c
 }
 
-/// A measurement: seconds and, on a walkfs mount, the RPCs it cost.
+/// A measurement: seconds and, on a walkfs mount, the RPCs and backend
+/// calls it cost.
 struct Sample {
     seconds: f64,
-    rpcs: Option<(u64, BTreeMap<String, u64>)>,
+    counts: Option<build::Counts>,
 }
 
 /// The state of one configuration's run of the workloads.
@@ -245,8 +262,8 @@ impl Run<'_> {
         }
     }
 
-    /// Time `f` on the mount `m` (RPCs from `walkfs stats` before and
-    /// after, on a walkfs mount).
+    /// Time `f` on the mount `m` (what it cost, from `walkfs stats`
+    /// before and after, on a walkfs mount).
     fn measure(
         &mut self,
         w: &'static str,
@@ -254,29 +271,21 @@ impl Run<'_> {
         f: impl FnOnce(&Path) -> Result<f64, String>,
     ) -> Result<(), String> {
         let walkfs = m.is_some() && matches!(self.c.kind, Kind::Walkfs { .. });
-        let before = walkfs.then(|| build::rpcs(self.bopts, &self.mnt)).flatten();
+        let before = walkfs
+            .then(|| build::counts(self.bopts, &self.mnt))
+            .flatten();
         let seconds = f(&self.root(m))?;
         if m.is_some() && !build::is_mounted(&self.mnt) {
             return Err(format!("{}: the mount vanished during {w}", self.c.name));
         }
-        let rpcs = walkfs
-            .then(|| build::rpcs(self.bopts, &self.mnt))
+        let counts = walkfs
+            .then(|| build::counts(self.bopts, &self.mnt))
             .flatten()
-            .map(|(t, by)| match &before {
-                Some((t0, by0)) => {
-                    let by = by
-                        .into_iter()
-                        .map(|(k, v)| {
-                            let d = v - by0.get(&k).copied().unwrap_or(0);
-                            (k, d)
-                        })
-                        .filter(|(_, v)| *v > 0)
-                        .collect();
-                    (t - t0, by)
-                }
-                None => (t, by),
+            .map(|now| match &before {
+                Some(b) => now.since(b),
+                None => now,
             });
-        self.out.push((w, Sample { seconds, rpcs }));
+        self.out.push((w, Sample { seconds, counts }));
         Ok(())
     }
 }
@@ -476,9 +485,9 @@ pub fn run(opts: &WorkloadOpts) -> Result<WorkloadResult, String> {
             let Some(v) = samples.get(&(*w, c.name.clone())) else {
                 continue;
             };
-            // The RPCs of the sample nearest the median.
+            // The counts of the sample nearest the median.
             let (seconds, mid) = median_sample(v, |x| x.seconds);
-            let r = mid.and_then(|m| m.rpcs.clone());
+            let k = mid.and_then(|m| m.counts.clone());
             rows.push(Row {
                 bench: "workloads",
                 workload: (*w).into(),
@@ -486,8 +495,14 @@ pub fn run(opts: &WorkloadOpts) -> Result<WorkloadResult, String> {
                 seconds,
                 ratio_to_native: seconds / natives.get(w).copied().unwrap_or(f64::NAN),
                 reps: v.len(),
-                rpcs: r.as_ref().map(|x| x.0),
-                rpcs_by_type: r.map(|x| x.1).unwrap_or_default(),
+                rpcs: k.as_ref().map(|x| x.rpcs).filter(|n| *n > 0),
+                backend_calls: k.as_ref().map(|x| x.backend),
+                backend_waited: k.as_ref().map(|x| x.backend_waited),
+                rpcs_by_type: k
+                    .as_ref()
+                    .map(|x| x.rpcs_by_type.clone())
+                    .unwrap_or_default(),
+                backend_by_op: k.map(|x| x.backend_by_op).unwrap_or_default(),
             });
         }
     }
@@ -535,6 +550,28 @@ pub fn render(res: &WorkloadResult) -> String {
         ]);
     }
     out.push_str(&table(&["workload", "fs", "RPCs", "by type"], &rt));
+    out.push_str(
+        "\nBackend calls below the vfs (walkfs rows; waited: the caller waited for the answer):\n",
+    );
+    let mut bt = Vec::new();
+    for r in res.rows.iter().filter(|r| r.backend_calls.is_some()) {
+        let by: Vec<String> = r
+            .backend_by_op
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        bt.push(vec![
+            r.workload.clone(),
+            r.fs.clone(),
+            r.backend_calls.unwrap_or(0).to_string(),
+            r.backend_waited.unwrap_or(0).to_string(),
+            by.join(", "),
+        ]);
+    }
+    out.push_str(&table(
+        &["workload", "fs", "calls", "waited", "by operation"],
+        &bt,
+    ));
     out
 }
 
@@ -606,6 +643,7 @@ mod tests {
             [
                 "native",
                 "walkfs-loose",
+                "walkfs-loose-sync",
                 "walkfs-coherent",
                 "walkfs-9p-loose",
                 "bindfs",
@@ -622,6 +660,6 @@ mod tests {
         }
         o.quick = true;
         o.reply_delay_us = 0;
-        assert_eq!(configs(&o).len(), 5);
+        assert_eq!(configs(&o).len(), 6);
     }
 }

@@ -366,13 +366,16 @@ enum BenchCmd {
     /// git init + add + commit, git status cold (fresh mount, caches
     /// dropped) and warm, find, du -s, rm -rf, untar of an npm project
     /// with its node_modules (crates/bench/npm, installed once with npm
-    /// ci), and node requiring its packages. Configurations: native ext4,
-    /// walkfs mount cache=loose,negtimeout=-1 and cache=coherent (the
-    /// in-process server), bindfs, sshfs over 127.0.0.1; with
-    /// --reply-delay-us N the walkfs rows again behind walkfs serve
-    /// --reply-delay-us N. Fresh copies and mounts, interleaved
-    /// repetitions, medians, the RPCs of each workload by type. Needs
-    /// root.
+    /// ci), and node requiring its packages. Configurations: native ext4;
+    /// walkfs mount (the vfs over the directory) with
+    /// cache=loose,negtimeout=-1, the same with sync_metadata=1 (every
+    /// change waited for), and with cache=coherent; the loose mount
+    /// through the whole 9P stack (--via-9p); bindfs; sshfs over
+    /// 127.0.0.1. With --reply-delay-us N the walkfs rows again behind
+    /// walkfs serve --reply-delay-us N. Fresh copies and mounts,
+    /// interleaved repetitions, medians; per workload the RPCs by type
+    /// and the calls into the backend below the vfs, with how many of
+    /// them a caller waited for. Needs root.
     Workloads {
         /// One repetition, no sshfs (about 2 minutes).
         #[arg(long)]
@@ -1153,6 +1156,19 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
     for (n, c) in &s.resources {
         rows.push(vec!["limits".into(), n.clone(), c.to_string()]);
     }
+    for (n, c) in &s.backend_calls {
+        rows.push(vec!["backend".into(), n.clone(), c.to_string()]);
+    }
+    rows.push(vec![
+        "backend".into(),
+        "total".into(),
+        s.backend_total.to_string(),
+    ]);
+    rows.push(vec![
+        "backend".into(),
+        "waited".into(),
+        s.backend_waited.to_string(),
+    ]);
     for (n, c) in &s.rpcs {
         rows.push(vec!["9p".into(), n.clone(), c.to_string()]);
     }

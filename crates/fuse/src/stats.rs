@@ -94,6 +94,14 @@ pub struct MountStats {
     /// client's fids (held, bound, released, walks to get one back).
     #[serde(default)]
     pub resources: Vec<(String, u64)>,
+    /// Calls into the backends by operation, their total, and how many
+    /// of them a caller waited for.
+    #[serde(default)]
+    pub backend_calls: Vec<(String, u64)>,
+    #[serde(default)]
+    pub backend_total: u64,
+    #[serde(default)]
+    pub backend_waited: u64,
 }
 
 impl MountStats {
@@ -120,7 +128,11 @@ impl MountStats {
         .collect();
         let cs = vfs.cache_stats();
         let wb = vfs.write_back_stats();
+        let bc = vfs.backend_calls();
         let mut s = MountStats {
+            backend_calls: bc.by_op.iter().map(|(n, c)| (n.to_string(), *c)).collect(),
+            backend_total: bc.total,
+            backend_waited: bc.waited,
             options: opts.text.clone(),
             fuse,
             vfs_slow_lookups: cs.slow_lookups,

@@ -34,6 +34,7 @@ mod dcache;
 mod dirlock;
 mod file;
 mod listing;
+mod metered;
 mod namei;
 mod ops;
 mod options;
@@ -58,6 +59,7 @@ use std::time::Instant;
 
 use parking_lot::{Mutex, RwLock};
 
+pub use metered::BackendCalls;
 pub use namei::slow_permission_checks;
 pub use ops::{Ctx, DirEntryOut, NameStep, AT_FDCWD};
 pub use options::{CachePolicy, NegPolicy, Options};
@@ -168,6 +170,8 @@ pub(crate) struct Mounts {
 
 pub(crate) struct Inner {
     pub sw: Switches,
+    /// Every backend call, counted (metered.rs).
+    pub meter: Arc<metered::Meter>,
     /// The options as the user gave them (and changed them through
     /// [`Vfs::set_option`]); `sw` is derived from them and `degraded`.
     /// Lock order: after the writer lock.
@@ -283,6 +287,8 @@ impl Vfs {
     }
 
     fn build(fs: Arc<dyn FileSystem>, opts: &Options, start: bool) -> Result<Vfs> {
+        let meter = Arc::new(metered::Meter::default());
+        let fs = metered::Metered::wrap(fs, &meter);
         let max = opts.max_dentries.clamp(1024, u32::MAX / 2);
         let dc = Dcache::new(max);
         let mut w = Writer::new(max);
@@ -322,6 +328,7 @@ impl Vfs {
             wb: writeback::WriteBack::new(weak.clone()),
             ra: readahead::ReadAhead::new(opts.dir_readahead as usize),
             no_ahead: AtomicU64::new(0),
+            meter,
         });
         let vfs = Vfs { inner };
         vfs.watch_sb(0, start);
@@ -458,6 +465,7 @@ impl Vfs {
 
     /// Mount `fs` on the directory `path` (resolved as root).
     pub fn mount(&self, path: &[u8], fs: Arc<dyn FileSystem>) -> Result<()> {
+        let fs = metered::Metered::wrap(fs, &self.inner.meter);
         let ctx = self.context(Creds::root());
         let at = ctx.resolve_dir(AT_FDCWD, path)?;
         let attr = fs.getattr(fs.root())?;
@@ -503,6 +511,12 @@ impl Vfs {
         // What is looked up again may differ (the host changed meanwhile):
         // remembered walks must not outlive the dentries they came from.
         w.changed();
+    }
+
+    /// The calls made into the backends so far, by operation, and how
+    /// many of them a caller waited for (metered.rs).
+    pub fn backend_calls(&self) -> BackendCalls {
+        self.inner.meter.snapshot()
     }
 
     pub fn cache_stats(&self) -> CacheStats {

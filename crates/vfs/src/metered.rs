@@ -1,0 +1,332 @@
+//! Every call the vfs makes into a backend, counted by operation: what a
+//! workload cost below the caches, whichever backend serves it. The vfs
+//! wraps each file system it is given in a [`Metered`], so the count holds
+//! for every front end and needs nothing from the backends.
+//!
+//! A call is "waited for" when its caller could not go on before the
+//! backend answered: every call but a change submitted to a backend that
+//! completes it later ([`Completion::Ordered`]), and the listings asked
+//! for ahead (their waits, if any, are timed by the read-ahead).
+
+use std::sync::Arc;
+
+use walkfs_fsapi::{
+    Attr, ChangeSink, Completion, Deferred, DirEntry, DirPlus, Done, Entry, FidStats, FileHandle,
+    FileSystem, ListAhead, NodeId, OpenFlags, Owner, Result, RpcStats, SetAttr, StatFs,
+};
+
+use crate::counters::Counter;
+
+/// The operations counted, in the order they are reported.
+#[derive(Clone, Copy)]
+#[repr(usize)]
+enum Op {
+    Lookup,
+    Forget,
+    Getattr,
+    Setattr,
+    Submit,
+    Readlink,
+    Open,
+    Create,
+    Read,
+    Write,
+    Release,
+    Mkdir,
+    Symlink,
+    Mknod,
+    Link,
+    Unlink,
+    Rmdir,
+    Rename,
+    Readdir,
+    ReaddirPlus,
+    ListAhead,
+    Statfs,
+}
+
+const NAMES: [&str; 22] = [
+    "lookup",
+    "forget",
+    "getattr",
+    "setattr",
+    "submit",
+    "readlink",
+    "open",
+    "create",
+    "read",
+    "write",
+    "release",
+    "mkdir",
+    "symlink",
+    "mknod",
+    "link",
+    "unlink",
+    "rmdir",
+    "rename",
+    "readdir",
+    "readdir_plus",
+    "list_ahead",
+    "statfs",
+];
+
+/// The counts of every backend of one vfs.
+#[derive(Default)]
+pub(crate) struct Meter {
+    calls: [Counter; NAMES.len()],
+    /// Submits the caller did not wait for.
+    behind: Counter,
+}
+
+/// What [`crate::Vfs::backend_calls`] reports of the backend calls.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BackendCalls {
+    /// Calls by operation (only those made at least once).
+    pub by_op: Vec<(&'static str, u64)>,
+    pub total: u64,
+    /// Of `total`, those whose caller waited for the answer.
+    pub waited: u64,
+}
+
+impl Meter {
+    fn count(&self, op: Op) {
+        self.calls[op as usize].inc();
+    }
+
+    pub fn snapshot(&self) -> BackendCalls {
+        let by_op: Vec<(&'static str, u64)> = NAMES
+            .iter()
+            .zip(&self.calls)
+            .map(|(n, c)| (*n, c.get()))
+            .filter(|(_, c)| *c > 0)
+            .collect();
+        let total: u64 = by_op.iter().map(|(_, c)| c).sum();
+        let ahead = self.calls[Op::ListAhead as usize].get();
+        BackendCalls {
+            by_op,
+            total,
+            waited: total.saturating_sub(self.behind.get() + ahead),
+        }
+    }
+}
+
+/// A backend with its calls counted into a [`Meter`].
+pub(crate) struct Metered {
+    fs: Arc<dyn FileSystem>,
+    meter: Arc<Meter>,
+}
+
+impl Metered {
+    pub fn wrap(fs: Arc<dyn FileSystem>, meter: &Arc<Meter>) -> Arc<dyn FileSystem> {
+        Arc::new(Metered {
+            fs,
+            meter: Arc::clone(meter),
+        })
+    }
+}
+
+impl FileSystem for Metered {
+    fn root(&self) -> NodeId {
+        self.fs.root()
+    }
+
+    fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Entry> {
+        self.meter.count(Op::Lookup);
+        self.fs.lookup(parent, name)
+    }
+
+    fn forget(&self, node: NodeId, count: u64) {
+        self.meter.count(Op::Forget);
+        self.fs.forget(node, count)
+    }
+
+    fn getattr(&self, node: NodeId) -> Result<Attr> {
+        self.meter.count(Op::Getattr);
+        self.fs.getattr(node)
+    }
+
+    fn setattr(&self, node: NodeId, set: &SetAttr) -> Result<Attr> {
+        self.meter.count(Op::Setattr);
+        self.fs.setattr(node, set)
+    }
+
+    fn completion(&self) -> Completion {
+        self.fs.completion()
+    }
+
+    fn submit(&self, op: Deferred<'_>, done: Done) -> Result<()> {
+        self.meter.count(Op::Submit);
+        if !matches!(self.fs.completion(), Completion::Inline) {
+            self.meter.behind.inc();
+        }
+        self.fs.submit(op, done)
+    }
+
+    fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
+        self.meter.count(Op::Readlink);
+        self.fs.readlink(node)
+    }
+
+    fn open(&self, node: NodeId, flags: OpenFlags) -> Result<FileHandle> {
+        self.meter.count(Op::Open);
+        self.fs.open(node, flags)
+    }
+
+    fn create(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        mode: u32,
+        owner: Owner,
+        flags: OpenFlags,
+    ) -> Result<(Entry, FileHandle)> {
+        self.meter.count(Op::Create);
+        self.fs.create(parent, name, mode, owner, flags)
+    }
+
+    fn read(&self, node: NodeId, fh: FileHandle, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.meter.count(Op::Read);
+        self.fs.read(node, fh, off, buf)
+    }
+
+    fn write(&self, node: NodeId, fh: FileHandle, off: u64, data: &[u8]) -> Result<usize> {
+        self.meter.count(Op::Write);
+        self.fs.write(node, fh, off, data)
+    }
+
+    fn release(&self, node: NodeId, fh: FileHandle) {
+        self.meter.count(Op::Release);
+        self.fs.release(node, fh)
+    }
+
+    fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, owner: Owner) -> Result<Entry> {
+        self.meter.count(Op::Mkdir);
+        self.fs.mkdir(parent, name, mode, owner)
+    }
+
+    fn symlink(&self, parent: NodeId, name: &[u8], target: &[u8], owner: Owner) -> Result<Entry> {
+        self.meter.count(Op::Symlink);
+        self.fs.symlink(parent, name, target, owner)
+    }
+
+    fn mknod(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        owner: Owner,
+    ) -> Result<Entry> {
+        self.meter.count(Op::Mknod);
+        self.fs.mknod(parent, name, mode, rdev, owner)
+    }
+
+    fn link(&self, node: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {
+        self.meter.count(Op::Link);
+        self.fs.link(node, newparent, newname)
+    }
+
+    fn unlink(&self, parent: NodeId, name: &[u8]) -> Result<()> {
+        self.meter.count(Op::Unlink);
+        self.fs.unlink(parent, name)
+    }
+
+    fn rmdir(&self, parent: NodeId, name: &[u8]) -> Result<()> {
+        self.meter.count(Op::Rmdir);
+        self.fs.rmdir(parent, name)
+    }
+
+    fn rename(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        newparent: NodeId,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        self.meter.count(Op::Rename);
+        self.fs.rename(parent, name, newparent, newname, flags)
+    }
+
+    fn readdir(&self, node: NodeId) -> Result<Vec<DirEntry>> {
+        self.meter.count(Op::Readdir);
+        self.fs.readdir(node)
+    }
+
+    fn readdir_plus(&self, node: NodeId) -> Option<Result<Vec<DirPlus>>> {
+        self.meter.count(Op::ReaddirPlus);
+        self.fs.readdir_plus(node)
+    }
+
+    fn list_ahead(&self, node: NodeId) -> Option<Box<dyn ListAhead>> {
+        self.meter.count(Op::ListAhead);
+        self.fs.list_ahead(node)
+    }
+
+    fn listings_complete(&self) -> bool {
+        self.fs.listings_complete()
+    }
+
+    fn statfs(&self, node: NodeId) -> Result<StatFs> {
+        self.meter.count(Op::Statfs);
+        self.fs.statfs(node)
+    }
+
+    fn watch_changes(&self, sink: Arc<dyn ChangeSink>) -> Result<()> {
+        self.fs.watch_changes(sink)
+    }
+
+    fn start_watching(&self) -> Result<()> {
+        self.fs.start_watching()
+    }
+
+    fn kind(&self) -> &'static str {
+        self.fs.kind()
+    }
+
+    fn rpc_stats(&self) -> Option<RpcStats> {
+        self.fs.rpc_stats()
+    }
+
+    fn fid_stats(&self) -> Option<FidStats> {
+        self.fs.fid_stats()
+    }
+
+    fn reset_stats(&self) {
+        self.fs.reset_stats()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::tests_util::mem_vfs;
+    use crate::AT_FDCWD;
+
+    /// A stat of a name not cached is one backend lookup, waited for; the
+    /// same stat again costs nothing below the cache.
+    #[test]
+    fn backend_calls_are_counted_by_operation() {
+        let vfs = mem_vfs("");
+        let ctx = vfs.context(crate::Creds::root());
+        ctx.mkdirat(AT_FDCWD, b"/d", 0o755).expect("mkdir");
+        let before = vfs.backend_calls();
+        assert_eq!(
+            before
+                .by_op
+                .iter()
+                .find(|(n, _)| *n == "mkdir")
+                .map(|p| p.1),
+            Some(1)
+        );
+        vfs.drop_caches();
+        let base = vfs.backend_calls();
+        ctx.statx(AT_FDCWD, b"/d", 0, libc::STATX_BASIC_STATS)
+            .expect("stat");
+        let after = vfs.backend_calls();
+        assert!(after.total > base.total, "{base:?} -> {after:?}");
+        assert_eq!(after.total - base.total, after.waited - base.waited);
+        ctx.statx(AT_FDCWD, b"/d", 0, libc::STATX_BASIC_STATS)
+            .expect("stat");
+        assert_eq!(vfs.backend_calls(), after, "answered from the cache");
+    }
+}
