@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pjdfstest (POSIX file-system conformance suite) through a walkfs FUSE mount.
 #
-#   bash scripts/pjdfstest.sh [-o MOUNT_OPTS] [--native] [FOLDER...]
+#   bash scripts/pjdfstest.sh [-o MOUNT_OPTS] [--via-9p] [--native] [FOLDER...]
 #
 # Builds pjdfstest from ../shared/tools/pjdfstest-*.tar.gz into
 # target/pjdfstest/ (once; skipped with exit 0 when the tarball is absent),
@@ -9,7 +9,8 @@
 # `walkfs mount SRC MNT -o allow_other[,MOUNT_OPTS]`, runs `prove -r` on the
 # folders (default: all of tests/; a folder is `chmod`, `tests/chmod` or a
 # single `chmod/00.t`) from a fresh subdirectory of the mount, unmounts,
-# and prints the failed assertions per test file and the totals. --native
+# and prints the failed assertions per test file and the totals. --via-9p
+# mounts through the whole 9P stack (the in-process server). --native
 # runs the same on the plain host directory (the reference: ext4 fails 0).
 # Exit status: 0 when no assertion failed, 1 otherwise.
 #
@@ -23,12 +24,13 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
-opts="" native=0 folders=()
+opts="" native=0 via9p=() folders=()
 while [ $# -gt 0 ]; do
     case "$1" in
         -o) [ $# -ge 2 ] || { usage >&2; exit 2; }; opts=$2; shift 2 ;;
         -o*) opts=${1#-o}; shift ;;
         --native) native=1; shift ;;
+        --via-9p) via9p=(--via-9p); shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; folders+=("$@"); break ;;
         -*) echo "pjdfstest.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -101,7 +103,7 @@ mapfile -t expected < <(find "${targets[@]}" -name '*.t' -type f | sort -u)
 if [ $native = 1 ]; then
     label=native
 else
-    label=walkfs${opts:+-$(printf %s "$opts" | tr -c 'A-Za-z0-9=_.\n-' _)}
+    label=walkfs${via9p:+-9p}${opts:+-$(printf %s "$opts" | tr -c 'A-Za-z0-9=_.\n-' _)}
     if [ -z "${WALKFS:-}" ] && [ ! -x "$repo/target/release/walkfs" ]; then
         cargo build --release -p walkfs-cli --quiet || exit 2
     fi
@@ -153,7 +155,7 @@ else
     mopts=allow_other${opts:+,$opts}
     echo "pjdfstest: $walkfs (built $(date -u -r "$walkfs" '+%F %T UTC'))"
     echo "pjdfstest: walkfs mount $src $mnt -o $mopts"
-    if ! "$walkfs" mount "$src" "$mnt" -o "$mopts"; then
+    if ! "$walkfs" mount "${via9p[@]}" "$src" "$mnt" -o "$mopts"; then
         echo "pjdfstest: walkfs mount failed" >&2
         exit 2
     fi

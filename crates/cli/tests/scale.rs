@@ -264,5 +264,4 @@ fn a_fuse_mount_holds_more_files_than_its_fid_and_descriptor_budgets() {
     // at most io_fds_max files open for handle-less I/O).
     assert!(res["9p_fids_held"] <= 32 + res["io_fds_max"] + 4, "{res:?}");
     assert!(res["nodes"] > 20_000, "{res:?}");
-    assert!(res["node_fds"] <= res["node_fds_max"], "{res:?}");
 }

@@ -11,12 +11,14 @@
 //!   which asks the server.
 //!
 //! Nodes: each FUSE node id stands for a file the kernel holds (its lookup
-//! count decides when it goes, at `forget`), remembered by its parent
-//! node and name. The kernel may hold millions, so nodes hold no vfs
-//! descriptor of their own: a bounded cache keeps `O_PATH` descriptors of
-//! the recently used ones (fds.rs), and any other is found again by a
-//! walk of its name from its parent, checked to be the same file. Two
-//! names of one inode (hard links) share a node, as the kernel expects.
+//! count decides when it goes, at `forget`), and holds a vfs [`Handle`]:
+//! a counted reference to the file's dentry, from which every request on
+//! the node starts. The front end keeps no names, attributes or parents
+//! of its own: a handle follows its file through renames and answers for
+//! it after an unlink, as the kernel's dentry does. What the kernel holds
+//! stays pinned in the vfs's dentry cache, so the nodes the kernel may
+//! keep are bounded by `max_dentries`. Two names of one inode (hard
+//! links) share a node, as the kernel expects.
 //!
 //! Requests act with the caller's credentials (uid, gid from the request,
 //! supplementary groups from the user database), so permission checks and
@@ -43,18 +45,15 @@ use fuser::{
     ReplyXattr, Request, TimeOrNow,
 };
 use parking_lot::{Mutex, RwLock};
-use walkfs_vfs::{Creds, Ctx, Errno, Statx, TimeSet, Timespec, Vfs};
+use walkfs_vfs::{Creds, Ctx, Errno, Handle, Statx, TimeSet, Timespec, Vfs};
 
 pub use options::MountOptions;
 pub use stats::{FuseCounters, MountStats, STATS_XATTR, SYNC_XATTR};
 pub use walkfs_vfs::CachePolicy;
 
-/// Descriptors the mount may hold in the vfs: the cached ones of nodes
-/// (`NODE_FDS`) and of zero-message I/O (`IO_FDS`), plus one per file the
-/// kernel has open.
+/// Descriptors the mount may hold in the vfs: the open files of zero-
+/// message I/O (`IO_FDS`), plus one per file the kernel has open.
 const MAX_FDS: usize = 1 << 18;
-/// `O_PATH` descriptors kept for nodes not in use.
-const NODE_FDS: usize = 4096;
 /// Open files kept for I/O the kernel sends without a handle.
 const IO_FDS: usize = 256;
 
@@ -64,9 +63,8 @@ struct Node {
     /// to zero.
     nlookup: u64,
     key: (u64, u64),
-    /// Where it was last found: the parent node and the name there.
-    parent: u64,
-    name: walkfs_fsapi::Name,
+    /// Where requests on the node start: the name it was last found by.
+    handle: Handle,
 }
 
 #[derive(Default)]
@@ -112,10 +110,8 @@ pub struct WalkFuse {
     next_id: AtomicU64,
     dirs: Mutex<HashMap<u64, DirHandle>>,
     next_dir: AtomicU64,
-    /// The root's descriptor (never released).
-    root_fd: Arc<fds::VFd>,
-    /// `O_PATH` descriptors of recently used nodes.
-    fds: fds::Cache<Arc<fds::VFd>>,
+    /// The root (never forgotten).
+    root: Handle,
     /// Per-node open files for I/O the kernel sends without a handle
     /// (zero-message opens): (read-only, read-write), opened on first
     /// use, closed when the node is forgotten or the cache is full.
@@ -202,6 +198,16 @@ fn caller_groups(pid: u32) -> Option<Vec<u32>> {
     Some(g)
 }
 
+/// The attributes of what `h` refers to.
+fn stat_of(ctx: &Ctx, h: &Handle) -> Result<Statx, Errno> {
+    ctx.statx(
+        h,
+        b"",
+        libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        libc::STATX_BASIC_STATS,
+    )
+}
+
 fn key_of(x: &Statx) -> (u64, u64) {
     (
         (u64::from(x.stx_dev_major) << 32) | u64::from(x.stx_dev_minor),
@@ -225,21 +231,15 @@ fn time_set(t: Option<TimeOrNow>) -> Option<TimeSet> {
 impl WalkFuse {
     pub fn new(vfs: Vfs, opts: MountOptions) -> Result<WalkFuse, Errno> {
         let base = vfs.context_with_fds(Creds::root(), MAX_FDS);
-        let root = base.openat(
-            walkfs_vfs::AT_FDCWD,
-            b"/",
-            libc::O_PATH | libc::O_DIRECTORY,
-            0,
-        )?;
-        let x = base.fstatx(root, libc::STATX_BASIC_STATS)?;
+        let root = base.handle(walkfs_vfs::AT_FDCWD, b"/")?;
+        let x = base.statx(&root, b"", libc::AT_EMPTY_PATH, libc::STATX_BASIC_STATS)?;
         let mut nodes = Nodes::default();
         nodes.by_id.insert(
             INodeNo::ROOT.0,
             Node {
                 nlookup: 1,
                 key: key_of(&x),
-                parent: INodeNo::ROOT.0,
-                name: walkfs_fsapi::Name::default(),
+                handle: root.clone(),
             },
         );
         nodes.keys.insert(key_of(&x), INodeNo::ROOT.0);
@@ -250,8 +250,7 @@ impl WalkFuse {
             ctx: base.with_creds(Creds::root()),
         });
         Ok(WalkFuse {
-            root_fd: closer.own(root),
-            fds: fds::Cache::new(NODE_FDS),
+            root,
             io: fds::Cache::new(IO_FDS),
             closer,
             vfs,
@@ -336,70 +335,31 @@ impl WalkFuse {
         c
     }
 
-    /// An `O_PATH` descriptor of node `ino`, held by the caller as long
-    /// as it needs it: cached, or found again by walking the remembered
-    /// names from the nearest ancestor whose descriptor is at hand.
-    fn fd(&self, ino: INodeNo) -> Result<Arc<fds::VFd>, Errno> {
+    /// The handle of node `ino`, held by the caller as long as it needs
+    /// it (the kernel may forget the node meanwhile).
+    fn node(&self, ino: INodeNo) -> Result<Handle, Errno> {
         if ino == INodeNo::ROOT {
-            return Ok(self.root_fd.clone());
+            return Ok(self.root.clone());
         }
-        if let Some(fd) = self.fds.get(ino.0) {
-            return Ok(fd);
-        }
-        let mut chain = Vec::new();
-        let mut dir = None;
-        {
-            let nodes = self.nodes.read();
-            let mut cur = ino.0;
-            while dir.is_none() {
-                let n = nodes.by_id.get(&cur).ok_or(Errno::ESTALE)?;
-                if chain.len() >= 4096 {
-                    return Err(Errno::ESTALE);
-                }
-                chain.push((cur, n.name.clone(), n.key));
-                cur = n.parent;
-                dir = if cur == INodeNo::ROOT.0 {
-                    Some(self.root_fd.clone())
-                } else {
-                    self.fds.get(cur)
-                };
-            }
-        }
-        let mut dir = dir.ok_or(Errno::ESTALE)?;
-        let mut steps = Vec::with_capacity(1);
-        for (id, name, key) in chain.into_iter().rev() {
-            let fd = match self.base.walk_names(dir.fd, &[&name], &mut steps) {
-                Ok(Some(fd)) => self.closer.own(fd),
-                Ok(None) | Err(Errno::ENOENT) => return Err(Errno::ESTALE),
-                Err(e) => return Err(e),
-            };
-            if key_of(&self.base.fstatx(fd.fd, libc::STATX_BASIC_STATS)?) != key {
-                return Err(Errno::ESTALE);
-            }
-            self.fds.insert(id, fd.clone());
-            dir = fd;
-        }
-        Ok(dir)
+        let nodes = self.nodes.read();
+        let n = nodes.by_id.get(&ino.0).ok_or(Errno::ESTALE)?;
+        Ok(n.handle.clone())
     }
 
-    /// A node for the object `fd` (an `O_PATH` descriptor this call now
-    /// owns), found as `name` in `parent`, whose attributes are `x`: an
-    /// existing node of the same inode gets one more lookup (and is now
-    /// remembered at this place).
-    fn remember(&self, fd: i32, x: &Statx, parent: INodeNo, name: &[u8]) -> u64 {
-        let fd = self.closer.own(fd);
+    /// A node for the file `h` refers to, whose attributes are `x`: an
+    /// existing node of the same inode gets one more lookup, and starts
+    /// from `h` from now on (the name it was found by last).
+    fn remember(&self, h: Handle, x: &Statx) -> u64 {
         let key = key_of(x);
         let mut nodes = self.nodes.write();
         if let Some(id) = nodes.find(key) {
             if let Some(n) = nodes.by_id.get_mut(&id) {
                 n.nlookup += 1;
-                if id != INodeNo::ROOT.0 && (n.parent != parent.0 || *n.name != *name) {
-                    n.parent = parent.0;
-                    n.name = name.into();
-                }
-                drop(nodes);
-                if id != INodeNo::ROOT.0 {
-                    self.fds.insert(id, fd);
+                if id != INodeNo::ROOT.0 && !n.handle.same(&h) {
+                    // The old handle is dropped after the lock (below).
+                    let old = std::mem::replace(&mut n.handle, h);
+                    drop(nodes);
+                    drop(old);
                 }
                 return id;
             }
@@ -418,61 +378,28 @@ impl WalkFuse {
             Node {
                 nlookup: 1,
                 key,
-                parent: parent.0,
-                name: name.into(),
+                handle: h,
             },
         );
         nodes.keys.insert(key, id);
-        drop(nodes);
-        self.fds.insert(id, fd);
         id
-    }
-
-    /// The file now at `name` in `parent` got there by a rename through
-    /// us: remember it there.
-    fn moved(&self, parent: INodeNo, name: &[u8]) {
-        let Ok(dir) = self.fd(parent) else { return };
-        let Ok(x) = self.base.statx(
-            dir.fd,
-            name,
-            libc::AT_SYMLINK_NOFOLLOW,
-            libc::STATX_BASIC_STATS,
-        ) else {
-            return;
-        };
-        let mut nodes = self.nodes.write();
-        let Some(id) = nodes.find(key_of(&x)) else {
-            return;
-        };
-        if let Some(n) = nodes.by_id.get_mut(&id).filter(|_| id != INodeNo::ROOT.0) {
-            n.parent = parent.0;
-            n.name = name.into();
-        }
     }
 
     /// Look `name` up in directory `parent`: a new lookup count on its
     /// node and its attributes.
     fn lookup_node(&self, ctx: &Ctx, parent: INodeNo, name: &[u8]) -> Result<FileAttr, Errno> {
-        let pfd = self.fd(parent)?;
+        let dir = self.node(parent)?;
         let mut steps = Vec::with_capacity(1);
-        let fd = ctx
-            .walk_names(pfd.fd, &[name], &mut steps)?
+        let h = ctx
+            .walk_handle(&dir, &[name], &mut steps)?
             .ok_or(Errno::ENOENT)?;
-        let x = match ctx.fstatx(fd, libc::STATX_BASIC_STATS) {
-            Ok(x) => x,
-            Err(e) => {
-                let _ = ctx.close(fd);
-                return Err(e);
-            }
-        };
-        let id = self.remember(fd, &x, parent, name);
+        let x = stat_of(ctx, &h)?;
+        let id = self.remember(h, &x);
         Ok(attr_of(id, &x))
     }
 
     fn attr(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
-        let x = self
-            .base
-            .fstatx(self.fd(ino)?.fd, libc::STATX_BASIC_STATS)?;
+        let x = stat_of(&self.base, &self.node(ino)?)?;
         Ok(attr_of(ino.0, &x))
     }
 
@@ -484,8 +411,8 @@ impl WalkFuse {
     /// change only clears set-id bits, and the caller may write the file
     /// (so a write would clear them anyway): it is made with the daemon's
     /// own credentials.
-    fn only_kills_privs(&self, ctx: &Ctx, fd: i32, mode: u32) -> Result<bool, Errno> {
-        let old = self.base.fstatx(fd, libc::STATX_MODE | libc::STATX_UID)?;
+    fn only_kills_privs(&self, ctx: &Ctx, fd: &Handle, mode: u32) -> Result<bool, Errno> {
+        let old = stat_of(&self.base, fd)?;
         let (old_mode, new_mode) = (u32::from(old.stx_mode) & 0o7777, mode & 0o7777);
         let cleared = old_mode & !new_mode;
         Ok(old.stx_uid != ctx.creds().uid
@@ -527,8 +454,6 @@ impl WalkFuse {
         let nodes = self.nodes.read().by_id.len() as u64;
         let resources = vec![
             ("nodes".to_string(), nodes),
-            ("node_fds".to_string(), self.fds.len() as u64),
-            ("node_fds_max".to_string(), NODE_FDS as u64),
             ("io_fds".to_string(), self.io.len() as u64),
             ("io_fds_max".to_string(), IO_FDS as u64),
         ];
@@ -585,12 +510,12 @@ impl WalkFuse {
                 return Ok(fds::IoFd::Shared(fd));
             }
         }
-        let path = self.fd(ino)?;
-        let (ro, rw) = match self.base.reopen(path.fd, libc::O_RDWR) {
+        let node = self.node(ino)?;
+        let (ro, rw) = match self.base.reopen(&node, libc::O_RDWR) {
             Ok(fd) => (ro, Some(self.closer.own(fd))),
             Err(err) if write => return Err(err),
             Err(_) => {
-                let fd = self.base.reopen(path.fd, libc::O_RDONLY)?;
+                let fd = self.base.reopen(&node, libc::O_RDONLY)?;
                 (Some(self.closer.own(fd)), rw)
             }
         };
@@ -703,8 +628,9 @@ impl Filesystem for WalkFuse {
             if let Some(n) = nodes.by_id.remove(&ino.0) {
                 nodes.keys.remove(n.key, ino.0);
                 drop(nodes);
-                // Closed once no request uses them any more.
-                self.fds.remove(ino.0);
+                // The handle goes after the lock; the open files once no
+                // request uses them any more.
+                drop(n);
                 self.io.remove(ino.0);
             }
         }
@@ -735,8 +661,8 @@ impl Filesystem for WalkFuse {
     ) {
         let ctx = self.ctx(req);
         let r = (|| {
-            let fd = self.fd(ino)?;
-            let fd = fd.fd;
+            let node = self.node(ino)?;
+            let fd = &node;
             // The kernel writing back the times it keeps (write-back
             // cache) of a file removed meanwhile: nothing to change that
             // anyone could see, and no name left to reach it by.
@@ -745,7 +671,7 @@ impl Filesystem for WalkFuse {
                 && uid.is_none()
                 && gid.is_none()
                 && size.is_none()
-                && self.base.fstatx(fd, libc::STATX_NLINK)?.stx_nlink == 0
+                && stat_of(&self.base, fd)?.stx_nlink == 0
             {
                 return self.attr(ino);
             }
@@ -816,8 +742,8 @@ impl Filesystem for WalkFuse {
         self.counters.readlinks.fetch_add(1, Relaxed);
         let mut buf = [0u8; libc::PATH_MAX as usize];
         let r = self
-            .fd(ino)
-            .and_then(|fd| self.ctx(req).readlinkat_into(fd.fd, b"", &mut buf));
+            .node(ino)
+            .and_then(|h| self.ctx(req).readlinkat_into(&h, b"", &mut buf));
         data(reply, r.map(|n| &buf[..n]));
     }
 
@@ -832,7 +758,7 @@ impl Filesystem for WalkFuse {
     ) {
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| {
-            ctx.mkdirat(self.fd(parent)?.fd, n, mode & !umask & 0o7777)?;
+            ctx.mkdirat(&self.node(parent)?, n, mode & !umask & 0o7777)?;
             self.lookup_node(&ctx, parent, n)
         });
         self.entry(reply, r);
@@ -855,7 +781,7 @@ impl Filesystem for WalkFuse {
         let r = Self::name(name).and_then(|n| {
             let perm = mode & !umask & 0o7777;
             ctx.mknodat(
-                self.fd(parent)?.fd,
+                &self.node(parent)?,
                 n,
                 (mode & libc::S_IFMT) | perm,
                 u64::from(rdev),
@@ -867,14 +793,14 @@ impl Filesystem for WalkFuse {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let ctx = self.ctx(req);
-        let r = Self::name(name).and_then(|n| ctx.unlinkat(self.fd(parent)?.fd, n, 0));
+        let r = Self::name(name).and_then(|n| ctx.unlinkat(&self.node(parent)?, n, 0));
         done(reply, r);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let ctx = self.ctx(req);
         let r =
-            Self::name(name).and_then(|n| ctx.unlinkat(self.fd(parent)?.fd, n, libc::AT_REMOVEDIR));
+            Self::name(name).and_then(|n| ctx.unlinkat(&self.node(parent)?, n, libc::AT_REMOVEDIR));
         done(reply, r);
     }
 
@@ -888,7 +814,7 @@ impl Filesystem for WalkFuse {
     ) {
         let ctx = self.ctx(req);
         let r = Self::name(link_name).and_then(|n| {
-            ctx.symlinkat(target.as_os_str().as_bytes(), self.fd(parent)?.fd, n)?;
+            ctx.symlinkat(target.as_os_str().as_bytes(), &self.node(parent)?, n)?;
             self.lookup_node(&ctx, parent, n)
         });
         self.entry(reply, r);
@@ -908,18 +834,13 @@ impl Filesystem for WalkFuse {
         let r = (|| {
             let (a, b) = (Self::name(name)?, Self::name(newname)?);
             ctx.renameat2(
-                self.fd(parent)?.fd,
+                &self.node(parent)?,
                 a,
-                self.fd(newparent)?.fd,
+                &self.node(newparent)?,
                 b,
                 flags.bits(),
             )?;
-            // The moved file is found by its new name from now on (and
-            // with RENAME_EXCHANGE the other one by the old name).
-            self.moved(newparent, b);
-            if flags.bits() & libc::RENAME_EXCHANGE != 0 {
-                self.moved(parent, a);
-            }
+            // The moved file's node follows it: its handle's dentry moved.
             Ok(())
         })();
         done(reply, r);
@@ -936,9 +857,9 @@ impl Filesystem for WalkFuse {
         let ctx = self.ctx(req);
         let r = Self::name(newname).and_then(|n| {
             ctx.linkat(
-                self.fd(ino)?.fd,
+                &self.node(ino)?,
                 b"",
-                self.fd(newparent)?.fd,
+                &self.node(newparent)?,
                 n,
                 libc::AT_EMPTY_PATH,
             )?;
@@ -954,8 +875,8 @@ impl Filesystem for WalkFuse {
             return;
         }
         let ctx = self.ctx(req);
-        let r = self.fd(ino).and_then(|fd| {
-            let fd = fd.fd;
+        let r = self.node(ino).and_then(|node| {
+            let fd = &node;
             let f = self.open_flags(flags.0);
             match ctx.reopen(fd, f) {
                 // Write-only by permission: the kernel then writes whole
@@ -1032,7 +953,7 @@ impl Filesystem for WalkFuse {
         // of its changes met is reported (with cache=coherent after
         // waiting for them: close-to-open consistency as NFS keeps it).
         let r = match fh.0 {
-            0 => self.fd(ino).and_then(|fd| self.base.flush(fd.fd)),
+            0 => self.io_fd(ino, fh, false).and_then(|fd| self.base.flush(fd.fd())),
             h => self.base.flush((h - 1) as i32),
         };
         done(reply, r)
@@ -1069,7 +990,9 @@ impl Filesystem for WalkFuse {
         // The file's changes running behind are carried out; a failure
         // this open file has not seen is reported.
         let r = match fh.0 {
-            0 => self.fd(ino).and_then(|fd| self.base.fsync(fd.fd)),
+            // The node's own open file: its cursor has seen what a file
+            // the kernel opened without telling us would have.
+            0 => self.io_fd(ino, fh, false).and_then(|fd| self.base.fsync(fd.fd())),
             h => self.base.fsync((h - 1) as i32),
         };
         done(reply, r)
@@ -1079,7 +1002,7 @@ impl Filesystem for WalkFuse {
         self.counters.readdirs.fetch_add(1, Relaxed);
         let ctx = self.ctx(req);
         let r = (|| {
-            let d = ctx.reopen(self.fd(ino)?.fd, libc::O_RDONLY | libc::O_DIRECTORY)?;
+            let d = ctx.reopen(&self.node(ino)?, libc::O_RDONLY | libc::O_DIRECTORY)?;
             let entries = ctx.getdents(d);
             let _ = ctx.close(d);
             entries
@@ -1158,9 +1081,9 @@ impl Filesystem for WalkFuse {
                 // The kernel links no node for `..` (no lookup count): its
                 // attributes only, with its inode number (readdir skips
                 // entries whose d_ino is 0).
-                self.fd(ino).and_then(|fd| {
+                self.node(ino).and_then(|h| {
                     let x = ctx.statx(
-                        fd.fd,
+                        &h,
                         b"..",
                         libc::AT_SYMLINK_NOFOLLOW,
                         libc::STATX_BASIC_STATS,
@@ -1211,11 +1134,17 @@ impl Filesystem for WalkFuse {
         reply: ReplyEmpty,
     ) {
         // The directory's entries changed without waiting, their errors.
-        done(reply, self.fd(ino).and_then(|fd| self.base.fsync(fd.fd)))
+        let r = self.node(ino).and_then(|h| {
+            let d = self.base.reopen(&h, libc::O_RDONLY | libc::O_DIRECTORY)?;
+            let r = self.base.fsync(d);
+            let _ = self.base.close(d);
+            r
+        });
+        done(reply, r)
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        match self.fd(ino).and_then(|fd| self.base.statfs(fd.fd, b"")) {
+        match self.node(ino).and_then(|h| self.base.statfs(&h, b"")) {
             Ok(s) => reply.statfs(
                 s.blocks,
                 s.bfree,
@@ -1262,9 +1191,9 @@ impl Filesystem for WalkFuse {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let r = self.fd(ino).and_then(|fd| {
+        let r = self.node(ino).and_then(|h| {
             self.ctx(req)
-                .faccessat(fd.fd, b"", mask.bits(), libc::AT_EMPTY_PATH)
+                .faccessat(&h, b"", mask.bits(), libc::AT_EMPTY_PATH)
         });
         done(reply, r);
     }
@@ -1282,8 +1211,8 @@ impl Filesystem for WalkFuse {
         self.counters.creates.fetch_add(1, Relaxed);
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| {
-            let pfd = self.fd(parent)?;
-            let pfd = pfd.fd;
+            let dir = self.node(parent)?;
+            let pfd = &dir;
             let asked = (flags | libc::O_CREAT) & !libc::O_NOCTTY;
             let mut f = asked;
             if self.writeback() {
@@ -1302,7 +1231,13 @@ impl Filesystem for WalkFuse {
                 }
                 r => (r?, f),
             };
-            match self.lookup_node(&ctx, parent, n) {
+            // The node comes from what the create opened, not from a
+            // second walk of the name.
+            let made = ctx.handle_of(h).and_then(|node| {
+                let x = stat_of(&ctx, &node)?;
+                Ok(attr_of(self.remember(node, &x), &x))
+            });
+            match made {
                 Ok(a) => Ok((a, h, used)),
                 Err(e) => {
                     let _ = ctx.close(h);

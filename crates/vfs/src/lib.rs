@@ -33,6 +33,7 @@ mod counters;
 mod dcache;
 mod dirlock;
 mod file;
+mod handle;
 mod listing;
 mod metered;
 mod namei;
@@ -59,6 +60,7 @@ use std::time::Instant;
 
 use parking_lot::{Mutex, RwLock};
 
+pub use handle::{At, Handle};
 pub use metered::BackendCalls;
 pub use namei::slow_permission_checks;
 pub use ops::{Ctx, DirEntryOut, NameStep, AT_FDCWD};
@@ -467,7 +469,7 @@ impl Vfs {
     pub fn mount(&self, path: &[u8], fs: Arc<dyn FileSystem>) -> Result<()> {
         let fs = metered::Metered::wrap(fs, &self.inner.meter);
         let ctx = self.context(Creds::root());
-        let at = ctx.resolve_dir(AT_FDCWD, path)?;
+        let at = ctx.resolve_dir(At::Fd(AT_FDCWD), path)?;
         let attr = fs.getattr(fs.root())?;
         if !attr.is_dir() {
             return Err(Errno::ENOTDIR);

@@ -1006,6 +1006,14 @@ impl Inner {
         true
     }
 
+    /// One more reference to a dentry the caller holds one on (so it is
+    /// not dying): a [`crate::Handle`]'s clone.
+    pub fn repin(&self, d: DIdx) {
+        if let Some(den) = self.dc.dentry(d) {
+            den.refs.fetch_add(1, Relaxed);
+        }
+    }
+
     /// Drop a reference taken by [`Inner::pin`]. The writer mutex is taken
     /// only to free a removed dentry that just became unused.
     pub fn unpin(&self, d: DIdx) {

@@ -56,7 +56,13 @@ impl Ctx {
     }
 
     /// `statx(dirfd, path, flags, mask)`.
-    pub fn statx(&self, dirfd: i32, path: &[u8], flags: i32, mask: u32) -> Result<Statx> {
+    pub fn statx<'h>(
+        &self,
+        dirfd: impl Into<At<'h>>,
+        path: &[u8],
+        flags: i32,
+        mask: u32,
+    ) -> Result<Statx> {
         let mut st = Statx::default();
         self.statx_into(dirfd, path, flags, mask, &mut st)?;
         Ok(st)
@@ -67,9 +73,9 @@ impl Ctx {
     /// descriptor form (`""` with `AT_EMPTY_PATH`) is a short inline path;
     /// anything with a path walks out of line.
     #[inline(always)]
-    pub fn statx_into(
+    pub fn statx_into<'h>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'h>>,
         path: &[u8],
         flags: i32,
         mask: u32,
@@ -77,13 +83,16 @@ impl Ctx {
     ) -> Result<()> {
         const FD_FLAGS: i32 =
             libc::AT_EMPTY_PATH | libc::AT_NO_AUTOMOUNT | libc::AT_SYMLINK_NOFOLLOW;
-        if path.is_empty()
-            && dirfd >= 0
-            && flags & libc::AT_EMPTY_PATH != 0
-            && flags & !FD_FLAGS == 0
-            && mask & (libc::STATX__RESERVED as u32) == 0
-        {
-            return self.fstatx_into(dirfd, mask, out);
+        let dirfd = dirfd.into();
+        if let At::Fd(fd) = dirfd {
+            if path.is_empty()
+                && fd >= 0
+                && flags & libc::AT_EMPTY_PATH != 0
+                && flags & !FD_FLAGS == 0
+                && mask & (libc::STATX__RESERVED as u32) == 0
+            {
+                return self.fstatx_into(fd, mask, out);
+            }
         }
         self.statx_path(dirfd, path, flags, mask, out)
     }
@@ -91,7 +100,7 @@ impl Ctx {
     #[inline(never)]
     fn statx_path(
         &self,
-        dirfd: i32,
+        dirfd: At<'_>,
         path: &[u8],
         flags: i32,
         mask: u32,
@@ -107,8 +116,10 @@ impl Ctx {
         if bad {
             return Err(Errno::EINVAL);
         }
-        if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 && dirfd != AT_FDCWD {
-            return self.fstatx_into(dirfd, mask, out);
+        if let At::Fd(fd) = dirfd {
+            if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 && fd != AT_FDCWD {
+                return self.fstatx_into(fd, mask, out);
+            }
         }
         self.run(|| {
             let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
@@ -119,7 +130,12 @@ impl Ctx {
     }
 
     /// `fstatat(dirfd, path, flags)` (`AT_SYMLINK_NOFOLLOW`, `AT_EMPTY_PATH`).
-    pub fn fstatat(&self, dirfd: i32, path: &[u8], flags: i32) -> Result<libc::stat> {
+    pub fn fstatat<'h>(
+        &self,
+        dirfd: impl Into<At<'h>>,
+        path: &[u8],
+        flags: i32,
+    ) -> Result<libc::stat> {
         check_at_flags(
             flags,
             libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH | libc::AT_NO_AUTOMOUNT,
@@ -184,7 +200,8 @@ impl Ctx {
     }
 
     /// `statfs` of the file system holding `path`.
-    pub fn statfs(&self, dirfd: i32, path: &[u8]) -> Result<StatFs> {
+    pub fn statfs<'h>(&self, dirfd: impl Into<At<'h>>, path: &[u8]) -> Result<StatFs> {
+        let dirfd = dirfd.into();
         self.run(|| {
             let c = self.lookup_at(dirfd, path, true, true)?;
             let s = self.inner().dc.inode_snap(c.ino).ok_or(Step::Restart)?;
@@ -215,7 +232,14 @@ impl Ctx {
 
     /// `fchmodat(dirfd, path, mode, flags)`; `AT_SYMLINK_NOFOLLOW` on a
     /// symlink is `EOPNOTSUPP`, as glibc and fchmodat2 give it.
-    pub fn fchmodat(&self, dirfd: i32, path: &[u8], mode: u32, flags: i32) -> Result<()> {
+    pub fn fchmodat<'h>(
+        &self,
+        dirfd: impl Into<At<'h>>,
+        path: &[u8],
+        mode: u32,
+        flags: i32,
+    ) -> Result<()> {
+        let dirfd = dirfd.into();
         check_at_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
         self.run(|| {
             let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
@@ -237,7 +261,15 @@ impl Ctx {
     }
 
     /// `fchownat(dirfd, path, uid, gid, flags)`; `u32::MAX` leaves an id.
-    pub fn fchownat(&self, dirfd: i32, path: &[u8], uid: u32, gid: u32, flags: i32) -> Result<()> {
+    pub fn fchownat<'h>(
+        &self,
+        dirfd: impl Into<At<'h>>,
+        path: &[u8],
+        uid: u32,
+        gid: u32,
+        flags: i32,
+    ) -> Result<()> {
+        let dirfd = dirfd.into();
         check_at_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
         self.run(|| {
             let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
@@ -275,13 +307,14 @@ impl Ctx {
 
     /// `utimensat(dirfd, path, [atime, mtime], flags)`; `None` is
     /// `UTIME_OMIT`.
-    pub fn utimensat(
+    pub fn utimensat<'h>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'h>>,
         path: &[u8],
         times: [Option<TimeSet>; 2],
         flags: i32,
     ) -> Result<()> {
+        let dirfd = dirfd.into();
         check_at_flags(flags, libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH)?;
         self.run(|| {
             let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;

@@ -106,7 +106,8 @@ impl Ctx {
     }
 
     /// `mkdirat(dirfd, path, mode)`.
-    pub fn mkdirat(&self, dirfd: i32, path: &[u8], mode: u32) -> Result<()> {
+    pub fn mkdirat<'h>(&self, dirfd: impl Into<At<'h>>, path: &[u8], mode: u32) -> Result<()> {
+        let dirfd = dirfd.into();
         self.run(|| {
             let (dir, last, _trailing) = self.lookup_parent(dirfd, path)?;
             let Last::Normal(name) = last else {
@@ -132,7 +133,7 @@ impl Ctx {
     /// The checks common to creating a non-directory name (symlink, link):
     /// the parent, the new name, and `EEXIST`/`ENOENT` as Linux's
     /// `filename_create` gives them.
-    fn create_target(&self, dirfd: i32, path: &[u8]) -> Res<(Cur, Vec<u8>)> {
+    fn create_target(&self, dirfd: At<'_>, path: &[u8]) -> Res<(Cur, Vec<u8>)> {
         let (dir, last, trailing) = self.lookup_parent(dirfd, path)?;
         let Last::Normal(name) = last else {
             return Err(Errno::EEXIST.into());
@@ -148,7 +149,13 @@ impl Ctx {
     }
 
     /// `symlinkat(target, newdirfd, linkpath)`.
-    pub fn symlinkat(&self, target: &[u8], newdirfd: i32, linkpath: &[u8]) -> Result<()> {
+    pub fn symlinkat<'h>(
+        &self,
+        target: &[u8],
+        newdirfd: impl Into<At<'h>>,
+        linkpath: &[u8],
+    ) -> Result<()> {
+        let newdirfd = newdirfd.into();
         if target.is_empty() {
             return Err(Errno::ENOENT);
         }
@@ -172,7 +179,14 @@ impl Ctx {
     /// type) before the path, then `filename_create`'s, then permission
     /// on the parent, then `CAP_MKNOD` for devices. Special files are made,
     /// never opened: opening one through walkfs stays refused.
-    pub fn mknodat(&self, dirfd: i32, path: &[u8], mode: u32, dev: u64) -> Result<()> {
+    pub fn mknodat<'h>(
+        &self,
+        dirfd: impl Into<At<'h>>,
+        path: &[u8],
+        mode: u32,
+        dev: u64,
+    ) -> Result<()> {
+        let dirfd = dirfd.into();
         let kind = match mode & libc::S_IFMT {
             0 | libc::S_IFREG => libc::S_IFREG,
             t @ (libc::S_IFCHR | libc::S_IFBLK | libc::S_IFIFO | libc::S_IFSOCK) => t,
@@ -204,14 +218,15 @@ impl Ctx {
 
     /// `linkat(olddirfd, oldpath, newdirfd, newpath, flags)`; flags
     /// `AT_SYMLINK_FOLLOW`, `AT_EMPTY_PATH`.
-    pub fn linkat(
+    pub fn linkat<'a, 'b>(
         &self,
-        olddirfd: i32,
+        olddirfd: impl Into<At<'a>>,
         oldpath: &[u8],
-        newdirfd: i32,
+        newdirfd: impl Into<At<'b>>,
         newpath: &[u8],
         flags: i32,
     ) -> Result<()> {
+        let (olddirfd, newdirfd) = (olddirfd.into(), newdirfd.into());
         check_at_flags(flags, libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH)?;
         self.run(|| {
             let follow = flags & libc::AT_SYMLINK_FOLLOW != 0;

@@ -6,15 +6,21 @@
 use super::prelude::*;
 
 impl Ctx {
-    /// The dentry a descriptor refers to.
-    pub(super) fn fd_dentry(&self, fd: i32) -> Res<DIdx> {
-        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
-        Ok(DIdx(file.dentry.load(Relaxed)))
+    /// The dentry a descriptor or handle refers to (`EBADF` for a handle
+    /// of another vfs).
+    pub(super) fn fd_dentry(&self, at: At<'_>) -> Res<DIdx> {
+        match at {
+            At::Fd(fd) => {
+                let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+                Ok(DIdx(file.dentry.load(Relaxed)))
+            }
+            At::Handle(h) => Ok(h.dentry_in(&self.vfs).ok_or(Errno::EBADF)?),
+        }
     }
 
     /// Where a walk of `path` relative to `dirfd` starts.
-    pub(super) fn start_of(&self, dirfd: i32, path: &[u8]) -> Res<DIdx> {
-        if dirfd == AT_FDCWD || path.first() == Some(&b'/') && !self.beneath {
+    pub(super) fn start_of(&self, dirfd: At<'_>, path: &[u8]) -> Res<DIdx> {
+        if dirfd.is_cwd() || path.first() == Some(&b'/') && !self.beneath {
             return Ok(self.inner().root);
         }
         let d = self.fd_dentry(dirfd)?;
@@ -40,7 +46,7 @@ impl Ctx {
     /// names `dirfd` itself.
     pub(super) fn lookup_at(
         &self,
-        dirfd: i32,
+        dirfd: At<'_>,
         path: &[u8],
         follow: bool,
         empty_ok: bool,
@@ -49,7 +55,7 @@ impl Ctx {
             if !empty_ok {
                 return Err(Errno::ENOENT.into());
             }
-            let d = if dirfd == AT_FDCWD {
+            let d = if dirfd.is_cwd() {
                 self.inner().root
             } else {
                 self.fd_dentry(dirfd)?
@@ -124,7 +130,7 @@ impl Ctx {
     }
 
     /// Resolve all but the last component.
-    pub(super) fn lookup_parent(&self, dirfd: i32, path: &[u8]) -> Res<(Cur, Last, bool)> {
+    pub(super) fn lookup_parent(&self, dirfd: At<'_>, path: &[u8]) -> Res<(Cur, Last, bool)> {
         let start = self.start_of(dirfd, path)?;
         self.lookup_parent_from(start, path)
     }
@@ -164,7 +170,7 @@ impl Ctx {
     }
 
     /// Resolve a directory for `mount`.
-    pub(crate) fn resolve_dir(&self, dirfd: i32, path: &[u8]) -> Result<DIdx> {
+    pub(crate) fn resolve_dir(&self, dirfd: At<'_>, path: &[u8]) -> Result<DIdx> {
         self.run(|| {
             let c = self.lookup_at(dirfd, path, true, false)?;
             if !c.is_dir() {
@@ -179,15 +185,71 @@ impl Ctx {
     /// reached. When every name was reached the result is an `O_PATH`
     /// descriptor of the last one (of `dirfd` itself for no names);
     /// `None` for a partial walk. The first name's failure is the error.
-    pub fn walk_names(
+    pub fn walk_names<'h>(
         &self,
-        dirfd: i32,
+        dirfd: impl Into<At<'h>>,
         names: &[&[u8]],
         out: &mut Vec<NameStep>,
     ) -> Result<Option<i32>> {
+        let dirfd = dirfd.into();
         self.run(|| {
+            let Some(last) = self.walk_steps(dirfd, names, out)? else {
+                return Ok(None);
+            };
+            self.open_cur(last, libc::O_PATH | libc::O_NOFOLLOW, None)
+                .map(Some)
+        })
+    }
+
+    /// [`Ctx::walk_names`], ending in a [`Handle`] of the last name
+    /// rather than a descriptor (a 9P fid, a FUSE node).
+    pub fn walk_handle<'h>(
+        &self,
+        dirfd: impl Into<At<'h>>,
+        names: &[&[u8]],
+        out: &mut Vec<NameStep>,
+    ) -> Result<Option<Handle>> {
+        let dirfd = dirfd.into();
+        self.run(|| {
+            let Some(last) = self.walk_steps(dirfd, names, out)? else {
+                return Ok(None);
+            };
+            Handle::pin(&self.vfs.inner, last)
+                .map(Some)
+                .ok_or(Step::Restart)
+        })
+    }
+
+    /// A handle of what `path` names from `dirfd`, without following a
+    /// symlink in the last component (what an `O_PATH | O_NOFOLLOW` open
+    /// would refer to).
+    pub fn handle<'h>(&self, dirfd: impl Into<At<'h>>, path: &[u8]) -> Result<Handle> {
+        let dirfd = dirfd.into();
+        self.run(|| {
+            let c = self.lookup_at(dirfd, path, false, false)?;
+            Handle::pin(&self.vfs.inner, c).ok_or(Step::Restart)
+        })
+    }
+
+    /// A handle of what descriptor `fd` refers to.
+    pub fn handle_of(&self, fd: i32) -> Result<Handle> {
+        self.run(|| {
+            let c = Cur::of(&self.inner().dc, self.fd_dentry(At::Fd(fd))?)?;
+            Handle::pin(&self.vfs.inner, c).ok_or(Step::Restart)
+        })
+    }
+
+    /// The walk of [`Ctx::walk_names`]: `out` filled, and the last name
+    /// reached when all were.
+    fn walk_steps(
+        &self,
+        dirfd: At<'_>,
+        names: &[&[u8]],
+        out: &mut Vec<NameStep>,
+    ) -> Res<Option<Cur>> {
+        {
             out.clear();
-            let start = if dirfd == AT_FDCWD {
+            let start = if dirfd.is_cwd() {
                 self.inner().root
             } else {
                 self.fd_dentry(dirfd)?
@@ -205,13 +267,11 @@ impl Ctx {
             if curs.len() < names.len() {
                 return Ok(None);
             }
-            let last = match curs.last() {
-                Some(&c) => c,
-                None => Cur::of(&self.inner().dc, start)?,
-            };
-            self.open_cur(last, libc::O_PATH | libc::O_NOFOLLOW, None)
-                .map(Some)
-        })
+            match curs.last() {
+                Some(&c) => Ok(Some(c)),
+                None => Cur::of(&self.inner().dc, start).map(Some),
+            }
+        }
     }
 
     /// The directory holding what `fd` refers to, as an `O_PATH`
@@ -220,7 +280,7 @@ impl Ctx {
     /// mount (which has no name in the tree it is mounted on here).
     pub fn parent_of(&self, fd: i32) -> Result<(i32, Vec<u8>)> {
         self.run(|| {
-            let d = self.fd_dentry(fd)?;
+            let d = self.fd_dentry(At::Fd(fd))?;
             let dc = &self.inner().dc;
             let s = dc.snap(d).ok_or(Step::Restart)?;
             if d == self.inner().root || s.flags & D_MOUNTROOT != 0 {
@@ -240,7 +300,14 @@ impl Ctx {
 
     /// `faccessat2(dirfd, path, mode, flags)`; flags `AT_EACCESS`,
     /// `AT_SYMLINK_NOFOLLOW`, `AT_EMPTY_PATH`.
-    pub fn faccessat(&self, dirfd: i32, path: &[u8], mode: i32, flags: i32) -> Result<()> {
+    pub fn faccessat<'h>(
+        &self,
+        dirfd: impl Into<At<'h>>,
+        path: &[u8],
+        mode: i32,
+        flags: i32,
+    ) -> Result<()> {
+        let dirfd = dirfd.into();
         check_at_flags(
             flags,
             libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH,
@@ -269,7 +336,13 @@ impl Ctx {
 
     /// `readlinkat` into `buf`: the number of bytes stored (truncated to
     /// the buffer, as readlink(2) does).
-    pub fn readlinkat_into(&self, dirfd: i32, path: &[u8], buf: &mut [u8]) -> Result<usize> {
+    pub fn readlinkat_into<'h>(
+        &self,
+        dirfd: impl Into<At<'h>>,
+        path: &[u8],
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        let dirfd = dirfd.into();
         if buf.is_empty() {
             return Err(Errno::EINVAL);
         }
@@ -300,7 +373,7 @@ impl Ctx {
     }
 
     /// `readlinkat`, returning the whole body.
-    pub fn readlinkat(&self, dirfd: i32, path: &[u8]) -> Result<Vec<u8>> {
+    pub fn readlinkat<'h>(&self, dirfd: impl Into<At<'h>>, path: &[u8]) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; walkfs_fsapi::PATH_MAX];
         let n = self.readlinkat_into(dirfd, path, &mut buf)?;
         buf.truncate(n);

@@ -8,7 +8,14 @@ impl Ctx {
     /// `openat(dirfd, path, flags, mode)`: a walkfs descriptor. Supports
     /// `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_DIRECTORY`, `O_NOFOLLOW`,
     /// `O_PATH`, `O_APPEND` and the access modes.
-    pub fn openat(&self, dirfd: i32, path: &[u8], flags: i32, mode: u32) -> Result<i32> {
+    pub fn openat<'h>(
+        &self,
+        dirfd: impl Into<At<'h>>,
+        path: &[u8],
+        flags: i32,
+        mode: u32,
+    ) -> Result<i32> {
+        let dirfd = dirfd.into();
         if flags & libc::O_CREAT != 0 && flags & libc::O_DIRECTORY != 0 {
             return Err(Errno::EINVAL);
         }
@@ -25,7 +32,7 @@ impl Ctx {
     /// was created, the backend handle the create opened.
     fn open_lookup(
         &self,
-        dirfd: i32,
+        dirfd: At<'_>,
         path: &[u8],
         flags: i32,
         mode: u32,
@@ -38,7 +45,7 @@ impl Ctx {
         // O_CREAT: the last component is ours to find or create; a
         // symlink there is followed (unless O_EXCL/O_NOFOLLOW), and may
         // lead to another last component to create.
-        let mut dirfd_path: (i32, Vec<u8>) = (dirfd, path.to_vec());
+        let mut dirfd_path: (At<'_>, Vec<u8>) = (dirfd, path.to_vec());
         let mut start_dir: Option<Cur> = None;
         for _ in 0..=40 {
             let (dir, last, trailing) = match start_dir {
@@ -238,7 +245,8 @@ impl Ctx {
     /// Open what descriptor `fd` refers to again, with `flags` (what
     /// `open("/proc/self/fd/N")` does, with the permission checks of an
     /// open and without following a symlink `fd` names).
-    pub fn reopen(&self, fd: i32, flags: i32) -> Result<i32> {
+    pub fn reopen<'h>(&self, fd: impl Into<At<'h>>, flags: i32) -> Result<i32> {
+        let fd = fd.into();
         if flags & libc::O_CREAT != 0 {
             return Err(Errno::EINVAL);
         }

@@ -65,7 +65,8 @@ impl Ctx {
     }
 
     /// `unlinkat(dirfd, path, flags)`; flag `AT_REMOVEDIR`.
-    pub fn unlinkat(&self, dirfd: i32, path: &[u8], flags: i32) -> Result<()> {
+    pub fn unlinkat<'h>(&self, dirfd: impl Into<At<'h>>, path: &[u8], flags: i32) -> Result<()> {
+        let dirfd = dirfd.into();
         check_at_flags(flags, libc::AT_REMOVEDIR)?;
         let rmdir = flags & libc::AT_REMOVEDIR != 0;
         self.run(|| {

@@ -24,14 +24,15 @@ impl Ctx {
 
     /// `renameat2(olddirfd, oldpath, newdirfd, newpath, flags)`; flags
     /// `RENAME_NOREPLACE`, `RENAME_EXCHANGE`.
-    pub fn renameat2(
+    pub fn renameat2<'a, 'b>(
         &self,
-        olddirfd: i32,
+        olddirfd: impl Into<At<'a>>,
         oldpath: &[u8],
-        newdirfd: i32,
+        newdirfd: impl Into<At<'b>>,
         newpath: &[u8],
         flags: u32,
     ) -> Result<()> {
+        let (olddirfd, newdirfd) = (olddirfd.into(), newdirfd.into());
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
             || flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0
         {
