@@ -953,7 +953,9 @@ impl Filesystem for WalkFuse {
         // of its changes met is reported (with cache=coherent after
         // waiting for them: close-to-open consistency as NFS keeps it).
         let r = match fh.0 {
-            0 => self.io_fd(ino, fh, false).and_then(|fd| self.base.flush(fd.fd())),
+            0 => self
+                .io_fd(ino, fh, false)
+                .and_then(|fd| self.base.flush(fd.fd())),
             h => self.base.flush((h - 1) as i32),
         };
         done(reply, r)
@@ -992,7 +994,9 @@ impl Filesystem for WalkFuse {
         let r = match fh.0 {
             // The node's own open file: its cursor has seen what a file
             // the kernel opened without telling us would have.
-            0 => self.io_fd(ino, fh, false).and_then(|fd| self.base.fsync(fd.fd())),
+            0 => self
+                .io_fd(ino, fh, false)
+                .and_then(|fd| self.base.fsync(fd.fd())),
             h => self.base.fsync((h - 1) as i32),
         };
         done(reply, r)

@@ -718,13 +718,15 @@ impl Job {
             return false;
         };
         match fid.get() {
-            Ok(st) => st
-                .ctx
-                .fstatx(st.open.unwrap_or(st.fd), libc::STATX_TYPE)
-                .is_ok_and(|x| {
-                    let t = u32::from(x.stx_mode) & libc::S_IFMT;
-                    t != libc::S_IFREG && t != libc::S_IFDIR
-                }),
+            Ok(st) => match (st.open, &st.node) {
+                (Some(fd), _) => st.ctx.fstatx(fd, libc::STATX_TYPE),
+                (None, Some(h)) => st.ctx.statx(h, b"", libc::AT_EMPTY_PATH, libc::STATX_TYPE),
+                (None, None) => Err(Errno::EBADF),
+            }
+            .is_ok_and(|x| {
+                let t = u32::from(x.stx_mode) & libc::S_IFMT;
+                t != libc::S_IFREG && t != libc::S_IFDIR
+            }),
             Err(_) => false,
         }
     }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
-use walkfs_vfs::{Ctx, Errno, Result};
+use walkfs_vfs::{Ctx, Errno, Handle, Result};
 
 /// The vfs side of a fid.
 #[derive(Clone)]
@@ -16,8 +16,10 @@ pub struct FidState {
     /// The credentials it acts with (all contexts of a connection share
     /// one descriptor table).
     pub ctx: Arc<Ctx>,
-    /// An `O_PATH` descriptor of the file.
-    pub fd: i32,
+    /// The file (a vfs handle: a request holds its own clone, so a walk
+    /// that moves the fid meanwhile takes nothing from under it); `None`
+    /// for a fid that names no file (a listing's, the order answer's).
+    pub node: Option<Handle>,
     /// The descriptor `Tlopen`/`Tlcreate` opened, if any.
     pub open: Option<i32>,
     /// A directory listing with attributes (the readdirplus extension,
@@ -34,8 +36,8 @@ enum Status {
 pub struct Fid {
     status: Mutex<Status>,
     cv: Condvar,
-    /// Descriptors this fid stood for before (a `Twalk` onto itself,
-    /// `Tlcreate`), closed with the fid: a request already running may
+    /// Open descriptors this fid had before (`Tlcreate` onto a fid that
+    /// was open), closed with the fid: a request already running may
     /// still use them.
     retired: Mutex<Vec<(Arc<Ctx>, i32)>>,
 }
@@ -83,12 +85,9 @@ impl Fid {
         let mut s = self.status.lock();
         match &mut *s {
             Status::Ready(st) => {
-                let (old_fd, old_open, ctx) = (st.fd, st.open, Arc::clone(&st.ctx));
+                let (old_open, ctx) = (st.open, Arc::clone(&st.ctx));
                 f(st);
                 let mut r = self.retired.lock();
-                if st.fd != old_fd {
-                    r.push((Arc::clone(&ctx), old_fd));
-                }
                 if let Some(o) = old_open {
                     if st.open != Some(o) {
                         r.push((ctx, o));
@@ -104,7 +103,6 @@ impl Fid {
 impl Drop for Fid {
     fn drop(&mut self) {
         if let Status::Ready(st) = &*self.status.lock() {
-            let _ = st.ctx.close(st.fd);
             if let Some(o) = st.open {
                 let _ = st.ctx.close(o);
             }

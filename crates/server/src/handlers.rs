@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use walkfs_p9::{self as p9, msg, Data, Fcall, Names, Qid, Qids, Str};
-use walkfs_vfs::{Creds, Ctx, Errno, NameStep, Result, Statx, TimeSet, Timespec};
+use walkfs_vfs::{Creds, Ctx, Errno, Handle, NameStep, Result, Statx, TimeSet, Timespec};
 
 use crate::fid::{Fid, FidState};
 use crate::session::Session;
@@ -71,7 +71,8 @@ fn stat_of(x: &Statx) -> p9::Stat {
 /// out; `E2BIG` past the extension's limit.
 fn listing_of(st: &FidState) -> Result<Vec<u8>> {
     let ctx = &st.ctx;
-    let d = ctx.reopen(st.fd, libc::O_RDONLY | libc::O_DIRECTORY)?;
+    let dir = node(st)?;
+    let d = ctx.reopen(dir, libc::O_RDONLY | libc::O_DIRECTORY)?;
     let entries = ctx.getdents(d);
     let _ = ctx.close(d);
     let mut out = Vec::new();
@@ -80,7 +81,7 @@ fn listing_of(st: &FidState) -> Result<Vec<u8>> {
             continue;
         }
         let x = match ctx.statx(
-            st.fd,
+            dir,
             &e.name,
             libc::AT_SYMLINK_NOFOLLOW,
             libc::STATX_BASIC_STATS,
@@ -90,7 +91,7 @@ fn listing_of(st: &FidState) -> Result<Vec<u8>> {
             Err(e) => return Err(e),
         };
         let link = if u32::from(x.stx_mode) & libc::S_IFMT == libc::S_IFLNK {
-            ctx.readlinkat(st.fd, &e.name).unwrap_or_default()
+            ctx.readlinkat(dir, &e.name).unwrap_or_default()
         } else {
             Vec::new()
         };
@@ -102,10 +103,20 @@ fn listing_of(st: &FidState) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The file a fid names (`EBADF` for a fid that names none).
+fn node(st: &FidState) -> Result<&Handle> {
+    st.node.as_ref().ok_or(Errno::EBADF)
+}
+
 fn fstatx(st: &FidState) -> Result<Statx> {
     let mut out = Statx::default();
-    st.ctx
-        .fstatx_into(st.fd, libc::STATX_BASIC_STATS, &mut out)?;
+    st.ctx.statx_into(
+        node(st)?,
+        b"",
+        libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        libc::STATX_BASIC_STATS,
+        &mut out,
+    )?;
     Ok(out)
 }
 
@@ -160,11 +171,11 @@ fn writable(s: &Session) -> Result<()> {
     }
 }
 
-/// The qid of `name` in the directory `dirfd` (after creating it).
-fn qid_at(ctx: &Ctx, dirfd: i32, name: &[u8]) -> Result<Qid> {
+/// The qid of `name` in the directory `dir` (after creating it).
+fn qid_at(ctx: &Ctx, dir: &Handle, name: &[u8]) -> Result<Qid> {
     let mut st = Statx::default();
     ctx.statx_into(
-        dirfd,
+        dir,
         name,
         libc::AT_SYMLINK_NOFOLLOW,
         libc::STATX_BASIC_STATS,
@@ -299,12 +310,12 @@ impl Req<'_> {
         creds.privileged = self.s.server.cfg.trust_client_permissions;
         let ctx = self.s.ctx_for(creds);
         let mut steps = Vec::new();
-        let fd = ctx
-            .walk_names(walkfs_vfs::AT_FDCWD, &[], &mut steps)?
+        let root = ctx
+            .walk_handle(walkfs_vfs::AT_FDCWD, &[], &mut steps)?
             .ok_or(Errno::EIO)?;
         let st = FidState {
             ctx,
-            fd,
+            node: Some(root),
             open: None,
             listing: None,
         };
@@ -318,26 +329,20 @@ impl Req<'_> {
         let from = self.fid(0)?;
         let names = names.as_slice();
         let mut steps = Vec::with_capacity(names.len());
-        let fd = from.ctx.walk_names(from.fd, names, &mut steps)?;
+        let to = from.ctx.walk_handle(node(&from)?, names, &mut steps)?;
         let mut qids = Qids::default();
         for s in &steps {
             qids.push(qid_of_step(s));
         }
-        match (fd, self.newfid) {
-            (Some(fd), Some(nf)) => nf.complete(FidState {
+        match (to, self.newfid) {
+            (Some(h), Some(nf)) => nf.complete(FidState {
                 ctx: Arc::clone(&from.ctx),
-                fd,
+                node: Some(h),
                 open: None,
                 listing: None,
             }),
             // A walk of the fid onto itself.
-            (Some(fd), None) => {
-                let r = self.fids[0].update(|st| st.fd = fd);
-                if r.is_err() {
-                    let _ = from.ctx.close(fd);
-                }
-                r?
-            }
+            (Some(h), None) => self.fids[0].update(|st| st.node = Some(h))?,
             // A partial walk makes no fid.
             (None, Some(nf)) => {
                 nf.fail();
@@ -360,7 +365,7 @@ impl Req<'_> {
     fn readlink(&self, out: &mut Vec<u8>) -> Result<()> {
         let st = self.fid(0)?;
         let mut buf = [0u8; libc::PATH_MAX as usize];
-        let n = match st.ctx.readlinkat_into(st.fd, b"", &mut buf) {
+        let n = match st.ctx.readlinkat_into(node(&st)?, b"", &mut buf) {
             // The vfs's readlinkat(fd, "") of a non-symlink is ENOENT
             // (Linux's do_readlinkat); a fid names its file, and
             // readlink(2) of a file that is no symlink is EINVAL, as
@@ -388,7 +393,7 @@ impl Req<'_> {
         {
             writable(self.s)?;
         }
-        let fd = st.ctx.reopen(st.fd, flags as i32)?;
+        let fd = st.ctx.reopen(node(&st)?, flags as i32)?;
         let x = fstatx(&st)?;
         let r = self.fids[0].update(|s| s.open = Some(fd));
         if r.is_err() {
@@ -415,25 +420,26 @@ impl Req<'_> {
     ) -> Result<()> {
         let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
         let flags = (flags & OPEN_MASK) as i32 | libc::O_CREAT | libc::O_EXCL;
-        let fd = ctx.openat(st.fd, name.0, flags, mode & 0o7777)?;
-        let path = match ctx.reopen(fd, libc::O_PATH) {
-            Ok(p) => p,
+        let fd = ctx.openat(node(&st)?, name.0, flags, mode & 0o7777)?;
+        let made = ctx.handle_of(fd).and_then(|h| {
+            let mut x = Statx::default();
+            ctx.fstatx_into(fd, libc::STATX_BASIC_STATS, &mut x)?;
+            Ok((h, x))
+        });
+        let r = made.and_then(|(h, x)| {
+            self.fids[0].update(|s| {
+                s.node = Some(h);
+                s.open = Some(fd);
+            })?;
+            Ok(x)
+        });
+        let x = match r {
+            Ok(x) => x,
             Err(e) => {
                 let _ = ctx.close(fd);
                 return Err(e);
             }
         };
-        let mut x = Statx::default();
-        ctx.fstatx_into(path, libc::STATX_BASIC_STATS, &mut x)?;
-        let r = self.fids[0].update(|s| {
-            s.fd = path;
-            s.open = Some(fd);
-        });
-        if r.is_err() {
-            let _ = ctx.close(fd);
-            let _ = ctx.close(path);
-        }
-        r?;
         self.reply(
             Fcall::Rlcreate {
                 qid: qid_of_statx(&x),
@@ -510,7 +516,7 @@ impl Req<'_> {
     /// `Tstatfs`.
     fn statfs(&self, out: &mut Vec<u8>) -> Result<()> {
         let st = self.fid(0)?;
-        let s = st.ctx.statfs(st.fd, b"")?;
+        let s = st.ctx.statfs(node(&st)?, b"")?;
         self.reply(
             Fcall::Rstatfs {
                 st: p9::StatFs {
@@ -532,16 +538,16 @@ impl Req<'_> {
     /// `Tmkdir`.
     fn mkdir(&self, name: Str<'_>, mode: u32, gid: u32, out: &mut Vec<u8>) -> Result<()> {
         let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
-        ctx.mkdirat(st.fd, name.0, mode & 0o7777)?;
-        let qid = qid_at(&ctx, st.fd, name.0)?;
+        ctx.mkdirat(node(&st)?, name.0, mode & 0o7777)?;
+        let qid = qid_at(&ctx, node(&st)?, name.0)?;
         self.reply(Fcall::Rmkdir { qid }, out)
     }
 
     /// `Tsymlink`.
     fn symlink(&self, name: Str<'_>, symtgt: Str<'_>, gid: u32, out: &mut Vec<u8>) -> Result<()> {
         let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
-        ctx.symlinkat(symtgt.0, st.fd, name.0)?;
-        let qid = qid_at(&ctx, st.fd, name.0)?;
+        ctx.symlinkat(symtgt.0, node(&st)?, name.0)?;
+        let qid = qid_at(&ctx, node(&st)?, name.0)?;
         self.reply(Fcall::Rsymlink { qid }, out)
     }
 
@@ -551,8 +557,13 @@ impl Req<'_> {
         check_name(name.0)?;
         let dir = self.fid(0)?;
         let target = self.fid(1)?;
-        dir.ctx
-            .linkat(target.fd, b"", dir.fd, name.0, libc::AT_EMPTY_PATH)?;
+        dir.ctx.linkat(
+            node(&target)?,
+            b"",
+            node(&dir)?,
+            name.0,
+            libc::AT_EMPTY_PATH,
+        )?;
         self.reply(Fcall::Rlink {}, out)
     }
 
@@ -563,7 +574,8 @@ impl Req<'_> {
         check_name(newname.0)?;
         let od = self.fid(0)?;
         let nd = self.fid(1)?;
-        od.ctx.renameat2(od.fd, oldname.0, nd.fd, newname.0, 0)?;
+        od.ctx
+            .renameat2(node(&od)?, oldname.0, node(&nd)?, newname.0, 0)?;
         self.reply(Fcall::Rrenameat {}, out)
     }
 
@@ -577,7 +589,7 @@ impl Req<'_> {
         } else {
             0
         };
-        st.ctx.unlinkat(st.fd, name.0, fl)?;
+        st.ctx.unlinkat(node(&st)?, name.0, fl)?;
         self.reply(Fcall::Runlinkat {}, out)
     }
 
@@ -640,7 +652,7 @@ impl Req<'_> {
         let (pfd, name) = located(&st)?;
         let dir = st
             .ctx
-            .fstatx(st.fd, libc::STATX_TYPE)
+            .statx(node(&st)?, b"", libc::AT_EMPTY_PATH, libc::STATX_TYPE)
             .map(|x| u32::from(x.stx_mode) & libc::S_IFMT == libc::S_IFDIR);
         let r = dir.and_then(|dir| {
             let fl = if dir { libc::AT_REMOVEDIR } else { 0 };
@@ -658,7 +670,7 @@ impl Req<'_> {
         let st = self.fid(0)?;
         let nd = self.fid(1)?;
         let (pfd, old) = located(&st)?;
-        let r = st.ctx.renameat2(pfd, &old, nd.fd, name.0, 0);
+        let r = st.ctx.renameat2(pfd, &old, node(&nd)?, name.0, 0);
         let _ = st.ctx.close(pfd);
         r?;
         self.reply(Fcall::Rrename {}, out)
@@ -674,7 +686,7 @@ impl Req<'_> {
         // listing work on it (anything else finds no descriptor).
         nf.complete(FidState {
             ctx: Arc::clone(&st.ctx),
-            fd: -1,
+            node: None,
             open: None,
             listing: Some(Arc::new(l)),
         });
@@ -687,7 +699,7 @@ impl Req<'_> {
         let st = self.fid(0)?;
         self.newfid.ok_or(Errno::EINVAL)?.complete(FidState {
             ctx: Arc::clone(&st.ctx),
-            fd: -1,
+            node: None,
             open: None,
             listing: Some(Arc::new(Vec::new())),
         });
@@ -714,8 +726,8 @@ impl Req<'_> {
         // files and directories, so a client's fifo or socket is its
         // own kernel's business, and a device node here is inert.
         let dev = libc::makedev(major, minor);
-        ctx.mknodat(st.fd, name.0, mode, dev)?;
-        let qid = qid_at(&ctx, st.fd, name.0)?;
+        ctx.mknodat(node(&st)?, name.0, mode, dev)?;
+        let qid = qid_at(&ctx, node(&st)?, name.0)?;
         self.reply(Fcall::Rmknod { qid }, out)
     }
 }
@@ -725,9 +737,12 @@ impl Req<'_> {
 /// the same file, so a remove or rename by fid never hits a newcomer that
 /// took the name of a file unlinked meanwhile.
 fn located(st: &FidState) -> Result<(i32, Vec<u8>)> {
-    let (pfd, name) = st.ctx.parent_of(st.fd)?;
+    let me = node(st)?;
+    let (pfd, name) = st.ctx.parent_of(me)?;
     let same = (|| {
-        let mine = st.ctx.fstatx(st.fd, libc::STATX_INO)?;
+        let mine = st
+            .ctx
+            .statx(me, b"", libc::AT_EMPTY_PATH, libc::STATX_INO)?;
         let there = st
             .ctx
             .statx(pfd, &name, libc::AT_SYMLINK_NOFOLLOW, libc::STATX_INO)?;
@@ -751,7 +766,7 @@ fn setattr(st: &FidState, a: &p9::SetAttr) -> Result<()> {
     let gid = (a.valid & p9::SETATTR_GID != 0).then_some(a.gid);
     if uid.is_some() || gid.is_some() {
         ctx.fchownat(
-            st.fd,
+            node(st)?,
             b"",
             uid.unwrap_or(u32::MAX),
             gid.unwrap_or(u32::MAX),
@@ -761,12 +776,12 @@ fn setattr(st: &FidState, a: &p9::SetAttr) -> Result<()> {
     // After the owner: a chown clears set-id bits, and a mode given in
     // the same request is the one that stands (as in one notify_change).
     if a.valid & p9::SETATTR_MODE != 0 {
-        ctx.fchmodat(st.fd, b"", a.mode & 0o7777, e)?;
+        ctx.fchmodat(node(st)?, b"", a.mode & 0o7777, e)?;
     }
     if a.valid & p9::SETATTR_SIZE != 0 {
         let fd = match st.open {
             Some(o) => o,
-            None => ctx.reopen(st.fd, libc::O_WRONLY)?,
+            None => ctx.reopen(node(st)?, libc::O_WRONLY)?,
         };
         let r = ctx.ftruncate(fd, a.size as i64);
         if st.open.is_none() {
@@ -801,15 +816,15 @@ fn setattr(st: &FidState, a: &p9::SetAttr) -> Result<()> {
         ),
     ];
     if times != [None, None] {
-        ctx.utimensat(st.fd, b"", times, e | libc::AT_SYMLINK_NOFOLLOW)?;
+        ctx.utimensat(node(st)?, b"", times, e | libc::AT_SYMLINK_NOFOLLOW)?;
     }
     Ok(())
 }
 
 /// Is the file a fid names a symlink?
 fn is_symlink(st: &FidState) -> bool {
-    st.ctx
-        .fstatx(st.fd, libc::STATX_TYPE)
+    node(st)
+        .and_then(|h| st.ctx.statx(h, b"", libc::AT_EMPTY_PATH, libc::STATX_TYPE))
         .is_ok_and(|x| u32::from(x.stx_mode) & libc::S_IFMT == libc::S_IFLNK)
 }
 

@@ -142,15 +142,10 @@ mod tests {
         // Unlinked: the name is gone, the inode still answers.
         ctx.unlinkat(AT_FDCWD, b"/b/g", 0).expect("unlink");
         assert_eq!(size(&f2), Ok(4));
-        assert_eq!(
-            ctx.handle(AT_FDCWD, b"/b/g").map(drop),
-            Err(Errno::ENOENT)
-        );
+        assert_eq!(ctx.handle(AT_FDCWD, b"/b/g").map(drop), Err(Errno::ENOENT));
         // Creates below a handle of a directory.
         ctx.mkdirat(&a, b"sub", 0o755).expect("mkdir");
-        assert!(ctx
-            .statx(AT_FDCWD, b"/a/sub", 0, libc::STATX_MODE)
-            .is_ok());
+        assert!(ctx.statx(AT_FDCWD, b"/a/sub", 0, libc::STATX_MODE).is_ok());
         // A handle of another vfs is refused.
         let other = mem_vfs("");
         let octx = other.context(crate::Creds::root());

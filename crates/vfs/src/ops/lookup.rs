@@ -278,9 +278,10 @@ impl Ctx {
     /// descriptor, and its name there: a 9P `Tremove` or `Trename` names a
     /// file by its fid alone. `EBUSY` for the root and for the root of a
     /// mount (which has no name in the tree it is mounted on here).
-    pub fn parent_of(&self, fd: i32) -> Result<(i32, Vec<u8>)> {
+    pub fn parent_of<'h>(&self, fd: impl Into<At<'h>>) -> Result<(i32, Vec<u8>)> {
+        let fd = fd.into();
         self.run(|| {
-            let d = self.fd_dentry(At::Fd(fd))?;
+            let d = self.fd_dentry(fd)?;
             let dc = &self.inner().dc;
             let s = dc.snap(d).ok_or(Step::Restart)?;
             if d == self.inner().root || s.flags & D_MOUNTROOT != 0 {

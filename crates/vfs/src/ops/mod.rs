@@ -30,9 +30,9 @@ mod prelude {
     };
 
     pub(super) use super::{check_at_flags, Ctx, DirEntryOut, NameStep, AT_FDCWD, O_ACCMODE};
-    pub(super) use crate::handle::{At, Handle};
     pub(super) use crate::dcache::*;
     pub(super) use crate::file::NO_HANDLE;
+    pub(super) use crate::handle::{At, Handle};
     pub(super) use crate::namei::{
         self, Cur, Last, Nameidata, Walked, LOOKUP_BENEATH, LOOKUP_FOLLOW, LOOKUP_NO_CROSS,
     };

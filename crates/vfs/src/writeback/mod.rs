@@ -356,6 +356,25 @@ impl Inner {
     /// what the cache answered from (and tell the listeners: a FUSE
     /// kernel must drop it too).
     fn failed(self: &Arc<Inner>, f: Failure) {
+        // A change of a name is submitted, then the cache is updated, both
+        // under the directory's lock (ops/remove.rs): a refusal that came
+        // back at once must not be corrected before the cache took the
+        // change, or the correction is undone by it (a negative entry
+        // installed after the name was restored). Taking the lock once
+        // orders the correction after that caller. It is let go at once:
+        // the listeners below may wait for a FUSE kernel's directory lock,
+        // which a request waiting for this one may hold. `dentry` is the
+        // directory's for a name's change; at worst (renamed, reused)
+        // another stripe is taken for a moment.
+        let dir = f
+            .entry
+            .as_ref()
+            .and_then(|_| self.dc.snap(f.dentry))
+            .map(|s| s.inode())
+            .filter(|i| !i.is_none());
+        if let Some(d) = dir {
+            drop(self.dirs.exclusive(&[d]));
+        }
         let path = self.path_of(f.dentry);
         match &f.entry {
             Some((_, name)) => tracing::warn!(
