@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# A real tree through walkfs mounts, checked against the host: extract a
+# tarball (default: the Linux source from Debian's linux-source-6.1, fetched
+# once into /var/tmp/walkfs-real-tree), list it with find, git add + commit
+# + status of a subtree, rm -rf; natively, through `walkfs mount DIR` and
+# through `walkfs mount --via-9p DIR`. Each step is timed; the listing
+# (names, sizes, modes, link targets), the content checksum and git's
+# answers must equal the native run's.
+#
+#   bash scripts/real-tree.sh [TARBALL.tar] [GIT_SUBDIR]
+#
+# Needs root (FUSE mounts, apt-get download). Exit 0 when every mode
+# matched native.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+walkfs=${WALKFS:-$repo/target/release/walkfs}
+[ -x "$walkfs" ] || cargo build --release -p walkfs-cli
+cache=/var/tmp/walkfs-real-tree
+tarball=${1:-}
+sub=${2:-fs}
+if [ -z "$tarball" ]; then
+    tarball=$cache/linux.tar
+    if [ ! -f "$tarball" ]; then
+        mkdir -p "$cache"
+        (cd "$cache" && apt-get download linux-source-6.1 >/dev/null 2>&1) || {
+            echo "real-tree: cannot download linux-source-6.1; pass a tarball" >&2
+            exit 0
+        }
+        deb=$(ls "$cache"/linux-source-6.1_*.deb | head -1)
+        dpkg-deb --fsys-tarfile "$deb" | tar -xO --wildcards '*linux-source-6.1.tar.xz' |
+            xz -dc >"$tarball.part"
+        mv "$tarball.part" "$tarball"
+        rm -f "$deb"
+    fi
+fi
+work=$(mktemp -d /var/tmp/walkfs-real-tree.XXXXXX)
+cleanup() {
+    mountpoint -q "$work/mnt" 2>/dev/null && umount "$work/mnt"
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+t() { # label command...: run the command, print its seconds
+    local label=$1 s e
+    shift
+    s=$(date +%s.%N)
+    "$@"
+    e=$(date +%s.%N)
+    awk -v l="$label" -v s="$s" -v e="$e" 'BEGIN { printf "  %-10s %8.2f s\n", l, e - s }' >&2
+}
+untar() { tar -xf "$tarball" -C "$1"; }
+listing() { (cd "$1" && find . -printf '%p %y %s %m %l\n' | LC_ALL=C sort | sha256sum | cut -c1-16); }
+content() { (cd "$1" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 cat | sha256sum | cut -c1-16); }
+gitrun() {
+    local d=$1/$(ls "$1" | head -1)/$sub
+    git -C "$d" init -q
+    git -C "$d" add -A
+    git -C "$d" -c user.name=w -c user.email=w@w commit -qm tree
+    echo >>"$d/$(git -C "$d" ls-files | head -1)"
+    git -C "$d" status --porcelain | sha256sum | cut -c1-16
+    git -C "$d" ls-files | wc -l
+}
+
+declare -A want
+status=0
+for mode in native mount via-9p; do
+    rm -rf "$work/src" && mkdir -p "$work/src" "$work/mnt"
+    root=$work/src
+    case $mode in
+    mount) "$walkfs" mount "$work/src" "$work/mnt"; root=$work/mnt ;;
+    via-9p) "$walkfs" mount --via-9p "$work/src" "$work/mnt"; root=$work/mnt ;;
+    esac
+    echo "== $mode" >&2
+    t untar untar "$root"
+    l=$(t find listing "$root")
+    c=$(content "$root")
+    g=$(t git gitrun "$root" | tr '\n' ' ')
+    n=$(find "$root" | wc -l)
+    t rm-rf rm -rf "$root"/*
+    left=$(find "$root" -mindepth 1 | wc -l)
+    if [ "$mode" != native ]; then
+        "$walkfs" sync "$work/mnt" || { echo "real-tree: $mode: walkfs sync failed" >&2; status=1; }
+        umount "$work/mnt"
+        host_left=$(find "$work/src" -mindepth 1 | wc -l)
+    else
+        host_left=$left
+    fi
+    echo "$mode: entries $n listing $l content $c git $g left $left host-left $host_left" >&2
+    if [ "$mode" = native ]; then
+        want=([l]=$l [c]=$c [g]=$g [n]=$n)
+    elif [ "$l" != "${want[l]}" ] || [ "$c" != "${want[c]}" ] || [ "$g" != "${want[g]}" ] ||
+        [ "$n" != "${want[n]}" ] || [ "$left" != 0 ] || [ "$host_left" != 0 ]; then
+        echo "real-tree: $mode differs from native" >&2
+        status=1
+    fi
+done
+[ $status = 0 ] && echo "real-tree: every mode matched native" >&2
+exit $status
