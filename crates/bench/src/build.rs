@@ -559,6 +559,11 @@ pub(crate) struct Counts {
     pub backend: u64,
     pub backend_waited: u64,
     pub backend_by_op: BTreeMap<String, u64>,
+    /// FUSE requests from the kernel, by opcode, and the microseconds
+    /// spent answering them.
+    pub fuse: u64,
+    pub fuse_by_op: BTreeMap<String, u64>,
+    pub fuse_us: u64,
 }
 
 impl Counts {
@@ -579,6 +584,9 @@ impl Counts {
             backend: self.backend.saturating_sub(before.backend),
             backend_waited: self.backend_waited.saturating_sub(before.backend_waited),
             backend_by_op: delta(self.backend_by_op, &before.backend_by_op),
+            fuse: self.fuse.saturating_sub(before.fuse),
+            fuse_by_op: delta(self.fuse_by_op, &before.fuse_by_op),
+            fuse_us: self.fuse_us.saturating_sub(before.fuse_us),
         }
     }
 }
@@ -607,6 +615,9 @@ pub(crate) fn counts(opts: &BuildOpts, mnt: &Path) -> Option<Counts> {
         backend: v["backend_total"].as_u64().unwrap_or(0),
         backend_waited: v["backend_waited"].as_u64().unwrap_or(0),
         backend_by_op: pairs("backend_calls"),
+        fuse: v["fuse_total"].as_u64().unwrap_or(0),
+        fuse_by_op: pairs("fuse"),
+        fuse_us: pairs("fuse_us").values().sum(),
     })
 }
 

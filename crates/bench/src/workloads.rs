@@ -93,6 +93,14 @@ pub struct Row {
     pub backend_waited: Option<u64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub backend_by_op: BTreeMap<String, u64>,
+    /// FUSE requests the kernel sent (walkfs rows), by opcode, and the
+    /// milliseconds spent answering them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fuse_requests: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fuse_ms: Option<f64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub fuse_by_op: BTreeMap<String, u64>,
 }
 
 pub struct WorkloadResult {
@@ -502,6 +510,12 @@ pub fn run(opts: &WorkloadOpts) -> Result<WorkloadResult, String> {
                     .as_ref()
                     .map(|x| x.rpcs_by_type.clone())
                     .unwrap_or_default(),
+                fuse_requests: k.as_ref().map(|x| x.fuse).filter(|n| *n > 0),
+                fuse_ms: k
+                    .as_ref()
+                    .filter(|x| x.fuse > 0)
+                    .map(|x| x.fuse_us as f64 / 1000.0),
+                fuse_by_op: k.as_ref().map(|x| x.fuse_by_op.clone()).unwrap_or_default(),
                 backend_by_op: k.map(|x| x.backend_by_op).unwrap_or_default(),
             });
         }
@@ -571,6 +585,27 @@ pub fn render(res: &WorkloadResult) -> String {
     out.push_str(&table(
         &["workload", "fs", "calls", "waited", "by operation"],
         &bt,
+    ));
+    out.push_str("\nFUSE requests from the kernel (walkfs rows; ms: time spent answering):\n");
+    let mut ft = Vec::new();
+    for r in res.rows.iter().filter(|r| r.fuse_requests.is_some()) {
+        let by: Vec<String> = r
+            .fuse_by_op
+            .iter()
+            .filter(|(k, _)| k.as_str() != "lookup_negative")
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        ft.push(vec![
+            r.workload.clone(),
+            r.fs.clone(),
+            r.fuse_requests.unwrap_or(0).to_string(),
+            format!("{:.0}", r.fuse_ms.unwrap_or(0.0)),
+            by.join(", "),
+        ]);
+    }
+    out.push_str(&table(
+        &["workload", "fs", "requests", "ms", "by opcode"],
+        &ft,
     ));
     out
 }

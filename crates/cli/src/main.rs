@@ -1092,29 +1092,28 @@ mod daemon {
     }
 }
 
-/// Read the extended attribute `name` of `mountpoint` into `buf` (how
-/// `walkfs stats` and `walkfs sync` reach the mount's daemon).
-fn mount_xattr(mountpoint: &str, name: &str, buf: &mut [u8]) -> std::io::Result<usize> {
-    let bad = |_| std::io::Error::from_raw_os_error(libc::EINVAL);
-    let path = std::ffi::CString::new(mountpoint).map_err(bad)?;
-    let name = std::ffi::CString::new(name).map_err(bad)?;
-    // SAFETY: C strings and a buffer of the length passed.
-    let n = unsafe {
-        libc::getxattr(
-            path.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
+/// Ask the daemon of the mount at `mountpoint` with ioctl `cmd` on its
+/// root directory, `buf` (of the size the number carries) for its answer
+/// (how `walkfs stats` and `walkfs sync` reach the daemon). The ioctl's
+/// result: the length of the answer.
+fn mount_ioctl(mountpoint: &str, cmd: u32, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let dir = std::fs::File::open(mountpoint)?;
+    // SAFETY: a descriptor we own, and a buffer at least as large as the
+    // size `cmd` encodes (the kernel copies at most that much into it).
+    let n = unsafe { libc::ioctl(dir.as_raw_fd(), cmd as _, buf.as_mut_ptr()) };
     usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
 }
 
 fn sync_cmd(mountpoint: &str) -> Result<(), String> {
-    let mut buf = [0u8; 64];
-    match mount_xattr(mountpoint, walkfs_fuse::SYNC_XATTR, &mut buf) {
+    match mount_ioctl(mountpoint, walkfs_fuse::SYNC_IOCTL, &mut []) {
         Ok(_) => Ok(()),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENODATA | libc::ENOTSUP)) => {
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOTTY | libc::ENOTSUP | libc::EINVAL)
+            ) =>
+        {
             Err(format!("{mountpoint}: not a walkfs mount ({e})"))
         }
         Err(e) => Err(format!(
@@ -1124,8 +1123,8 @@ fn sync_cmd(mountpoint: &str) -> Result<(), String> {
 }
 
 fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
-    let mut buf = vec![0u8; 1 << 16];
-    let n = mount_xattr(mountpoint, walkfs_fuse::STATS_XATTR, &mut buf)
+    let mut buf = vec![0u8; walkfs_fuse::STATS_MAX];
+    let n = mount_ioctl(mountpoint, walkfs_fuse::STATS_IOCTL, &mut buf)
         .map_err(|e| format!("{mountpoint}: not a walkfs mount ({e})"))?;
     buf.truncate(n);
     if json {
@@ -1135,11 +1134,24 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
     let s: walkfs_fuse::MountStats =
         serde_json::from_slice(&buf).map_err(|e| format!("{mountpoint}: bad stats: {e}"))?;
     println!("options: {}", s.options);
+    let us: std::collections::HashMap<&str, u64> =
+        s.fuse_us.iter().map(|(n, u)| (n.as_str(), *u)).collect();
     let mut rows: Vec<Vec<String>> = s
         .fuse
         .iter()
-        .map(|(n, c)| vec!["kernel".into(), n.clone(), c.to_string()])
+        .map(|(n, c)| {
+            let v = match us.get(n.as_str()) {
+                Some(u) => format!("{c} ({:.1} ms)", *u as f64 / 1000.0),
+                None => c.to_string(),
+            };
+            vec!["kernel".into(), n.clone(), v]
+        })
         .collect();
+    rows.push(vec![
+        "kernel".into(),
+        "total".into(),
+        s.fuse_total.to_string(),
+    ]);
     for (n, c) in [
         ("slow_lookups", s.vfs_slow_lookups),
         ("backend_lookups", s.vfs_backend_lookups),

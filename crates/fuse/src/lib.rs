@@ -27,6 +27,7 @@
 mod coherent;
 mod fds;
 mod kmount;
+mod listings;
 pub mod mount;
 pub mod options;
 mod stats;
@@ -44,11 +45,11 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow,
 };
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use walkfs_vfs::{Creds, Ctx, Errno, Handle, Statx, TimeSet, Timespec, Vfs};
 
 pub use options::MountOptions;
-pub use stats::{FuseCounters, MountStats, STATS_XATTR, SYNC_XATTR};
+pub use stats::{FuseCounters, MountStats, Op, OP_NAMES, STATS_IOCTL, STATS_MAX, SYNC_IOCTL};
 pub use walkfs_vfs::CachePolicy;
 
 /// Descriptors the mount may hold in the vfs: the open files of zero-
@@ -90,11 +91,6 @@ type NodeIo = (Option<Arc<fds::VFd>>, Option<Arc<fds::VFd>>);
 /// A caller: uid, gid, supplementary groups (sorted).
 type Identity = (u32, u32, Vec<u32>);
 
-/// An open directory: its entries read once at opendir, served by offset.
-struct DirHandle {
-    entries: Vec<walkfs_vfs::DirEntryOut>,
-}
-
 /// Kernel timeouts once `cache=coherent` cannot see every change.
 const DEGRADED_TTL: Duration = Duration::from_secs(1);
 
@@ -108,8 +104,8 @@ pub struct WalkFuse {
     /// What the kernel was handed, for invalidations (cache=coherent).
     kc: Arc<coherent::KernelCache>,
     next_id: AtomicU64,
-    dirs: Mutex<HashMap<u64, DirHandle>>,
-    next_dir: AtomicU64,
+    /// Directory listings being read (listings.rs).
+    listings: listings::Listings,
     /// The root (never forgotten).
     root: Handle,
     /// Per-node open files for I/O the kernel sends without a handle
@@ -259,8 +255,7 @@ impl WalkFuse {
             kc: Arc::new(coherent::KernelCache::new(nodes.clone())),
             nodes,
             next_id: AtomicU64::new(1 << 62),
-            dirs: Mutex::new(HashMap::new()),
-            next_dir: AtomicU64::new(1),
+            listings: listings::Listings::default(),
             opts,
             writes_behind,
             counters: Arc::new(FuseCounters::default()),
@@ -541,6 +536,61 @@ impl WalkFuse {
             FopenFlags::empty()
         }
     }
+
+    /// The kernel dropped `nlookup` references to node `ino`.
+    fn forget_node(&self, ino: INodeNo, nlookup: u64) {
+        if ino == INodeNo::ROOT {
+            return;
+        }
+        let mut nodes = self.nodes.write();
+        let gone = match nodes.by_id.get_mut(&ino.0) {
+            Some(n) => {
+                n.nlookup = n.nlookup.saturating_sub(nlookup);
+                n.nlookup == 0
+            }
+            None => false,
+        };
+        if gone {
+            self.kc.forgotten(ino.0);
+            if let Some(n) = nodes.by_id.remove(&ino.0) {
+                nodes.keys.remove(n.key, ino.0);
+                drop(nodes);
+                // The handle goes after the lock; the open files once no
+                // request uses them any more.
+                drop(n);
+                self.io.remove(ino.0);
+            }
+        }
+    }
+
+    /// The entries of directory `ino`, `.` and `..` first.
+    fn list(&self, ctx: &Ctx, ino: INodeNo) -> Result<Vec<walkfs_vfs::DirEntryOut>, Errno> {
+        let d = ctx.reopen(&self.node(ino)?, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let entries = ctx.getdents(d);
+        let _ = ctx.close(d);
+        entries
+    }
+
+    /// Where a READDIR(PLUS) of `ino` at `offset` starts: in its
+    /// handle's listing, or without a handle in the listing its offset
+    /// names (a fresh one at offset 0).
+    fn dir_slice(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+    ) -> Result<listings::Slice, Errno> {
+        if fh.0 != 0 {
+            let id = u32::try_from(fh.0).map_err(|_| Errno::EBADF)?;
+            return self
+                .listings
+                .of_handle(id, ino.0, offset)
+                .ok_or(Errno::EBADF);
+        }
+        self.listings
+            .continue_at(ino.0, offset, || self.list(&self.ctx(req), ino))
+    }
 }
 
 impl Filesystem for WalkFuse {
@@ -555,7 +605,18 @@ impl Filesystem for WalkFuse {
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let mut want = InitFlags::FUSE_PARALLEL_DIROPS;
+        // Kill-priv v2: the kernel stops clearing set-id bits itself
+        // (a GETXATTR of security.capability before writes and a
+        // GETATTR before each chown, since FUSE clears SB_NOSEC without
+        // it) and marks the writes and truncates whose writer lacks
+        // CAP_FSETID; the vfs clears the bits as Linux does (policy.rs):
+        // on write here, on truncate and chown by the caller's
+        // credentials.
+        // Ioctls on directories: `walkfs stats` and `walkfs sync` ask the
+        // root.
+        let mut want = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2
+            | InitFlags::FUSE_HAS_IOCTL_DIR;
         if self.keeps() {
             want |= InitFlags::FUSE_CACHE_SYMLINKS
                 | InitFlags::FUSE_DO_READDIRPLUS
@@ -579,7 +640,7 @@ impl Filesystem for WalkFuse {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.counters.lookups.fetch_add(1, Relaxed);
+        let _t = self.counters.start(Op::Lookup);
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| self.lookup_node(&ctx, parent, n));
         let coherent = self.opts.cache == CachePolicy::Coherent;
@@ -611,33 +672,12 @@ impl Filesystem for WalkFuse {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.counters.forgets.fetch_add(1, Relaxed);
-        if ino == INodeNo::ROOT {
-            return;
-        }
-        let mut nodes = self.nodes.write();
-        let gone = match nodes.by_id.get_mut(&ino.0) {
-            Some(n) => {
-                n.nlookup = n.nlookup.saturating_sub(nlookup);
-                n.nlookup == 0
-            }
-            None => false,
-        };
-        if gone {
-            self.kc.forgotten(ino.0);
-            if let Some(n) = nodes.by_id.remove(&ino.0) {
-                nodes.keys.remove(n.key, ino.0);
-                drop(nodes);
-                // The handle goes after the lock; the open files once no
-                // request uses them any more.
-                drop(n);
-                self.io.remove(ino.0);
-            }
-        }
+        let _t = self.counters.start(Op::Forget);
+        self.forget_node(ino, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.counters.getattrs.fetch_add(1, Relaxed);
+        let _t = self.counters.start(Op::Getattr);
         self.attr_reply(reply, self.attr(ino));
     }
 
@@ -659,6 +699,7 @@ impl Filesystem for WalkFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _t = self.counters.start(Op::Setattr);
         let ctx = self.ctx(req);
         let r = (|| {
             let node = self.node(ino)?;
@@ -739,7 +780,7 @@ impl Filesystem for WalkFuse {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.counters.readlinks.fetch_add(1, Relaxed);
+        let _t = self.counters.start(Op::Readlink);
         let mut buf = [0u8; libc::PATH_MAX as usize];
         let r = self
             .node(ino)
@@ -756,6 +797,7 @@ impl Filesystem for WalkFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        let _t = self.counters.start(Op::Mkdir);
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| {
             ctx.mkdirat(&self.node(parent)?, n, mode & !umask & 0o7777)?;
@@ -774,6 +816,7 @@ impl Filesystem for WalkFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _t = self.counters.start(Op::Mknod);
         // Fifos, sockets (bind(2) of a unix socket lands here) and device
         // nodes are made in the export but never opened through it: the
         // kernel opens its own fifo or socket, and the mount is nodev.
@@ -792,12 +835,14 @@ impl Filesystem for WalkFuse {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _t = self.counters.start(Op::Unlink);
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| ctx.unlinkat(&self.node(parent)?, n, 0));
         done(reply, r);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _t = self.counters.start(Op::Rmdir);
         let ctx = self.ctx(req);
         let r =
             Self::name(name).and_then(|n| ctx.unlinkat(&self.node(parent)?, n, libc::AT_REMOVEDIR));
@@ -812,6 +857,7 @@ impl Filesystem for WalkFuse {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
+        let _t = self.counters.start(Op::Symlink);
         let ctx = self.ctx(req);
         let r = Self::name(link_name).and_then(|n| {
             ctx.symlinkat(target.as_os_str().as_bytes(), &self.node(parent)?, n)?;
@@ -830,6 +876,7 @@ impl Filesystem for WalkFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _t = self.counters.start(Op::Rename);
         let ctx = self.ctx(req);
         let r = (|| {
             let (a, b) = (Self::name(name)?, Self::name(newname)?);
@@ -854,6 +901,7 @@ impl Filesystem for WalkFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let _t = self.counters.start(Op::Link);
         let ctx = self.ctx(req);
         let r = Self::name(newname).and_then(|n| {
             ctx.linkat(
@@ -869,7 +917,7 @@ impl Filesystem for WalkFuse {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.counters.opens.fetch_add(1, Relaxed);
+        let _t = self.counters.start(Op::Open);
         if self.no_open() {
             reply.error(fuser::Errno::ENOSYS);
             return;
@@ -904,7 +952,7 @@ impl Filesystem for WalkFuse {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        self.counters.reads.fetch_add(1, Relaxed);
+        let _t = self.counters.start(Op::Read);
         let mut buf = vec![0u8; size as usize];
         let r = self
             .io_fd(ino, fh, false)
@@ -914,20 +962,25 @@ impl Filesystem for WalkFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: fuser::WriteFlags,
+        write_flags: fuser::WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.counters.writes.fetch_add(1, Relaxed);
-        let r = self
-            .io_fd(ino, fh, true)
-            .and_then(|fd| self.base.pwrite(fd.fd(), data, offset));
+        let _t = self.counters.start(Op::Write);
+        let r = (|| {
+            if write_flags.contains(fuser::WriteFlags::FUSE_WRITE_KILL_SUIDGID) && !data.is_empty()
+            {
+                self.ctx(req).remove_privs(&self.node(ino)?)?;
+            }
+            let fd = self.io_fd(ino, fh, true)?;
+            self.base.pwrite(fd.fd(), data, offset)
+        })();
         match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(e)),
@@ -942,11 +995,20 @@ impl Filesystem for WalkFuse {
         _lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
-        if !self.writes_behind {
-            // Nothing to do at close(2) (no locks, writes already made;
-            // the kernel writes dirty pages back before it asks). ENOSYS
-            // once makes the kernel stop asking, so a close costs no
-            // round trip.
+        let _t = self.counters.start(Op::Flush);
+        if !self.writes_behind || self.writeback() {
+            // ENOSYS once makes the kernel stop asking, so a close costs
+            // no round trip. Nothing is lost by it:
+            // - a backend that completes every change before answering
+            //   (a local directory) has nothing pending at close;
+            // - with the write-back cache (cache=loose) the kernel still
+            //   writes its dirty pages back at close and reports their
+            //   WRITE errors there, and a failure met behind the caller
+            //   reaches fsync, as on a local file system, whose close(2)
+            //   reports nothing either.
+            // A 9P source in cache=coherent or none keeps FLUSH: its
+            // gathered writes reach the server at close, so whoever opens
+            // the file next, anywhere, sees them (close-to-open, as NFS).
             return reply.error(fuser::Errno::ENOSYS);
         }
         // close(2): the file's gathered writes go out, and a failure one
@@ -971,6 +1033,7 @@ impl Filesystem for WalkFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _t = self.counters.start(Op::Release);
         if fh.0 != 0 {
             let fd = (fh.0 - 1) as i32;
             if let Err(e) = self.base.close(fd) {
@@ -989,6 +1052,7 @@ impl Filesystem for WalkFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _t = self.counters.start(Op::Fsync);
         // The file's changes running behind are carried out; a failure
         // this open file has not seen is reported.
         let r = match fh.0 {
@@ -1003,24 +1067,16 @@ impl Filesystem for WalkFuse {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.counters.readdirs.fetch_add(1, Relaxed);
-        let ctx = self.ctx(req);
-        let r = (|| {
-            let d = ctx.reopen(&self.node(ino)?, libc::O_RDONLY | libc::O_DIRECTORY)?;
-            let entries = ctx.getdents(d);
-            let _ = ctx.close(d);
-            entries
-        })();
-        match r {
+        let _t = self.counters.start(Op::Opendir);
+        if self.keeps() {
+            // The NO_OPENDIR way (listings.rs): the kernel stops asking,
+            // keeps listings in its cache, and lists only at READDIR.
+            return reply.error(fuser::Errno::ENOSYS);
+        }
+        match self.list(&self.ctx(req), ino) {
             Ok(entries) => {
-                let h = self.next_dir.fetch_add(1, Relaxed);
-                self.dirs.lock().insert(h, DirHandle { entries });
-                let f = if self.keeps() {
-                    FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR
-                } else {
-                    FopenFlags::empty()
-                };
-                reply.opened(FileHandle(h), f)
+                let id = self.listings.add(ino.0, entries);
+                reply.opened(FileHandle(u64::from(id)), FopenFlags::empty())
             }
             Err(e) => reply.error(errno(e)),
         }
@@ -1028,29 +1084,34 @@ impl Filesystem for WalkFuse {
 
     fn readdir(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let dirs = self.dirs.lock();
-        let Some(d) = dirs.get(&fh.0) else {
-            reply.error(fuser::Errno::EBADF);
-            return;
+        let _t = self.counters.start(Op::Readdir);
+        let s = match self.dir_slice(req, ino, fh, offset) {
+            Ok(s) => s,
+            Err(e) => return reply.error(errno(e)),
         };
-        for (i, e) in d.entries.iter().enumerate().skip(offset as usize) {
+        let mut end = true;
+        for (i, e) in s.entries.iter().enumerate().skip(s.start) {
             let kind = kind_of(e.kind.mode_bits());
             // The node id here is a hint only (readdir makes no lookup);
             // the inode number keeps `ls -i` and `find` consistent.
             if reply.add(
                 INodeNo(e.ino.max(1)),
-                i as u64 + 1,
+                s.offset(i),
                 kind,
                 OsStr::from_bytes(&e.name),
             ) {
+                end = false;
                 break;
             }
+        }
+        if end {
+            self.listings.finished(&s);
         }
         reply.ok();
     }
@@ -1063,22 +1124,15 @@ impl Filesystem for WalkFuse {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let _t = self.counters.start(Op::Readdirplus);
         let ctx = self.ctx(req);
-        let entries: Vec<(usize, Vec<u8>)> = {
-            let dirs = self.dirs.lock();
-            let Some(d) = dirs.get(&fh.0) else {
-                reply.error(fuser::Errno::EBADF);
-                return;
-            };
-            d.entries
-                .iter()
-                .enumerate()
-                .skip(offset as usize)
-                .map(|(i, e)| (i, e.name.clone()))
-                .collect()
+        let s = match self.dir_slice(req, ino, fh, offset) {
+            Ok(s) => s,
+            Err(e) => return reply.error(errno(e)),
         };
-        for (i, name) in entries {
-            let off = i as u64 + 1;
+        let mut end = true;
+        for (i, e) in s.entries.iter().enumerate().skip(s.start) {
+            let name = &e.name[..];
             let attr = if name == b"." {
                 self.attr(ino)
             } else if name == b".." {
@@ -1095,13 +1149,13 @@ impl Filesystem for WalkFuse {
                     Ok(attr_of(x.stx_ino.max(1), &x))
                 })
             } else {
-                self.lookup_node(&ctx, ino, &name)
+                self.lookup_node(&ctx, ino, name)
             };
             let Ok(a) = attr else { continue };
             let full = reply.add(
                 a.ino,
-                off,
-                OsStr::from_bytes(&name),
+                s.offset(i),
+                OsStr::from_bytes(name),
                 &self.entry_ttl(),
                 &a,
                 Generation(0),
@@ -1109,10 +1163,14 @@ impl Filesystem for WalkFuse {
             if full {
                 // The kernel did not take this entry: give back its count.
                 if name != b"." && name != b".." {
-                    self.forget(req, a.ino, 1);
+                    self.forget_node(a.ino, 1);
                 }
+                end = false;
                 break;
             }
+        }
+        if end {
+            self.listings.finished(&s);
         }
         reply.ok();
     }
@@ -1125,7 +1183,10 @@ impl Filesystem for WalkFuse {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.dirs.lock().remove(&fh.0);
+        let _t = self.counters.start(Op::Releasedir);
+        if let Ok(id) = u32::try_from(fh.0) {
+            self.listings.remove(id);
+        }
         reply.ok();
     }
 
@@ -1137,6 +1198,7 @@ impl Filesystem for WalkFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _t = self.counters.start(Op::Fsyncdir);
         // The directory's entries changed without waiting, their errors.
         let r = self.node(ino).and_then(|h| {
             let d = self.base.reopen(&h, libc::O_RDONLY | libc::O_DIRECTORY)?;
@@ -1148,6 +1210,7 @@ impl Filesystem for WalkFuse {
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let _t = self.counters.start(Op::Statfs);
         match self.node(ino).and_then(|h| self.base.statfs(&h, b"")) {
             Ok(s) => reply.statfs(
                 s.blocks,
@@ -1163,38 +1226,59 @@ impl Filesystem for WalkFuse {
         }
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let body = match name.as_bytes() {
-            n if ino != INodeNo::ROOT
-                || n != STATS_XATTR.as_bytes() && n != SYNC_XATTR.as_bytes() =>
-            {
-                reply.error(fuser::Errno::NO_XATTR);
-                return;
-            }
-            n if n == SYNC_XATTR.as_bytes() => match self.vfs.sync() {
-                Ok(()) => b"ok".to_vec(),
-                Err(e) => return reply.error(errno(e)),
-            },
-            _ => serde_json::to_vec(&self.stats()).unwrap_or_default(),
-        };
-        if size == 0 {
-            reply.size(body.len() as u32);
-        } else if (size as usize) < body.len() {
-            reply.error(fuser::Errno::ERANGE);
-        } else {
-            reply.data(&body);
-        }
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        let _t = self.counters.start(Op::Getxattr);
+        // The mount keeps no extended attributes. ENOSYS once and the
+        // kernel stops asking (getxattr(2) gets EOPNOTSUPP from then on),
+        // notably for security.capability before each write and chown.
+        reply.error(fuser::Errno::ENOSYS);
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if size == 0 {
-            reply.size(0);
-        } else {
-            reply.data(&[]);
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        let _t = self.counters.start(Op::Listxattr);
+        reply.error(fuser::Errno::ENOSYS);
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        let _t = self.counters.start(Op::Ioctl);
+        if ino != INodeNo::ROOT {
+            return reply.error(fuser::Errno::ENOTTY);
+        }
+        match cmd {
+            SYNC_IOCTL => match self.vfs.sync() {
+                Ok(()) => reply.ioctl(0, &[]),
+                Err(e) => reply.error(errno(e)),
+            },
+            STATS_IOCTL => {
+                let body = serde_json::to_vec(&self.stats()).unwrap_or_default();
+                if body.len() > out_size as usize {
+                    return reply.error(fuser::Errno::from_i32(libc::E2BIG));
+                }
+                reply.ioctl(body.len() as i32, &body)
+            }
+            _ => reply.error(fuser::Errno::ENOTTY),
         }
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let _t = self.counters.start(Op::Access);
         let r = self.node(ino).and_then(|h| {
             self.ctx(req)
                 .faccessat(&h, b"", mask.bits(), libc::AT_EMPTY_PATH)
@@ -1212,7 +1296,7 @@ impl Filesystem for WalkFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.counters.creates.fetch_add(1, Relaxed);
+        let _t = self.counters.start(Op::Create);
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| {
             let dir = self.node(parent)?;

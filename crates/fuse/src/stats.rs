@@ -1,47 +1,186 @@
-//! The mount's counters, read by `walkfs stats MOUNTPOINT` as the extended
-//! attribute [`STATS_XATTR`] of the mount's root (no side file, no
-//! socket: any process that can see the mount can ask).
+//! The mount's counters, read by `walkfs stats MOUNTPOINT` through an
+//! ioctl of the mount's root directory ([`STATS_IOCTL`]: no side file, no
+//! socket; any process that can see the mount can ask). An ioctl, not an
+//! extended attribute: the mount answers GETXATTR with ENOSYS once, so
+//! the kernel stops asking it for `security.capability` before each
+//! write and chown.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
 
 use serde::Serialize;
 use walkfs_vfs::Vfs;
 
 use crate::MountOptions;
 
-/// The attribute `walkfs stats` reads: JSON of [`MountStats`].
-pub const STATS_XATTR: &str = "user.walkfs.stats";
+/// Linux's `_IOC(dir, type, nr, size)`.
+const fn ioc(dir: u32, ty: u8, nr: u8, size: usize) -> u32 {
+    (dir << 30) | ((size as u32) << 16) | ((ty as u32) << 8) | nr as u32
+}
 
-/// The extended attribute of the mount's root whose reading drains the
-/// mount: everything gathered is sent and every change running behind
-/// its caller carried out, then a failure any met since the last such
-/// read is reported as the read's error (`walkfs sync MOUNTPOINT`;
-/// `sync(2)` never reaches a FUSE daemon).
-pub const SYNC_XATTR: &str = "user.walkfs.sync";
+/// The most [`STATS_IOCTL`] returns (the largest size an ioctl number
+/// can carry).
+pub const STATS_MAX: usize = (1 << 14) - 1;
 
-/// What the kernel asked of the mount.
-#[derive(Default, Debug)]
+/// `_IOR('W', 1, [u8; STATS_MAX])` on the mount's root directory: JSON of
+/// [`MountStats`] into the buffer; the ioctl returns its length.
+pub const STATS_IOCTL: u32 = ioc(2, b'W', 1, STATS_MAX);
+
+/// `_IO('W', 2)` on the mount's root directory: drains the mount.
+/// Everything gathered is sent and every change running behind its
+/// caller carried out, then a failure any met since the last drain is
+/// the ioctl's error (`walkfs sync MOUNTPOINT`; `sync(2)` never reaches
+/// a FUSE daemon).
+pub const SYNC_IOCTL: u32 = ioc(0, b'W', 2, 0);
+
+/// The requests the kernel sends, as counted: one slot per FUSE opcode the
+/// mount answers (`Op as usize`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Lookup,
+    Forget,
+    Getattr,
+    Setattr,
+    Readlink,
+    Symlink,
+    Mknod,
+    Mkdir,
+    Unlink,
+    Rmdir,
+    Rename,
+    Link,
+    Open,
+    Read,
+    Write,
+    Statfs,
+    Release,
+    Fsync,
+    Getxattr,
+    Listxattr,
+    Flush,
+    Opendir,
+    Readdir,
+    Releasedir,
+    Fsyncdir,
+    Access,
+    Create,
+    Readdirplus,
+    Ioctl,
+}
+
+/// The opcodes' names, in [`Op`] order (as the kernel's fuse.h spells
+/// them, lower case).
+pub const OP_NAMES: [&str; 29] = [
+    "lookup",
+    "forget",
+    "getattr",
+    "setattr",
+    "readlink",
+    "symlink",
+    "mknod",
+    "mkdir",
+    "unlink",
+    "rmdir",
+    "rename",
+    "link",
+    "open",
+    "read",
+    "write",
+    "statfs",
+    "release",
+    "fsync",
+    "getxattr",
+    "listxattr",
+    "flush",
+    "opendir",
+    "readdir",
+    "releasedir",
+    "fsyncdir",
+    "access",
+    "create",
+    "readdirplus",
+    "ioctl",
+];
+
+/// What the kernel asked of the mount: requests by opcode and the time
+/// spent answering each kind (from the request's dispatch to the return
+/// of its handler, which has sent the reply).
+#[derive(Debug)]
 pub struct FuseCounters {
-    pub lookups: AtomicU64,
+    count: [AtomicU64; OP_NAMES.len()],
+    nanos: [AtomicU64; OP_NAMES.len()],
     /// Lookups answered "no such name" (with a negative entry the kernel
     /// keeps when `negtimeout` allows).
     pub negative_replies: AtomicU64,
-    pub getattrs: AtomicU64,
-    pub readlinks: AtomicU64,
-    pub opens: AtomicU64,
-    pub creates: AtomicU64,
-    pub reads: AtomicU64,
-    pub writes: AtomicU64,
-    pub readdirs: AtomicU64,
-    pub forgets: AtomicU64,
+}
+
+impl Default for FuseCounters {
+    fn default() -> Self {
+        FuseCounters {
+            count: std::array::from_fn(|_| AtomicU64::new(0)),
+            nanos: std::array::from_fn(|_| AtomicU64::new(0)),
+            negative_replies: AtomicU64::new(0),
+        }
+    }
+}
+
+/// One request being answered: counted, and its time added, when it
+/// drops.
+pub struct Timed<'a> {
+    c: &'a FuseCounters,
+    op: Op,
+    since: Instant,
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        let i = self.op as usize;
+        self.c.count[i].fetch_add(1, Relaxed);
+        let ns = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.c.nanos[i].fetch_add(ns, Relaxed);
+    }
+}
+
+impl FuseCounters {
+    /// A request of kind `op` starts.
+    pub fn start(&self, op: Op) -> Timed<'_> {
+        Timed {
+            c: self,
+            op,
+            since: Instant::now(),
+        }
+    }
+
+    /// How many requests of kind `op` were answered.
+    pub fn count(&self, op: Op) -> u64 {
+        self.count[op as usize].load(Relaxed)
+    }
+
+    /// (name, requests, microseconds spent) for every opcode seen.
+    pub fn snapshot(&self) -> Vec<(String, u64, u64)> {
+        OP_NAMES
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let c = self.count[i].load(Relaxed);
+                (n.to_string(), c, self.nanos[i].load(Relaxed) / 1000)
+            })
+            .filter(|(_, c, _)| *c > 0)
+            .collect()
+    }
 }
 
 #[derive(Debug, Serialize, serde::Deserialize, Default)]
 pub struct MountStats {
     pub options: String,
     /// Requests from the kernel (those it could not answer from its own
-    /// caches).
+    /// caches) by opcode, plus `lookup_negative`.
     pub fuse: Vec<(String, u64)>,
+    /// Microseconds spent answering them, by opcode.
+    #[serde(default)]
+    pub fuse_us: Vec<(String, u64)>,
+    #[serde(default)]
+    pub fuse_total: u64,
     /// The vfs's dentry cache: lookups that missed the lock-free path,
     /// lookups that reached the backend, negative entries made.
     pub vfs_slow_lookups: u64,
@@ -111,21 +250,14 @@ impl MountStats {
         opts: &MountOptions,
         resources: Vec<(String, u64)>,
     ) -> MountStats {
-        let fuse = [
-            ("lookup", &c.lookups),
-            ("lookup_negative", &c.negative_replies),
-            ("getattr", &c.getattrs),
-            ("readlink", &c.readlinks),
-            ("open", &c.opens),
-            ("create", &c.creates),
-            ("read", &c.reads),
-            ("write", &c.writes),
-            ("opendir", &c.readdirs),
-            ("forget", &c.forgets),
-        ]
-        .iter()
-        .map(|(n, v)| (n.to_string(), v.load(Relaxed)))
-        .collect();
+        let snap = c.snapshot();
+        let fuse_total = snap.iter().map(|(_, n, _)| n).sum();
+        let fuse_us = snap.iter().map(|(n, _, us)| (n.clone(), *us)).collect();
+        let mut fuse: Vec<(String, u64)> = snap.into_iter().map(|(n, c, _)| (n, c)).collect();
+        fuse.push((
+            "lookup_negative".to_string(),
+            c.negative_replies.load(Relaxed),
+        ));
         let cs = vfs.cache_stats();
         let wb = vfs.write_back_stats();
         let bc = vfs.backend_calls();
@@ -135,6 +267,8 @@ impl MountStats {
             backend_waited: bc.waited,
             options: opts.text.clone(),
             fuse,
+            fuse_us,
+            fuse_total,
             vfs_slow_lookups: cs.slow_lookups,
             vfs_backend_lookups: cs.backend_lookups,
             vfs_complete_misses: cs.complete_misses,

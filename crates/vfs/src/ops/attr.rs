@@ -260,6 +260,31 @@ impl Ctx {
         })
     }
 
+    /// What a write by these credentials does to the set-id bits of the
+    /// file `at` refers to, done apart from the write: FUSE's
+    /// `FUSE_WRITE_KILL_SUIDGID`, where the kernel writes for someone
+    /// without `CAP_FSETID` through another's descriptor (or its own
+    /// write-back). Set-user-id goes; set-group-id when group-executable
+    /// or not the caller's group; nothing for root, as on a write.
+    pub fn remove_privs<'h>(&self, at: impl Into<At<'h>>) -> Result<()> {
+        let at = at.into();
+        self.run(|| {
+            let c = self.lookup_at(at, b"", false, true)?;
+            let s = self.attrs(c)?;
+            let kill = policy::privs_to_kill(&self.creds, &s);
+            if kill == 0 {
+                return Ok(());
+            }
+            self.setattr(
+                c,
+                &SetAttr {
+                    mode: Some(s.mode & 0o7777 & !kill),
+                    ..SetAttr::default()
+                },
+            )
+        })
+    }
+
     /// `fchownat(dirfd, path, uid, gid, flags)`; `u32::MAX` leaves an id.
     pub fn fchownat<'h>(
         &self,

@@ -1,0 +1,273 @@
+//! Directory listings as READDIR serves them, by offset.
+//!
+//! Two ways a listing is asked for:
+//! - With an open directory (`cache=none`): OPENDIR lists, its handle
+//!   names the listing, RELEASEDIR drops it. Offsets are positions.
+//! - Without one (`cache=loose`/`coherent`): OPENDIR is answered ENOSYS
+//!   once, and the kernel stops sending OPENDIR and RELEASEDIR; it keeps
+//!   what it read in its own cache of the directory (FOPEN_CACHE_DIR and
+//!   FOPEN_KEEP_CACHE are its defaults then) and asks again only after
+//!   the directory changed. A READDIR at offset 0 lists; later ones
+//!   continue the listing their offset names.
+//!
+//! Offsets: the kernel hands back the offset of the last entry it took,
+//! so each entry's offset must say where the next one is, across
+//! requests that carry no other state. Entry `i` of listing `id` has
+//! offset `id << 32 | (i + 1)`: a concurrent reader who starts over at
+//! offset 0 makes a listing of its own and never moves another reader's
+//! place, and a name that stays in the directory is returned exactly
+//! once to each reader (POSIX leaves only names added or removed
+//! meanwhile open).
+//!
+//! Bounds: a listing read to its end is dropped; a reader who stops
+//! early (`ls | head`) leaves one behind, so at most [`MAX_LISTINGS`]
+//! are kept, the least recently used going first. An offset whose
+//! listing went is served from a fresh listing at the same position,
+//! which is right unless the directory changed meanwhile.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use walkfs_vfs::DirEntryOut;
+
+/// Listings kept for readers who have not reached the end.
+pub(crate) const MAX_LISTINGS: usize = 256;
+
+/// A listing and where a request starts in it.
+pub(crate) struct Slice {
+    pub entries: Arc<Vec<DirEntryOut>>,
+    /// The index of the first entry to return.
+    pub start: usize,
+    /// Added to `index + 1` to make an entry's offset.
+    pub base: u64,
+    /// The listing's id (0: a handle's listing, never dropped here).
+    id: u32,
+}
+
+impl Slice {
+    /// The offset the kernel gets for entry `i`.
+    pub fn offset(&self, i: usize) -> u64 {
+        self.base | (i as u64 + 1)
+    }
+}
+
+struct Listing {
+    dir: u64,
+    entries: Arc<Vec<DirEntryOut>>,
+    used: Instant,
+}
+
+#[derive(Default)]
+pub(crate) struct Listings {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_id: HashMap<u32, Listing>,
+    next: u32,
+}
+
+impl Listings {
+    /// Keep `entries` of directory `dir` as a new listing; the id names
+    /// it (never 0).
+    pub fn add(&self, dir: u64, entries: Vec<DirEntryOut>) -> u32 {
+        let mut g = self.inner.lock();
+        if g.by_id.len() >= MAX_LISTINGS {
+            let oldest = g
+                .by_id
+                .iter()
+                .min_by_key(|(_, l)| l.used)
+                .map(|(id, _)| *id);
+            if let Some(id) = oldest {
+                g.by_id.remove(&id);
+            }
+        }
+        let id = loop {
+            g.next = g.next.wrapping_add(1);
+            if g.next != 0 && !g.by_id.contains_key(&g.next) {
+                break g.next;
+            }
+        };
+        g.by_id.insert(
+            id,
+            Listing {
+                dir,
+                entries: Arc::new(entries),
+                used: Instant::now(),
+            },
+        );
+        id
+    }
+
+    /// Drop listing `id` (RELEASEDIR of its handle).
+    pub fn remove(&self, id: u32) {
+        self.inner.lock().remove_id(id);
+    }
+
+    /// Where a READDIR of directory `dir` at `offset` continues, for a
+    /// kernel that sent no OPENDIR: `list` makes a fresh listing when the
+    /// offset is 0 or its listing went.
+    pub fn continue_at(
+        &self,
+        dir: u64,
+        offset: u64,
+        list: impl FnOnce() -> Result<Vec<DirEntryOut>, walkfs_vfs::Errno>,
+    ) -> Result<Slice, walkfs_vfs::Errno> {
+        let (id, start) = ((offset >> 32) as u32, (offset & 0xffff_ffff) as usize);
+        if offset != 0 {
+            let mut g = self.inner.lock();
+            if let Some(l) = g.by_id.get_mut(&id).filter(|l| l.dir == dir) {
+                l.used = Instant::now();
+                return Ok(Slice {
+                    entries: Arc::clone(&l.entries),
+                    start,
+                    base: u64::from(id) << 32,
+                    id,
+                });
+            }
+        }
+        let id = self.add(dir, list()?);
+        let entries = self
+            .inner
+            .lock()
+            .by_id
+            .get(&id)
+            .map(|l| Arc::clone(&l.entries))
+            .unwrap_or_default();
+        Ok(Slice {
+            entries,
+            start,
+            base: u64::from(id) << 32,
+            id,
+        })
+    }
+
+    /// A handle's listing (`id` is the handle), from `start`.
+    pub fn of_handle(&self, id: u32, dir: u64, start: u64) -> Option<Slice> {
+        let g = self.inner.lock();
+        let l = g.by_id.get(&id).filter(|l| l.dir == dir)?;
+        Some(Slice {
+            entries: Arc::clone(&l.entries),
+            start: usize::try_from(start).unwrap_or(usize::MAX),
+            base: 0,
+            id: 0,
+        })
+    }
+
+    /// The reader reached the end of `s`: a listing without a handle is
+    /// done with.
+    pub fn finished(&self, s: &Slice) {
+        if s.id != 0 {
+            self.inner.lock().remove_id(s.id);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.inner.lock().by_id.len()
+    }
+}
+
+impl Inner {
+    fn remove_id(&mut self, id: u32) {
+        self.by_id.remove(&id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use walkfs_vfs::FileType;
+
+    fn names(n: &[&str]) -> Vec<DirEntryOut> {
+        n.iter()
+            .enumerate()
+            .map(|(i, s)| DirEntryOut {
+                name: s.as_bytes().to_vec(),
+                ino: i as u64 + 10,
+                kind: FileType::Regular,
+            })
+            .collect()
+    }
+
+    /// Read `dir` to its end as the kernel does, `chunk` entries per
+    /// request, the directory's contents changing to `later` after the
+    /// first request.
+    fn read_all(
+        l: &Listings,
+        dir: u64,
+        first: &[&str],
+        later: &[&str],
+        chunk: usize,
+    ) -> Vec<String> {
+        let (mut off, mut out, mut n) = (0u64, Vec::new(), 0);
+        loop {
+            let now = if n == 0 { first } else { later };
+            n += 1;
+            let s = l.continue_at(dir, off, || Ok(names(now))).unwrap();
+            let end = (s.start + chunk).min(s.entries.len());
+            if s.start >= s.entries.len() {
+                l.finished(&s);
+                return out;
+            }
+            for i in s.start..end {
+                out.push(String::from_utf8(s.entries[i].name.clone()).unwrap());
+                off = s.offset(i);
+            }
+        }
+    }
+
+    #[test]
+    fn a_reader_sees_one_listing_to_its_end_and_it_is_then_dropped() {
+        let l = Listings::default();
+        let got = read_all(&l, 7, &["a", "b", "c", "d", "e"], &["x"], 2);
+        assert_eq!(got, ["a", "b", "c", "d", "e"]);
+        assert_eq!(l.len(), 0, "a listing read to its end is dropped");
+    }
+
+    #[test]
+    fn concurrent_readers_keep_their_own_places() {
+        let l = Listings::default();
+        let a = l.continue_at(1, 0, || Ok(names(&["a", "b", "c"]))).unwrap();
+        let off_a = a.offset(0);
+        // A second reader starts over on a changed directory.
+        let b = l.continue_at(1, 0, || Ok(names(&["b", "c"]))).unwrap();
+        assert_eq!(b.entries.len(), 2);
+        // The first reader goes on in its own listing: b, c next.
+        let a2 = l
+            .continue_at(1, off_a, || panic!("no new listing"))
+            .unwrap();
+        let rest: Vec<_> = a2.entries[a2.start..]
+            .iter()
+            .map(|e| e.name.clone())
+            .collect();
+        assert_eq!(rest, [b"b".to_vec(), b"c".to_vec()]);
+        // An offset of another directory is not taken for this one's.
+        let other = l.continue_at(2, off_a, || Ok(names(&["z"]))).unwrap();
+        assert_eq!(other.entries[0].name, b"z");
+    }
+
+    #[test]
+    fn readers_who_stop_early_leave_a_bounded_number_of_listings() {
+        let l = Listings::default();
+        for d in 0..(MAX_LISTINGS as u64 * 3) {
+            l.continue_at(d, 0, || Ok(names(&["a", "b"]))).unwrap();
+        }
+        assert_eq!(l.len(), MAX_LISTINGS);
+    }
+
+    #[test]
+    fn a_handles_listing_uses_plain_positions() {
+        let l = Listings::default();
+        let id = l.add(3, names(&["a", "b"]));
+        let s = l.of_handle(id, 3, 1).unwrap();
+        assert_eq!((s.start, s.offset(1)), (1, 2));
+        l.finished(&s);
+        assert!(l.of_handle(id, 3, 0).is_some(), "kept until RELEASEDIR");
+        l.remove(id);
+        assert!(l.of_handle(id, 3, 0).is_none());
+    }
+}
