@@ -1095,7 +1095,6 @@ impl Filesystem for WalkFuse {
             Ok(s) => s,
             Err(e) => return reply.error(errno(e)),
         };
-        let mut end = true;
         for (i, e) in s.entries.iter().enumerate().skip(s.start) {
             let kind = kind_of(e.kind.mode_bits());
             // The node id here is a hint only (readdir makes no lookup);
@@ -1106,11 +1105,13 @@ impl Filesystem for WalkFuse {
                 kind,
                 OsStr::from_bytes(&e.name),
             ) {
-                end = false;
                 break;
             }
         }
-        if end {
+        // The kernel asks until a reply is empty: that one ends the
+        // listing (dropping it at the last full reply would list the
+        // directory again for the empty one).
+        if s.start >= s.entries.len() {
             self.listings.finished(&s);
         }
         reply.ok();
@@ -1130,7 +1131,6 @@ impl Filesystem for WalkFuse {
             Ok(s) => s,
             Err(e) => return reply.error(errno(e)),
         };
-        let mut end = true;
         for (i, e) in s.entries.iter().enumerate().skip(s.start) {
             let name = &e.name[..];
             let attr = if name == b"." {
@@ -1165,11 +1165,13 @@ impl Filesystem for WalkFuse {
                 if name != b"." && name != b".." {
                     self.forget_node(a.ino, 1);
                 }
-                end = false;
                 break;
             }
         }
-        if end {
+        // The kernel asks until a reply is empty: that one ends the
+        // listing (dropping it at the last full reply would list the
+        // directory again for the empty one).
+        if s.start >= s.entries.len() {
             self.listings.finished(&s);
         }
         reply.ok();
