@@ -159,8 +159,13 @@ enum Cmd {
     /// cache=none gives it zero timeouts.
     ///
     /// Changes that ran behind their callers report failures at fsync
-    /// and close; `walkfs sync MOUNTPOINT` waits for all of them (sync(2)
-    /// never reaches a FUSE daemon).
+    /// (and at close on a 9P source in cache=coherent or none, which
+    /// keep FLUSH: close-to-open); `walkfs sync MOUNTPOINT` waits for
+    /// all of them (sync(2) never reaches a FUSE daemon). In loose and
+    /// coherent the kernel keeps directory listings itself and sends no
+    /// OPENDIR, and the mount answers no extended attributes
+    /// (EOPNOTSUPP); `walkfs stats MOUNTPOINT` shows every request the
+    /// kernel sent, by opcode, with the time spent answering it.
     ///
     /// Without --foreground the command returns once the mount is up and
     /// the mount lives on in the background. Unmount with
