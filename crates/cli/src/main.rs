@@ -190,9 +190,6 @@ enum Cmd {
         #[arg(long, hide = true)]
         direct: bool,
     },
-    /// Print a walkfs mount's counters: what the kernel asked (lookups,
-    /// negative answers, ...), the vfs cache's misses, 9P RPCs by type,
-    /// bytes, and the time spent waiting for the server.
     /// Drain a walkfs mount: send what it gathered and wait until every
     /// change that ran behind its caller (unlinks, writes, attribute
     /// changes on a 9P source) has been carried out. Exits non-zero with
@@ -200,6 +197,12 @@ enum Cmd {
     /// failure is also logged by the mount with its path). sync(2) does
     /// not reach a FUSE daemon; this does.
     Sync { mountpoint: String },
+    /// Print a walkfs mount's counters: every request the kernel sent,
+    /// by opcode, with the time spent answering it; the vfs cache's
+    /// misses; calls into the backend and how many were waited for; 9P
+    /// RPCs by type, bytes, and the time spent waiting for the server;
+    /// the write-back's and read-ahead's counters and the bounded
+    /// resources. Asked through an ioctl of the mount's root.
     Stats {
         mountpoint: String,
         /// The counters as one JSON object.
