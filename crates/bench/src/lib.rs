@@ -12,4 +12,5 @@ pub mod proc;
 pub mod report;
 pub mod scale;
 pub mod trace;
+pub mod transport;
 pub mod workloads;

@@ -311,6 +311,25 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// The cost of one FUSE request by transport: fuser (what walkfs
+    /// mount runs on), the wire spoken directly over /dev/fuse, and FUSE
+    /// over io_uring with a ring per CPU (kernel 6.14+; needs `echo Y >
+    /// /sys/module/fuse/parameters/enable_uring`, skipped otherwise). One
+    /// synthetic tree of 1,000 files with zero timeouts (every stat is a
+    /// LOOKUP and a GETATTR), a client thread doing stats, then listings.
+    /// Medians; transports interleaved. Needs root. See
+    /// docs/fuse-transport.md.
+    FuseTransport {
+        /// One repetition and fewer stats.
+        #[arg(long)]
+        quick: bool,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Server threads of the fuser and /dev/fuse rows.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
     /// Namespace changes in parallel over a slow server: one vfs over
     /// `walkfs serve --reply-delay-us US`, 1, 2 and 8 threads each
     /// creating files in a directory of its own (total creates/s, and the
@@ -683,6 +702,25 @@ fn run(cmd: Cmd) -> Result<(), String> {
                     "{} errors and {} mismatches under load",
                     row.errors, row.mismatches
                 ));
+            }
+            Ok(())
+        }
+        Cmd::Bench(BenchCmd::FuseTransport {
+            quick,
+            json,
+            threads,
+        }) => {
+            let rows = walkfs_bench::transport::run(&walkfs_bench::transport::TransportOpts {
+                reps: if quick { 1 } else { 5 },
+                stats: if quick { 5_000 } else { 50_000 },
+                threads,
+            })?;
+            if json {
+                for r in &rows {
+                    println!("{}", serde_json::to_string(r).map_err(|e| e.to_string())?);
+                }
+            } else {
+                print!("{}", walkfs_bench::transport::render(&rows));
             }
             Ok(())
         }

@@ -26,7 +26,6 @@
 
 mod coherent;
 mod fds;
-mod kmount;
 mod listings;
 pub mod mount;
 pub mod options;

@@ -11,7 +11,9 @@ use fuser::{Config, Session, SessionACL};
 use walkfs_source::Source;
 use walkfs_vfs::Vfs;
 
-use crate::{kmount, MountOptions, WalkFuse};
+use walkfs_fusewire::kmount;
+
+use crate::{MountOptions, WalkFuse};
 
 /// The vfs for `source`: a 9P server's export through the 9P client, or
 /// a local directory (or `mem:`) itself. With `via_9p` a local directory
