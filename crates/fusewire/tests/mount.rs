@@ -1,0 +1,131 @@
+//! The prototype server on a real FUSE mount: over /dev/fuse, and over
+//! io_uring where the kernel offers it. Needs root and /dev/fuse (skipped
+//! with a message otherwise).
+
+use std::os::fd::IntoRawFd;
+use std::os::unix::fs::DirEntryExt;
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use walkfs_fusewire::{kmount, proto};
+
+fn can_mount() -> bool {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: needs root and /dev/fuse");
+        return false;
+    }
+    true
+}
+
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = kmount::unmount(&self.0);
+    }
+}
+
+fn mount(dir: &Path, tree: &Arc<proto::Tree>, uring: bool) -> Mounted {
+    let spec = kmount::Spec {
+        fsname: "walkfs-proto-test",
+        read_only: true,
+        default_permissions: true,
+        allow_other: false,
+    };
+    let fd = kmount::mount(dir, &spec).expect("mount").into_raw_fd();
+    let on_init: Option<Arc<dyn Fn() + Send + Sync>> = uring.then(|| {
+        let tree = Arc::clone(tree);
+        let f: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            for q in 0..cpus {
+                proto::serve_uring(Arc::clone(&tree), fd, q as u16, 2);
+            }
+        });
+        f
+    });
+    proto::serve_dev(Arc::clone(tree), fd, 1, on_init);
+    Mounted(dir.to_path_buf())
+}
+
+/// Stats and a listing give the synthetic tree's answers.
+fn check_tree(mnt: &Path, files: u64) {
+    for i in [0, files / 2, files - 1] {
+        let m = std::fs::symlink_metadata(mnt.join(format!("f{i}"))).expect("stat");
+        assert_eq!((m.len(), m.is_file()), (42, true));
+    }
+    let e = std::fs::symlink_metadata(mnt.join(format!("f{files}"))).expect_err("no such file");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+    let mut names: Vec<(String, u64)> = std::fs::read_dir(mnt)
+        .expect("list")
+        .map(|d| {
+            let d = d.expect("entry");
+            (d.file_name().to_string_lossy().into_owned(), d.ino())
+        })
+        .collect();
+    names.sort();
+    let mut want: Vec<(String, u64)> = (0..files).map(|i| (format!("f{i}"), i + 2)).collect();
+    want.sort();
+    assert_eq!(names, want, "every name once, with its inode number");
+}
+
+#[test]
+fn the_wire_served_over_dev_fuse() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let tree = proto::Tree::new(500, false, false);
+    let _m = mount(tmp.path(), &tree, false);
+    check_tree(tmp.path(), 500);
+    assert_eq!(tree.counts.via_uring.load(Relaxed), 0);
+}
+
+#[test]
+fn a_bare_listing_names_every_file_and_gives_the_kernel_no_attributes() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let tree = proto::Tree::new(300, true, false);
+    let _m = mount(tmp.path(), &tree, false);
+    check_tree(tmp.path(), 300);
+    // Listed bare: the kernel keeps no entry for f7, so a stat asks.
+    let _ = std::fs::read_dir(tmp.path()).expect("list").count();
+    let before = tree.counts.lookups.load(Relaxed);
+    std::fs::symlink_metadata(tmp.path().join("f7")).expect("stat");
+    assert!(
+        tree.counts.lookups.load(Relaxed) > before,
+        "a LOOKUP after a bare listing"
+    );
+}
+
+#[test]
+fn the_wire_served_over_io_uring_where_the_kernel_offers_it() {
+    if !can_mount() {
+        return;
+    }
+    let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|s| s.trim() == "Y");
+    if !on {
+        eprintln!("skipped: FUSE over io_uring is off (/sys/module/fuse/parameters/enable_uring)");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let tree = proto::Tree::new(500, false, true);
+    let _m = mount(tmp.path(), &tree, true);
+    // The rings come up after INIT; until every queue is registered the
+    // kernel still uses /dev/fuse.
+    let t = Instant::now();
+    while tree.counts.via_uring.load(Relaxed) == 0 && t.elapsed() < Duration::from_secs(5) {
+        let _ = std::fs::symlink_metadata(tmp.path().join("f1"));
+    }
+    assert!(
+        tree.counts.via_uring.load(Relaxed) > 0,
+        "requests came through the ring"
+    );
+    check_tree(tmp.path(), 500);
+}
