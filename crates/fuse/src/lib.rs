@@ -587,8 +587,9 @@ impl WalkFuse {
                 .of_handle(id, ino.0, offset)
                 .ok_or(Errno::EBADF);
         }
+        let gen = self.vfs.names_generation();
         self.listings
-            .continue_at(ino.0, offset, || self.list(&self.ctx(req), ino))
+            .continue_at(ino.0, offset, gen, || self.list(&self.ctx(req), ino))
     }
 }
 
@@ -711,9 +712,13 @@ impl Filesystem for WalkFuse {
                 && uid.is_none()
                 && gid.is_none()
                 && size.is_none()
-                && stat_of(&self.base, fd)?.stx_nlink == 0
             {
-                return self.attr(ino);
+                let x = stat_of(&self.base, fd)?;
+                if x.stx_nlink == 0 {
+                    // (Every unlink in cache=loose ends here: the kernel
+                    // writes back the ctime it set. One stat answers.)
+                    return Ok(attr_of(ino.0, &x));
+                }
             }
             let e = libc::AT_EMPTY_PATH;
             if let Some(m) = mode {

@@ -19,6 +19,13 @@
 //! once to each reader (POSIX leaves only names added or removed
 //! meanwhile open).
 //!
+//! Reuse: a reader that starts over at offset 0 shares a listing not yet
+//! read to its end if nothing changed the namespace since it was made
+//! (the vfs's names generation) and it is younger than [`REUSE_FOR`]:
+//! `rm -r` opens each directory twice (a first getdents to see whether
+//! it is empty, then its walk), and the kernel caches a listing only
+//! once a reader reached its end.
+//!
 //! Bounds: a listing read to its end is dropped; a reader who stops
 //! early (`ls | head`) leaves one behind, so at most [`MAX_LISTINGS`]
 //! are kept, the least recently used going first. An offset whose
@@ -34,6 +41,9 @@ use walkfs_vfs::DirEntryOut;
 
 /// Listings kept for readers who have not reached the end.
 pub(crate) const MAX_LISTINGS: usize = 256;
+/// How long an unfinished listing may be shared by a reader starting
+/// over, the namespace unchanged.
+pub(crate) const REUSE_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A listing and where a request starts in it.
 pub(crate) struct Slice {
@@ -57,6 +67,9 @@ struct Listing {
     dir: u64,
     entries: Arc<Vec<DirEntryOut>>,
     used: Instant,
+    made: Instant,
+    /// The names generation it was made under (u64::MAX: never shared).
+    gen: u64,
 }
 
 #[derive(Default)]
@@ -74,6 +87,10 @@ impl Listings {
     /// Keep `entries` of directory `dir` as a new listing; the id names
     /// it (never 0).
     pub fn add(&self, dir: u64, entries: Vec<DirEntryOut>) -> u32 {
+        self.add_at(dir, entries, u64::MAX)
+    }
+
+    fn add_at(&self, dir: u64, entries: Vec<DirEntryOut>, gen: u64) -> u32 {
         let mut g = self.inner.lock();
         if g.by_id.len() >= MAX_LISTINGS {
             let oldest = g
@@ -97,6 +114,8 @@ impl Listings {
                 dir,
                 entries: Arc::new(entries),
                 used: Instant::now(),
+                made: Instant::now(),
+                gen,
             },
         );
         id
@@ -108,18 +127,33 @@ impl Listings {
     }
 
     /// Where a READDIR of directory `dir` at `offset` continues, for a
-    /// kernel that sent no OPENDIR: `list` makes a fresh listing when the
-    /// offset is 0 or its listing went.
+    /// kernel that sent no OPENDIR, the namespace at generation `gen`:
+    /// `list` makes a fresh listing when the offset is 0 (and no
+    /// unfinished one of the same generation can be shared) or its
+    /// listing went.
     pub fn continue_at(
         &self,
         dir: u64,
         offset: u64,
+        gen: u64,
         list: impl FnOnce() -> Result<Vec<DirEntryOut>, walkfs_vfs::Errno>,
     ) -> Result<Slice, walkfs_vfs::Errno> {
         let (id, start) = ((offset >> 32) as u32, (offset & 0xffff_ffff) as usize);
-        if offset != 0 {
+        {
             let mut g = self.inner.lock();
-            if let Some(l) = g.by_id.get_mut(&id).filter(|l| l.dir == dir) {
+            let found = if offset != 0 {
+                g.by_id
+                    .get_mut(&id)
+                    .filter(|l| l.dir == dir)
+                    .map(|l| (id, l))
+            } else {
+                g.by_id
+                    .iter_mut()
+                    .filter(|(_, l)| l.dir == dir && l.gen == gen && l.made.elapsed() < REUSE_FOR)
+                    .max_by_key(|(_, l)| l.made)
+                    .map(|(id, l)| (*id, l))
+            };
+            if let Some((id, l)) = found {
                 l.used = Instant::now();
                 return Ok(Slice {
                     entries: Arc::clone(&l.entries),
@@ -129,7 +163,7 @@ impl Listings {
                 });
             }
         }
-        let id = self.add(dir, list()?);
+        let id = self.add_at(dir, list()?, gen);
         let entries = self
             .inner
             .lock()
@@ -207,7 +241,9 @@ mod tests {
         loop {
             let now = if n == 0 { first } else { later };
             n += 1;
-            let s = l.continue_at(dir, off, || Ok(names(now))).unwrap();
+            let s = l
+                .continue_at(dir, off, n as u64, || Ok(names(now)))
+                .unwrap();
             let end = (s.start + chunk).min(s.entries.len());
             if s.start >= s.entries.len() {
                 l.finished(&s);
@@ -231,14 +267,16 @@ mod tests {
     #[test]
     fn concurrent_readers_keep_their_own_places() {
         let l = Listings::default();
-        let a = l.continue_at(1, 0, || Ok(names(&["a", "b", "c"]))).unwrap();
+        let a = l
+            .continue_at(1, 0, 1, || Ok(names(&["a", "b", "c"])))
+            .unwrap();
         let off_a = a.offset(0);
         // A second reader starts over on a changed directory.
-        let b = l.continue_at(1, 0, || Ok(names(&["b", "c"]))).unwrap();
+        let b = l.continue_at(1, 0, 2, || Ok(names(&["b", "c"]))).unwrap();
         assert_eq!(b.entries.len(), 2);
         // The first reader goes on in its own listing: b, c next.
         let a2 = l
-            .continue_at(1, off_a, || panic!("no new listing"))
+            .continue_at(1, off_a, 2, || panic!("no new listing"))
             .unwrap();
         let rest: Vec<_> = a2.entries[a2.start..]
             .iter()
@@ -246,15 +284,27 @@ mod tests {
             .collect();
         assert_eq!(rest, [b"b".to_vec(), b"c".to_vec()]);
         // An offset of another directory is not taken for this one's.
-        let other = l.continue_at(2, off_a, || Ok(names(&["z"]))).unwrap();
+        let other = l.continue_at(2, off_a, 2, || Ok(names(&["z"]))).unwrap();
         assert_eq!(other.entries[0].name, b"z");
+    }
+
+    #[test]
+    fn a_reader_starting_over_shares_an_unfinished_listing_while_nothing_changed() {
+        let l = Listings::default();
+        // `rm -r`: one getdents, close, open again.
+        let first = l.continue_at(4, 0, 7, || Ok(names(&["a", "b"]))).unwrap();
+        let again = l.continue_at(4, 0, 7, || panic!("listed again")).unwrap();
+        assert!(Arc::ptr_eq(&first.entries, &again.entries));
+        // A change of names since: a fresh listing.
+        let changed = l.continue_at(4, 0, 8, || Ok(names(&["b"]))).unwrap();
+        assert_eq!(changed.entries.len(), 1);
     }
 
     #[test]
     fn readers_who_stop_early_leave_a_bounded_number_of_listings() {
         let l = Listings::default();
         for d in 0..(MAX_LISTINGS as u64 * 3) {
-            l.continue_at(d, 0, || Ok(names(&["a", "b"]))).unwrap();
+            l.continue_at(d, 0, 0, || Ok(names(&["a", "b"]))).unwrap();
         }
         assert_eq!(l.len(), MAX_LISTINGS);
     }

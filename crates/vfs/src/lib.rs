@@ -380,6 +380,18 @@ impl Vfs {
         inner.sbs.read().iter().any(|fs| inner.defers(&**fs))
     }
 
+    /// A number that moves with every change of names made through this
+    /// vfs and every batch of changes a backend reported: two reads that
+    /// give the same number saw the same namespace, as far as this vfs
+    /// can know (a front end reuses a listing while it stays).
+    pub fn names_generation(&self) -> u64 {
+        let inner = &self.inner;
+        inner
+            .ns_gen
+            .load(Ordering::Acquire)
+            .wrapping_add(inner.ext_seen.load(Ordering::Acquire))
+    }
+
     /// The write-back's counters (writeback.rs).
     pub fn write_back_stats(&self) -> WriteBackStats {
         self.inner.wb.stats()
