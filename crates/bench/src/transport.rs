@@ -144,13 +144,12 @@ impl fuser::Filesystem for FuserTree {
         if ino.0 != proto::ROOT {
             return reply.error(fuser::Errno::ENOTDIR);
         }
-        for i in offset..self.0.files() + 2 {
-            let (name, node, kind) = match i {
-                0 => (".".to_string(), proto::ROOT, fuser::FileType::Directory),
-                1 => ("..".to_string(), proto::ROOT, fuser::FileType::Directory),
-                n => (format!("f{}", n - 2), n, fuser::FileType::RegularFile),
+        for i in offset.. {
+            let Some((name, node)) = self.0.entry_at(i) else {
+                break;
             };
-            if reply.add(fuser::INodeNo(node), i + 1, kind, &name) {
+            let Some(a) = self.0.attr(node) else { break };
+            if reply.add(fuser::INodeNo(node), i + 1, fuser_attr(&a).kind, &name) {
                 break;
             }
         }
@@ -169,11 +168,9 @@ impl fuser::Filesystem for FuserTree {
         if ino.0 != proto::ROOT {
             return reply.error(fuser::Errno::ENOTDIR);
         }
-        for i in offset..self.0.files() + 2 {
-            let (name, node) = match i {
-                0 => (".".to_string(), proto::ROOT),
-                1 => ("..".to_string(), proto::ROOT),
-                n => (format!("f{}", n - 2), n),
+        for i in offset.. {
+            let Some((name, node)) = self.0.entry_at(i) else {
+                break;
             };
             let Some(a) = self.0.attr(node) else { break };
             if reply.add(

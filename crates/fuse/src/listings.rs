@@ -87,10 +87,17 @@ impl Listings {
     /// Keep `entries` of directory `dir` as a new listing; the id names
     /// it (never 0).
     pub fn add(&self, dir: u64, entries: Vec<DirEntryOut>) -> u32 {
-        self.add_at(dir, entries, u64::MAX)
+        self.add_at(dir, entries, u64::MAX).0
     }
 
-    fn add_at(&self, dir: u64, entries: Vec<DirEntryOut>, gen: u64) -> u32 {
+    /// [`add`](Self::add) under names generation `gen`; the id and the
+    /// entries as kept.
+    fn add_at(
+        &self,
+        dir: u64,
+        entries: Vec<DirEntryOut>,
+        gen: u64,
+    ) -> (u32, Arc<Vec<DirEntryOut>>) {
         let mut g = self.inner.lock();
         if g.by_id.len() >= MAX_LISTINGS {
             let oldest = g
@@ -108,22 +115,23 @@ impl Listings {
                 break g.next;
             }
         };
+        let entries = Arc::new(entries);
         g.by_id.insert(
             id,
             Listing {
                 dir,
-                entries: Arc::new(entries),
+                entries: Arc::clone(&entries),
                 used: Instant::now(),
                 made: Instant::now(),
                 gen,
             },
         );
-        id
+        (id, entries)
     }
 
     /// Drop listing `id` (RELEASEDIR of its handle).
     pub fn remove(&self, id: u32) {
-        self.inner.lock().remove_id(id);
+        self.inner.lock().by_id.remove(&id);
     }
 
     /// Where a READDIR of directory `dir` at `offset` continues, for a
@@ -163,14 +171,7 @@ impl Listings {
                 });
             }
         }
-        let id = self.add_at(dir, list()?, gen);
-        let entries = self
-            .inner
-            .lock()
-            .by_id
-            .get(&id)
-            .map(|l| Arc::clone(&l.entries))
-            .unwrap_or_default();
+        let (id, entries) = self.add_at(dir, list()?, gen);
         Ok(Slice {
             entries,
             start,
@@ -195,19 +196,13 @@ impl Listings {
     /// done with.
     pub fn finished(&self, s: &Slice) {
         if s.id != 0 {
-            self.inner.lock().remove_id(s.id);
+            self.inner.lock().by_id.remove(&s.id);
         }
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
         self.inner.lock().by_id.len()
-    }
-}
-
-impl Inner {
-    fn remove_id(&mut self, id: u32) {
-        self.by_id.remove(&id);
     }
 }
 

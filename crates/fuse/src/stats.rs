@@ -102,6 +102,9 @@ pub const OP_NAMES: [&str; 29] = [
     "ioctl",
 ];
 
+// Every Op has a name: the last variant is the last name.
+const _: () = assert!(Op::Ioctl as usize + 1 == OP_NAMES.len());
+
 /// What the kernel asked of the mount: requests by opcode and the time
 /// spent answering each kind (from the request's dispatch to the return
 /// of its handler, which has sent the reply).

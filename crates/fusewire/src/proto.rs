@@ -199,20 +199,24 @@ impl Tree {
 
     /// Entries of the root from `r.offset`, as many as fit in `r.size`:
     /// `.`, `..`, then the files. Offsets are positions.
-    /// How many files the root holds.
-    pub fn files(&self) -> u64 {
-        self.files
+    /// Entry `i` of the root's listing (`.`, `..`, then the files): its
+    /// name and node; `None` past the end.
+    pub fn entry_at(&self, i: u64) -> Option<(String, u64)> {
+        match i {
+            0 => Some((".".into(), ROOT)),
+            1 => Some(("..".into(), ROOT)),
+            n if n < self.files + 2 => Some((format!("f{}", n - 2), n)),
+            _ => None,
+        }
     }
 
     fn list(&self, r: &abi::ReadIn, plus: bool) -> Vec<u8> {
         let mut out = Vec::with_capacity(r.size as usize);
-        let total = self.files + 2;
-        for i in r.offset..total {
-            let (name, nodeid) = match i {
-                0 => (b".".to_vec(), ROOT),
-                1 => (b"..".to_vec(), ROOT),
-                n => (format!("f{}", n - 2).into_bytes(), n),
+        for i in r.offset.. {
+            let Some((name, nodeid)) = self.entry_at(i) else {
+                break;
             };
+            let name = name.into_bytes();
             let Some(attr) = self.attr(nodeid) else { break };
             let d = abi::Dirent {
                 ino: nodeid,

@@ -270,18 +270,7 @@ impl Ctx {
         let at = at.into();
         self.run(|| {
             let c = self.lookup_at(at, b"", false, true)?;
-            let s = self.attrs(c)?;
-            let kill = policy::privs_to_kill(&self.creds, &s);
-            if kill == 0 {
-                return Ok(());
-            }
-            self.setattr(
-                c,
-                &SetAttr {
-                    mode: Some(s.mode & 0o7777 & !kill),
-                    ..SetAttr::default()
-                },
-            )
+            Ok(self.kill_privs(c.ino)?)
         })
     }
 
