@@ -25,7 +25,7 @@ use crate::report::{median, progress, progress_done, table};
 
 /// Files in the synthetic root.
 const FILES: u64 = 1000;
-const URING_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+use walkfs_fusewire::session::{uring_enabled, SessionInfo, URING_PARAM};
 
 #[derive(Debug, Serialize, Clone)]
 pub struct Row {
@@ -192,6 +192,16 @@ impl fuser::Filesystem for FuserTree {
 struct Mounted {
     mnt: std::path::PathBuf,
     tree: Arc<proto::Tree>,
+    /// The session's counters (not for fuser's).
+    info: Option<Arc<SessionInfo>>,
+}
+
+impl Mounted {
+    fn via_uring(&self) -> u64 {
+        self.info
+            .as_ref()
+            .map_or(0, |i| i.uring_requests.load(Relaxed))
+    }
 }
 
 impl Drop for Mounted {
@@ -200,13 +210,10 @@ impl Drop for Mounted {
     }
 }
 
-fn uring_enabled() -> bool {
-    std::fs::read_to_string(URING_PARAM).is_ok_and(|s| s.trim() == "Y")
-}
-
 fn mount(transport: &str, mnt: &Path, threads: usize) -> Result<Mounted, String> {
     let uring = transport == "uring";
-    let tree = proto::Tree::new(FILES, false, uring);
+    let tree = proto::Tree::new(FILES, false);
+    let mut info = None;
     let spec = kmount::Spec {
         fsname: "walkfs-proto",
         read_only: true,
@@ -231,42 +238,29 @@ fn mount(transport: &str, mnt: &Path, threads: usize) -> Result<Mounted, String>
             });
         }
         _ => {
-            use std::os::fd::IntoRawFd;
-            let raw = fd.into_raw_fd();
-            let on_init: Option<Arc<dyn Fn() + Send + Sync>> = uring.then(|| {
-                let tree = Arc::clone(&tree);
-                let f: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-                    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-                    for q in 0..cpus {
-                        let h = proto::serve_uring(Arc::clone(&tree), raw, q as u16, 4);
-                        std::thread::spawn(move || {
-                            if let Ok(Err(e)) = h.join() {
-                                tracing::warn!("io_uring queue: {e}");
-                            }
-                        });
-                    }
-                });
-                f
-            });
-            // With a ring, /dev/fuse carries INIT, forgets and interrupts
-            // only: one thread.
-            proto::serve_dev(
-                Arc::clone(&tree),
-                raw,
-                if uring { 1 } else { threads },
-                on_init,
-            );
+            // With a ring, /dev/fuse carries INIT, forgets and interrupts.
+            let cfg = walkfs_fusewire::Config {
+                threads,
+                transport: if uring {
+                    walkfs_fusewire::Transport::Uring
+                } else {
+                    walkfs_fusewire::Transport::Dev
+                },
+                ..Default::default()
+            };
+            info = Some(proto::serve(&tree, fd, cfg)?);
         }
     }
     let m = Mounted {
         mnt: mnt.to_path_buf(),
         tree,
+        info,
     };
     // The first request waits for INIT; with a ring, let it come up.
     std::fs::metadata(mnt.join("f0")).map_err(|e| format!("{transport}: first stat: {e}"))?;
     if uring {
         let t = Instant::now();
-        while m.tree.counts.via_uring.load(Relaxed) == 0 && t.elapsed() < Duration::from_secs(2) {
+        while m.via_uring() == 0 && t.elapsed() < Duration::from_secs(2) {
             let _ = std::fs::metadata(mnt.join("f1"));
         }
     }
@@ -289,7 +283,7 @@ fn one(
     std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
     let m = mount(transport, &mnt, opts.threads)?;
     let c = &m.tree.counts;
-    let (req0, ring0) = (c.requests.load(Relaxed), c.via_uring.load(Relaxed));
+    let (req0, ring0) = (c.requests.load(Relaxed), m.via_uring());
     let t = Instant::now();
     let ops = match workload {
         "stat" => {
@@ -312,7 +306,7 @@ fn one(
     };
     let secs = t.elapsed().as_secs_f64();
     let reqs = c.requests.load(Relaxed) - req0;
-    let ring = c.via_uring.load(Relaxed) - ring0;
+    let ring = m.via_uring() - ring0;
     drop(m);
     Ok((
         secs * 1e6 / ops as f64,

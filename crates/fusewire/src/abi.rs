@@ -1,34 +1,97 @@
 //! The kernel's FUSE structures (include/uapi/linux/fuse.h, ABI 7.42),
-//! as far as the prototype speaks them. All are plain old data in the
+//! as far as walkfs speaks them. All are plain old data in the
 //! machine's byte order; [`Pod`] turns them into bytes and back.
 
-/// Requests the prototype answers (opcode numbers of fuse.h).
+/// Opcodes (fuse.h's `enum fuse_opcode`).
 pub mod op {
     pub const LOOKUP: u32 = 1;
     pub const FORGET: u32 = 2;
     pub const GETATTR: u32 = 3;
+    pub const SETATTR: u32 = 4;
+    pub const READLINK: u32 = 5;
+    pub const SYMLINK: u32 = 6;
+    pub const MKNOD: u32 = 8;
+    pub const MKDIR: u32 = 9;
+    pub const UNLINK: u32 = 10;
+    pub const RMDIR: u32 = 11;
+    pub const RENAME: u32 = 12;
+    pub const LINK: u32 = 13;
+    pub const OPEN: u32 = 14;
+    pub const READ: u32 = 15;
+    pub const WRITE: u32 = 16;
     pub const STATFS: u32 = 17;
+    pub const RELEASE: u32 = 18;
+    pub const FSYNC: u32 = 20;
+    pub const SETXATTR: u32 = 21;
     pub const GETXATTR: u32 = 22;
+    pub const LISTXATTR: u32 = 23;
+    pub const REMOVEXATTR: u32 = 24;
+    pub const FLUSH: u32 = 25;
     pub const INIT: u32 = 26;
     pub const OPENDIR: u32 = 27;
     pub const READDIR: u32 = 28;
     pub const RELEASEDIR: u32 = 29;
+    pub const FSYNCDIR: u32 = 30;
+    pub const ACCESS: u32 = 34;
+    pub const CREATE: u32 = 35;
     pub const INTERRUPT: u32 = 36;
     pub const DESTROY: u32 = 38;
+    pub const IOCTL: u32 = 39;
     pub const BATCH_FORGET: u32 = 42;
     pub const READDIRPLUS: u32 = 44;
+    pub const RENAME2: u32 = 45;
 }
 
 /// `fuse_init_in.flags` / `fuse_init_out.flags` bits (the low word; the
 /// high word travels in `flags2` once `INIT_EXT` is agreed).
 pub mod init {
+    pub const ASYNC_READ: u64 = 1 << 0;
+    pub const ATOMIC_O_TRUNC: u64 = 1 << 3;
+    pub const BIG_WRITES: u64 = 1 << 5;
+    pub const HAS_IOCTL_DIR: u64 = 1 << 11;
     pub const DO_READDIRPLUS: u64 = 1 << 13;
     pub const READDIRPLUS_AUTO: u64 = 1 << 14;
+    pub const WRITEBACK_CACHE: u64 = 1 << 16;
     pub const PARALLEL_DIROPS: u64 = 1 << 18;
+    pub const MAX_PAGES: u64 = 1 << 22;
+    pub const CACHE_SYMLINKS: u64 = 1 << 23;
     pub const NO_OPENDIR_SUPPORT: u64 = 1 << 24;
+    pub const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
     pub const INIT_EXT: u64 = 1 << 30;
     /// FUSE over io_uring (kernel 6.14+, `enable_uring` set).
     pub const OVER_IO_URING: u64 = 1 << 41;
+}
+
+/// `fuse_setattr_in.valid` bits.
+pub mod fattr {
+    pub const MODE: u32 = 1 << 0;
+    pub const UID: u32 = 1 << 1;
+    pub const GID: u32 = 1 << 2;
+    pub const SIZE: u32 = 1 << 3;
+    pub const ATIME: u32 = 1 << 4;
+    pub const MTIME: u32 = 1 << 5;
+    pub const FH: u32 = 1 << 6;
+    pub const ATIME_NOW: u32 = 1 << 7;
+    pub const MTIME_NOW: u32 = 1 << 8;
+    pub const KILL_SUIDGID: u32 = 1 << 11;
+}
+
+/// `fuse_open_out.open_flags` bits.
+pub mod fopen {
+    pub const KEEP_CACHE: u32 = 1 << 1;
+}
+
+/// `fuse_write_in.write_flags`: the writer lacks CAP_FSETID, clear set-id
+/// bits (kill-priv v2).
+pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
+/// `fuse_getattr_in.getattr_flags`: `fh` is valid.
+pub const GETATTR_FH: u32 = 1 << 0;
+
+/// Notification codes (`enum fuse_notify_code`), sent with unique 0.
+pub mod notify {
+    pub const INVAL_INODE: i32 = 2;
+    pub const INVAL_ENTRY: i32 = 3;
+    pub const DELETE: i32 = 6;
 }
 
 /// Types that are their bytes: `repr(C)`, no padding the kernel does not
@@ -186,6 +249,57 @@ pub struct Kstatfs {
     pub spare: [u32; 6],
 }
 
+/// A request's own header of eight bytes or more whose fields are all
+/// `u64`/`u32` (the kernel's names, in order).
+macro_rules! wire {
+    ($($(#[$m:meta])* $name:ident { $($f:ident: $t:ty),* $(,)? })*) => {$(
+        $(#[$m])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Default, Debug)]
+        pub struct $name { $(pub $f: $t),* }
+        // SAFETY: repr(C), integer fields only, laid out as the kernel's
+        // (sizes checked in the tests below).
+        unsafe impl Pod for $name {}
+    )*};
+}
+
+wire! {
+    ForgetIn { nlookup: u64 }
+    BatchForgetIn { count: u32, dummy: u32 }
+    ForgetOne { nodeid: u64, nlookup: u64 }
+    GetattrIn { getattr_flags: u32, dummy: u32, fh: u64 }
+    SetattrIn {
+        valid: u32, padding: u32, fh: u64, size: u64, lock_owner: u64,
+        atime: u64, mtime: u64, ctime: u64,
+        atimensec: u32, mtimensec: u32, ctimensec: u32, mode: u32,
+        unused4: u32, uid: u32, gid: u32, unused5: u32,
+    }
+    MknodIn { mode: u32, rdev: u32, umask: u32, padding: u32 }
+    MkdirIn { mode: u32, umask: u32 }
+    RenameIn { newdir: u64 }
+    Rename2In { newdir: u64, flags: u32, padding: u32 }
+    LinkIn { oldnodeid: u64 }
+    OpenIn { flags: u32, open_flags: u32 }
+    OpenOut { fh: u64, open_flags: u32, backing_id: i32 }
+    CreateIn { flags: u32, mode: u32, umask: u32, open_flags: u32 }
+    ReleaseIn { fh: u64, flags: u32, release_flags: u32, lock_owner: u64 }
+    FlushIn { fh: u64, unused: u32, padding: u32, lock_owner: u64 }
+    WriteIn {
+        fh: u64, offset: u64, size: u32, write_flags: u32,
+        lock_owner: u64, flags: u32, padding: u32,
+    }
+    WriteOut { size: u32, padding: u32 }
+    FsyncIn { fh: u64, fsync_flags: u32, padding: u32 }
+    GetxattrIn { size: u32, padding: u32 }
+    AccessIn { mask: u32, padding: u32 }
+    IoctlIn { fh: u64, flags: u32, cmd: u32, arg: u64, in_size: u32, out_size: u32 }
+    IoctlOut { result: i32, flags: u32, in_iovs: u32, out_iovs: u32 }
+    InterruptIn { unique: u64 }
+    NotifyInvalInode { ino: u64, off: i64, len: i64 }
+    NotifyInvalEntry { parent: u64, namelen: u32, flags: u32 }
+    NotifyDelete { parent: u64, child: u64, namelen: u32, padding: u32 }
+}
+
 /// The fixed part of an io_uring ring entry's header buffer: the request
 /// or reply header, the operation's own header, and the entry's
 /// bookkeeping (fuse_uring_req_header).
@@ -250,6 +364,20 @@ mod tests {
         assert_eq!(size_of::<Kstatfs>(), 80);
         assert_eq!(size_of::<UringEntInOut>(), 32);
         assert_eq!(size_of::<UringCmdReq>(), 24);
+        assert_eq!(size_of::<SetattrIn>(), 88);
+        assert_eq!(size_of::<WriteIn>(), 40);
+        assert_eq!(size_of::<CreateIn>(), 16);
+        assert_eq!(size_of::<OpenOut>(), 16);
+        assert_eq!(size_of::<ReleaseIn>(), 24);
+        assert_eq!(size_of::<FlushIn>(), 24);
+        assert_eq!(size_of::<IoctlIn>(), 32);
+        assert_eq!(size_of::<IoctlOut>(), 16);
+        assert_eq!(size_of::<MknodIn>(), 16);
+        assert_eq!(size_of::<Rename2In>(), 16);
+        assert_eq!(size_of::<ForgetOne>(), 16);
+        assert_eq!(size_of::<NotifyInvalInode>(), 24);
+        assert_eq!(size_of::<NotifyInvalEntry>(), 16);
+        assert_eq!(size_of::<NotifyDelete>(), 24);
     }
 
     #[test]

@@ -2,10 +2,19 @@
 //!
 //! - [`kmount`]: mounting and unmounting ourselves.
 //! - [`abi`]: the kernel's structures (include/uapi/linux/fuse.h).
-//! - [`proto`]: a prototype server of the hot requests over a synthetic
-//!   tree, over `/dev/fuse` read/write or FUSE over io_uring, to measure
-//!   the transports against fuser (docs/fuse-transport.md).
+//! - [`request`]: requests off the wire, typed; [`reply`]: reply bodies.
+//! - [`session`]: the INIT handshake, the request loops over
+//!   `/dev/fuse` or FUSE over io_uring (one queue per CPU), and
+//!   notifications; serves any [`session::Filesystem`].
+//! - [`proto`]: a synthetic file system of the hot requests, to measure
+//!   the transports (docs/fuse-transport.md).
 
 pub mod abi;
 pub mod kmount;
 pub mod proto;
+pub mod reply;
+pub mod request;
+pub mod session;
+
+pub use request::{Operation, Request, Setattr, TimeArg};
+pub use session::{Config, Filesystem, Notifier, Session, SessionInfo, Transport};

@@ -2,14 +2,13 @@
 //! io_uring where the kernel offers it. Needs root and /dev/fuse (skipped
 //! with a message otherwise).
 
-use std::os::fd::IntoRawFd;
 use std::os::unix::fs::DirEntryExt;
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use walkfs_fusewire::{kmount, proto};
+use walkfs_fusewire::{kmount, proto, Config, SessionInfo, Transport};
 
 fn can_mount() -> bool {
     // SAFETY: geteuid cannot fail.
@@ -29,26 +28,25 @@ impl Drop for Mounted {
     }
 }
 
-fn mount(dir: &Path, tree: &Arc<proto::Tree>, uring: bool) -> Mounted {
+fn mount(dir: &Path, tree: &Arc<proto::Tree>, uring: bool) -> (Mounted, Arc<SessionInfo>) {
     let spec = kmount::Spec {
         fsname: "walkfs-proto-test",
         read_only: true,
         default_permissions: true,
         allow_other: false,
     };
-    let fd = kmount::mount(dir, &spec).expect("mount").into_raw_fd();
-    let on_init: Option<Arc<dyn Fn() + Send + Sync>> = uring.then(|| {
-        let tree = Arc::clone(tree);
-        let f: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-            for q in 0..cpus {
-                proto::serve_uring(Arc::clone(&tree), fd, q as u16, 2);
-            }
-        });
-        f
-    });
-    proto::serve_dev(Arc::clone(tree), fd, 1, on_init);
-    Mounted(dir.to_path_buf())
+    let fd = kmount::mount(dir, &spec).expect("mount");
+    let cfg = Config {
+        threads: 2,
+        transport: if uring {
+            Transport::Uring
+        } else {
+            Transport::Dev
+        },
+        ..Config::default()
+    };
+    let info = proto::serve(tree, fd, cfg).expect("session");
+    (Mounted(dir.to_path_buf()), info)
 }
 
 /// Stats and a listing give the synthetic tree's answers.
@@ -78,10 +76,11 @@ fn the_wire_served_over_dev_fuse() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    let tree = proto::Tree::new(500, false, false);
-    let _m = mount(tmp.path(), &tree, false);
+    let tree = proto::Tree::new(500, false);
+    let (_m, info) = mount(tmp.path(), &tree, false);
     check_tree(tmp.path(), 500);
-    assert_eq!(tree.counts.via_uring.load(Relaxed), 0);
+    assert_eq!(info.uring_requests.load(Relaxed), 0);
+    assert!(info.dev_requests.load(Relaxed) > 4);
 }
 
 #[test]
@@ -90,8 +89,8 @@ fn a_bare_listing_names_every_file_and_gives_the_kernel_no_attributes() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    let tree = proto::Tree::new(300, true, false);
-    let _m = mount(tmp.path(), &tree, false);
+    let tree = proto::Tree::new(300, true);
+    let (_m, _) = mount(tmp.path(), &tree, false);
     check_tree(tmp.path(), 300);
     // Listed bare: the kernel keeps no entry for f7, so a stat asks.
     let _ = std::fs::read_dir(tmp.path()).expect("list").count();
@@ -108,24 +107,26 @@ fn the_wire_served_over_io_uring_where_the_kernel_offers_it() {
     if !can_mount() {
         return;
     }
-    let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .is_ok_and(|s| s.trim() == "Y");
-    if !on {
+    if !walkfs_fusewire::session::uring_enabled() {
         eprintln!("skipped: FUSE over io_uring is off (/sys/module/fuse/parameters/enable_uring)");
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
-    let tree = proto::Tree::new(500, false, true);
-    let _m = mount(tmp.path(), &tree, true);
+    let tree = proto::Tree::new(500, false);
+    let (_m, info) = mount(tmp.path(), &tree, true);
     // The rings come up after INIT; until every queue is registered the
     // kernel still uses /dev/fuse.
     let t = Instant::now();
-    while tree.counts.via_uring.load(Relaxed) == 0 && t.elapsed() < Duration::from_secs(5) {
+    while info.uring_requests.load(Relaxed) == 0 && t.elapsed() < Duration::from_secs(5) {
         let _ = std::fs::symlink_metadata(tmp.path().join("f1"));
     }
     assert!(
-        tree.counts.via_uring.load(Relaxed) > 0,
+        info.uring_requests.load(Relaxed) > 0,
         "requests came through the ring"
     );
+    let before = info.uring_requests.load(Relaxed);
     check_tree(tmp.path(), 500);
+    // Once the rings are up, requests keep coming through them (3
+    // stats, a miss, the listing).
+    assert!(info.uring_requests.load(Relaxed) > before + 4);
 }

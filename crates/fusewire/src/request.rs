@@ -1,0 +1,520 @@
+//! Requests off the wire: a header and a typed [`Operation`] borrowing
+//! names and data from the transport's buffer.
+//!
+//! Decoding trusts nothing: a request shorter than its operation's
+//! header, or a name without its terminating NUL, is `EINVAL` to the
+//! kernel (which never sends one; a corrupted buffer must not become a
+//! wrong call).
+
+use crate::abi::{self, fattr, op, Pod};
+
+/// Who asks, about what: the request header.
+#[derive(Clone, Copy, Debug)]
+pub struct Request {
+    pub unique: u64,
+    pub opcode: u32,
+    /// The node the request is about (for LINK, the new parent).
+    pub nodeid: u64,
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+/// A time a SETATTR sets: a given one, or the daemon's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeArg {
+    Now,
+    At { sec: i64, nsec: u32 },
+}
+
+/// SETATTR's fields, each present when the kernel set its bit.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Setattr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeArg>,
+    pub mtime: Option<TimeArg>,
+    /// The open file the change comes through (FATTR_FH), handle 0
+    /// included.
+    pub fh: Option<u64>,
+    /// The writer lacks CAP_FSETID: set-id bits go (kill-priv v2).
+    pub kill_suidgid: bool,
+}
+
+/// A directory read: READDIR or READDIRPLUS.
+#[derive(Clone, Copy, Debug)]
+pub struct DirRead {
+    pub fh: u64,
+    pub offset: u64,
+    /// Bytes the kernel's buffer holds.
+    pub size: u32,
+}
+
+/// What a request asks, with its arguments.
+#[derive(Debug)]
+pub enum Operation<'a> {
+    Lookup {
+        name: &'a [u8],
+    },
+    Forget {
+        nlookup: u64,
+    },
+    /// (node, lookups to drop) pairs.
+    BatchForget {
+        items: Vec<(u64, u64)>,
+    },
+    Getattr {
+        fh: Option<u64>,
+    },
+    Setattr(Setattr),
+    Readlink,
+    Symlink {
+        name: &'a [u8],
+        target: &'a [u8],
+    },
+    Mknod {
+        name: &'a [u8],
+        mode: u32,
+        rdev: u32,
+        umask: u32,
+    },
+    Mkdir {
+        name: &'a [u8],
+        mode: u32,
+        umask: u32,
+    },
+    Unlink {
+        name: &'a [u8],
+    },
+    Rmdir {
+        name: &'a [u8],
+    },
+    Rename {
+        newdir: u64,
+        name: &'a [u8],
+        newname: &'a [u8],
+        flags: u32,
+    },
+    Link {
+        oldnodeid: u64,
+        newname: &'a [u8],
+    },
+    Open {
+        flags: i32,
+    },
+    Read {
+        fh: u64,
+        offset: u64,
+        size: u32,
+    },
+    Write {
+        fh: u64,
+        offset: u64,
+        write_flags: u32,
+        data: &'a [u8],
+    },
+    Statfs,
+    Release {
+        fh: u64,
+    },
+    Fsync {
+        fh: u64,
+        datasync: bool,
+    },
+    Getxattr {
+        name: &'a [u8],
+        size: u32,
+    },
+    Listxattr {
+        size: u32,
+    },
+    Setxattr,
+    Removexattr,
+    Flush {
+        fh: u64,
+    },
+    Opendir {
+        flags: i32,
+    },
+    Readdir(DirRead),
+    Readdirplus(DirRead),
+    Releasedir {
+        fh: u64,
+    },
+    Fsyncdir {
+        fh: u64,
+        datasync: bool,
+    },
+    Access {
+        mask: u32,
+    },
+    Create {
+        name: &'a [u8],
+        flags: i32,
+        mode: u32,
+        umask: u32,
+    },
+    Ioctl {
+        fh: u64,
+        cmd: u32,
+        in_data: &'a [u8],
+        out_size: u32,
+    },
+    Interrupt,
+    Destroy,
+    /// INIT is the session's own; anything else is not spoken here.
+    Other(u32),
+}
+
+/// The fixed header of `T` in `head`.
+fn hdr<T: Pod>(head: &[u8]) -> Result<T, i32> {
+    T::read(head).ok_or(libc::EINVAL)
+}
+
+/// The size of each operation's own fixed header: what comes after the
+/// request header and before names or data. Over io_uring the kernel
+/// puts it in the entry's operation area and the rest in the payload;
+/// over `/dev/fuse` the two follow each other.
+pub fn op_header_size(opcode: u32) -> usize {
+    use std::mem::size_of;
+    match opcode {
+        op::FORGET
+        | op::BATCH_FORGET
+        | op::MKDIR
+        | op::RENAME
+        | op::LINK
+        | op::OPEN
+        | op::OPENDIR
+        | op::GETXATTR
+        | op::LISTXATTR
+        | op::ACCESS
+        | op::INTERRUPT => 8,
+        op::GETATTR | op::FSYNC | op::FSYNCDIR => 16,
+        op::MKNOD | op::RENAME2 | op::CREATE => 16,
+        op::RELEASE | op::RELEASEDIR | op::FLUSH => 24,
+        op::IOCTL => size_of::<abi::IoctlIn>(),
+        op::READ | op::READDIR | op::READDIRPLUS => size_of::<abi::ReadIn>(),
+        op::WRITE => size_of::<abi::WriteIn>(),
+        op::SETATTR => size_of::<abi::SetattrIn>(),
+        op::INIT => size_of::<abi::InitIn>(),
+        _ => 0,
+    }
+}
+
+/// The NUL-terminated string at the start of `b`, and what follows it.
+fn cstr(b: &[u8]) -> Result<(&[u8], &[u8]), i32> {
+    let end = b.iter().position(|c| *c == 0).ok_or(libc::EINVAL)?;
+    Ok((&b[..end], &b[end + 1..]))
+}
+
+fn time_arg(valid: u32, set: u32, now: u32, sec: u64, nsec: u32) -> Option<TimeArg> {
+    if valid & now != 0 {
+        Some(TimeArg::Now)
+    } else if valid & set != 0 {
+        Some(TimeArg::At {
+            sec: sec as i64,
+            nsec,
+        })
+    } else {
+        None
+    }
+}
+
+impl<'a> Operation<'a> {
+    /// Decode a request with `opcode`: its operation's fixed header
+    /// `head` (see [`op_header_size`]) and what follows, `b`.
+    pub fn parse(opcode: u32, head: &[u8], b: &'a [u8]) -> Result<Operation<'a>, i32> {
+        Ok(match opcode {
+            op::LOOKUP => Operation::Lookup { name: cstr(b)?.0 },
+            op::FORGET => Operation::Forget {
+                nlookup: hdr::<abi::ForgetIn>(head)?.nlookup,
+            },
+            op::BATCH_FORGET => {
+                let h = hdr::<abi::BatchForgetIn>(head)?;
+                let mut rest = b;
+                let mut items = Vec::with_capacity((h.count as usize).min(rest.len() / 16));
+                for _ in 0..h.count {
+                    let one = hdr::<abi::ForgetOne>(rest)?;
+                    items.push((one.nodeid, one.nlookup));
+                    rest = &rest[std::mem::size_of::<abi::ForgetOne>()..];
+                }
+                Operation::BatchForget { items }
+            }
+            op::GETATTR => {
+                let g = hdr::<abi::GetattrIn>(head)?;
+                Operation::Getattr {
+                    fh: (g.getattr_flags & abi::GETATTR_FH != 0).then_some(g.fh),
+                }
+            }
+            op::SETATTR => {
+                let s = hdr::<abi::SetattrIn>(head)?;
+                let v = s.valid;
+                let has = |bit: u32| v & bit != 0;
+                Operation::Setattr(Setattr {
+                    mode: has(fattr::MODE).then_some(s.mode),
+                    uid: has(fattr::UID).then_some(s.uid),
+                    gid: has(fattr::GID).then_some(s.gid),
+                    size: has(fattr::SIZE).then_some(s.size),
+                    atime: time_arg(v, fattr::ATIME, fattr::ATIME_NOW, s.atime, s.atimensec),
+                    mtime: time_arg(v, fattr::MTIME, fattr::MTIME_NOW, s.mtime, s.mtimensec),
+                    fh: has(fattr::FH).then_some(s.fh),
+                    kill_suidgid: has(fattr::KILL_SUIDGID),
+                })
+            }
+            op::READLINK => Operation::Readlink,
+            op::SYMLINK => {
+                let (name, rest) = cstr(b)?;
+                Operation::Symlink {
+                    name,
+                    target: cstr(rest)?.0,
+                }
+            }
+            op::MKNOD => {
+                let m = hdr::<abi::MknodIn>(head)?;
+                let rest = b;
+                Operation::Mknod {
+                    name: cstr(rest)?.0,
+                    mode: m.mode,
+                    rdev: m.rdev,
+                    umask: m.umask,
+                }
+            }
+            op::MKDIR => {
+                let m = hdr::<abi::MkdirIn>(head)?;
+                let rest = b;
+                Operation::Mkdir {
+                    name: cstr(rest)?.0,
+                    mode: m.mode,
+                    umask: m.umask,
+                }
+            }
+            op::UNLINK => Operation::Unlink { name: cstr(b)?.0 },
+            op::RMDIR => Operation::Rmdir { name: cstr(b)?.0 },
+            op::RENAME | op::RENAME2 => {
+                let (newdir, flags, rest) = if opcode == op::RENAME {
+                    (hdr::<abi::RenameIn>(head)?.newdir, 0, b)
+                } else {
+                    let r = hdr::<abi::Rename2In>(head)?;
+                    (r.newdir, r.flags, b)
+                };
+                let (name, rest) = cstr(rest)?;
+                Operation::Rename {
+                    newdir,
+                    name,
+                    newname: cstr(rest)?.0,
+                    flags,
+                }
+            }
+            op::LINK => {
+                let l = hdr::<abi::LinkIn>(head)?;
+                let rest = b;
+                Operation::Link {
+                    oldnodeid: l.oldnodeid,
+                    newname: cstr(rest)?.0,
+                }
+            }
+            op::OPEN | op::OPENDIR => {
+                let flags = hdr::<abi::OpenIn>(head)?.flags as i32;
+                if opcode == op::OPEN {
+                    Operation::Open { flags }
+                } else {
+                    Operation::Opendir { flags }
+                }
+            }
+            op::READ => {
+                let r = hdr::<abi::ReadIn>(head)?;
+                Operation::Read {
+                    fh: r.fh,
+                    offset: r.offset,
+                    size: r.size,
+                }
+            }
+            op::WRITE => {
+                let w = hdr::<abi::WriteIn>(head)?;
+                let rest = b;
+                Operation::Write {
+                    fh: w.fh,
+                    offset: w.offset,
+                    write_flags: w.write_flags,
+                    data: rest.get(..w.size as usize).ok_or(libc::EINVAL)?,
+                }
+            }
+            op::STATFS => Operation::Statfs,
+            op::RELEASE | op::RELEASEDIR => {
+                let fh = hdr::<abi::ReleaseIn>(head)?.fh;
+                if opcode == op::RELEASE {
+                    Operation::Release { fh }
+                } else {
+                    Operation::Releasedir { fh }
+                }
+            }
+            op::FSYNC | op::FSYNCDIR => {
+                let f = hdr::<abi::FsyncIn>(head)?;
+                let (fh, datasync) = (f.fh, f.fsync_flags & 1 != 0);
+                if opcode == op::FSYNC {
+                    Operation::Fsync { fh, datasync }
+                } else {
+                    Operation::Fsyncdir { fh, datasync }
+                }
+            }
+            op::GETXATTR => {
+                let g = hdr::<abi::GetxattrIn>(head)?;
+                let rest = b;
+                Operation::Getxattr {
+                    name: cstr(rest)?.0,
+                    size: g.size,
+                }
+            }
+            op::LISTXATTR => Operation::Listxattr {
+                size: hdr::<abi::GetxattrIn>(head)?.size,
+            },
+            op::SETXATTR => Operation::Setxattr,
+            op::REMOVEXATTR => Operation::Removexattr,
+            op::FLUSH => Operation::Flush {
+                fh: hdr::<abi::FlushIn>(head)?.fh,
+            },
+            op::READDIR | op::READDIRPLUS => {
+                let r = hdr::<abi::ReadIn>(head)?;
+                let d = DirRead {
+                    fh: r.fh,
+                    offset: r.offset,
+                    size: r.size,
+                };
+                if opcode == op::READDIR {
+                    Operation::Readdir(d)
+                } else {
+                    Operation::Readdirplus(d)
+                }
+            }
+            op::ACCESS => Operation::Access {
+                mask: hdr::<abi::AccessIn>(head)?.mask,
+            },
+            op::CREATE => {
+                let c = hdr::<abi::CreateIn>(head)?;
+                let rest = b;
+                Operation::Create {
+                    name: cstr(rest)?.0,
+                    flags: c.flags as i32,
+                    mode: c.mode,
+                    umask: c.umask,
+                }
+            }
+            op::IOCTL => {
+                let i = hdr::<abi::IoctlIn>(head)?;
+                let rest = b;
+                Operation::Ioctl {
+                    fh: i.fh,
+                    cmd: i.cmd,
+                    in_data: rest.get(..i.in_size as usize).ok_or(libc::EINVAL)?,
+                    out_size: i.out_size,
+                }
+            }
+            op::INTERRUPT => Operation::Interrupt,
+            op::DESTROY => Operation::Destroy,
+            other => Operation::Other(other),
+        })
+    }
+
+    /// Requests the kernel expects no reply to.
+    pub fn no_reply(opcode: u32) -> bool {
+        matches!(opcode, op::FORGET | op::BATCH_FORGET | op::INTERRUPT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes<T: Pod>(t: &T, tail: &[u8]) -> Vec<u8> {
+        let mut v = t.as_bytes().to_vec();
+        v.extend_from_slice(tail);
+        v
+    }
+
+    /// Parse a request as it arrives over /dev/fuse: the operation's
+    /// header and what follows in one buffer.
+    fn parse(opcode: u32, body: &[u8]) -> Result<Operation<'_>, i32> {
+        let k = op_header_size(opcode).min(body.len());
+        Operation::parse(opcode, &body[..k], &body[k..])
+    }
+
+    #[test]
+    fn names_need_their_nul_and_headers_their_length() {
+        assert!(matches!(
+            parse(op::LOOKUP, b"abc\0"),
+            Ok(Operation::Lookup { name: b"abc" })
+        ));
+        assert_eq!(parse(op::LOOKUP, b"abc").err(), Some(libc::EINVAL));
+        assert_eq!(parse(op::MKDIR, &[0u8; 7]).err(), Some(libc::EINVAL));
+        let w = abi::WriteIn {
+            size: 10,
+            ..Default::default()
+        };
+        // Fewer data bytes than the header claims.
+        assert_eq!(
+            parse(op::WRITE, &bytes(&w, b"short")).err(),
+            Some(libc::EINVAL)
+        );
+    }
+
+    #[test]
+    fn rename_symlink_and_setattr_fields_come_out_as_sent() {
+        let r = abi::Rename2In {
+            newdir: 9,
+            flags: 1,
+            padding: 0,
+        };
+        let body = bytes(&r, b"a\0bc\0");
+        let Ok(Operation::Rename {
+            newdir,
+            name,
+            newname,
+            flags,
+        }) = parse(op::RENAME2, &body)
+        else {
+            panic!("a rename")
+        };
+        assert_eq!(
+            (newdir, name, newname, flags),
+            (9, &b"a"[..], &b"bc"[..], 1)
+        );
+        let Ok(Operation::Symlink { name, target }) = parse(op::SYMLINK, b"l\0/t\0") else {
+            panic!("a symlink")
+        };
+        assert_eq!((name, target), (&b"l"[..], &b"/t"[..]));
+        let s = abi::SetattrIn {
+            valid: fattr::MODE | fattr::ATIME_NOW | fattr::MTIME | fattr::FH,
+            mode: 0o644,
+            mtime: 5,
+            mtimensec: 6,
+            fh: 0,
+            ..Default::default()
+        };
+        let Ok(Operation::Setattr(a)) = parse(op::SETATTR, s.as_bytes()) else {
+            panic!("a setattr")
+        };
+        assert_eq!(a.mode, Some(0o644));
+        assert_eq!((a.uid, a.size), (None, None));
+        assert_eq!(a.atime, Some(TimeArg::Now));
+        assert_eq!(a.mtime, Some(TimeArg::At { sec: 5, nsec: 6 }));
+        assert_eq!(a.fh, Some(0));
+    }
+
+    #[test]
+    fn a_batch_forget_with_too_few_items_is_refused() {
+        let h = abi::BatchForgetIn { count: 2, dummy: 0 };
+        let one = abi::ForgetOne {
+            nodeid: 5,
+            nlookup: 3,
+        };
+        let ok = bytes(&h, &[one.as_bytes(), one.as_bytes()].concat());
+        let Ok(Operation::BatchForget { items }) = parse(op::BATCH_FORGET, &ok) else {
+            panic!("a batch")
+        };
+        assert_eq!(items, [(5, 3), (5, 3)]);
+        let short = bytes(&h, one.as_bytes());
+        assert!(parse(op::BATCH_FORGET, &short).is_err());
+    }
+}
