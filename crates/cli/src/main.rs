@@ -1199,6 +1199,13 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
         s.fuse_total.to_string(),
     ]);
     for (n, c) in [
+        ("via_dev_fuse", s.fuse_via_dev),
+        ("via_io_uring", s.fuse_via_uring),
+        ("io_uring_queues", s.fuse_uring_queues),
+    ] {
+        rows.push(vec!["transport".into(), n.into(), c.to_string()]);
+    }
+    for (n, c) in [
         ("slow_lookups", s.vfs_slow_lookups),
         ("backend_lookups", s.vfs_backend_lookups),
         ("complete_misses", s.vfs_complete_misses),

@@ -15,12 +15,10 @@
 //! one, which a handler in that directory may hold).
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, OnceLock};
 
-use fuser::{INodeNo, Notifier};
 use parking_lot::{Mutex, RwLock};
+use walkfs_fusewire::Notifier;
 use walkfs_vfs::{Change, ChangeSink};
 
 use crate::Nodes;
@@ -53,7 +51,7 @@ impl KernelCache {
     fn node_of(&self, ino: u64) -> Option<u64> {
         let nodes = self.nodes.read();
         if ino == nodes.root_ino {
-            return Some(INodeNo::ROOT.0);
+            return Some(crate::ROOT);
         }
         match nodes.by_id.get(&ino) {
             Some(n) if n.key.1 == ino => Some(ino),
@@ -89,12 +87,12 @@ impl KernelCache {
     fn entry(&self, n: &Notifier, parent: u64, name: &[u8]) {
         self.negatives.lock().remove(&(parent, name.to_vec()));
         // ENOENT: the kernel had nothing cached there; nothing to do.
-        let _ = n.inval_entry(INodeNo(parent), OsStr::from_bytes(name));
+        let _ = n.inval_entry(parent, name);
     }
 
     fn inode(&self, n: &Notifier, id: u64) {
         // Attributes, and the page cache from offset 0 to the end.
-        let _ = n.inval_inode(INodeNo(id), 0, 0);
+        let _ = n.inval_inode(id, 0, 0);
     }
 
     fn everything(&self, n: &Notifier) {
@@ -104,11 +102,11 @@ impl KernelCache {
         }
         let names: Vec<(u64, Vec<u8>)> = self.names.lock().values().cloned().collect();
         for (parent, name) in names {
-            let _ = n.inval_entry(INodeNo(parent), OsStr::from_bytes(&name));
+            let _ = n.inval_entry(parent, &name);
         }
         let negs: Vec<(u64, Vec<u8>)> = self.negatives.lock().drain().collect();
         for (parent, name) in negs {
-            let _ = n.inval_entry(INodeNo(parent), OsStr::from_bytes(&name));
+            let _ = n.inval_entry(parent, &name);
         }
     }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use fuser::{Config, Session, SessionACL};
+use walkfs_fusewire::{Config, Session};
 use walkfs_source::Source;
 use walkfs_vfs::Vfs;
 
@@ -66,15 +66,11 @@ pub fn mount(
     opts: MountOptions,
     on_end: impl FnOnce() + Send + 'static,
 ) -> Result<Mounted, String> {
-    let mut cfg = Config::default();
-    let acl = if opts.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
+    let cfg = Config {
+        threads: opts.threads,
+        transport: opts.transport,
+        ..Config::default()
     };
-    cfg.acl = acl;
-    cfg.n_threads = Some(opts.threads);
-    cfg.clone_fd = true;
     let spec = kmount::Spec {
         fsname: source,
         read_only: opts.read_only,
@@ -85,13 +81,14 @@ pub fn mount(
     let stats = Arc::clone(&fs.counters);
     let kernel_cache = fs.kernel_cache();
     let fd = kmount::mount(mountpoint, &spec)?;
-    let session = match Session::from_fd(fs, fd, acl, cfg) {
+    let session = match Session::new(fs, fd, cfg) {
         Ok(s) => s,
         Err(e) => {
             let _ = kmount::unmount(mountpoint);
             return Err(format!("mount on {}: {e}", mountpoint.display()));
         }
     };
+    stats.set_session(session.info());
     if let Some(kc) = kernel_cache {
         let _ = kc.notifier.set(session.notifier());
     }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use walkfs_fusewire::Transport;
 use walkfs_source::SourceOptions;
 use walkfs_vfs::{CachePolicy, Errno, NegPolicy};
 
@@ -25,6 +26,9 @@ pub struct MountOptions {
     pub read_only: bool,
     /// Worker threads of the FUSE session.
     pub threads: usize,
+    /// How requests travel: FUSE over io_uring where the kernel offers
+    /// it (`auto`), `/dev/fuse` only (`dev`), or io_uring (`uring`).
+    pub transport: Transport,
     /// The options of the vfs (switches, `cache`, `negtimeout`, ...) and
     /// of its backend (`msize`, `host_fds`, ...).
     pub source: SourceOptions,
@@ -42,7 +46,7 @@ pub const MOUNT_DENTRIES: u32 = 262_144;
 impl MountOptions {
     /// Parse `name[=value],...`. FUSE options: `allow_other`,
     /// `default_permissions` (on unless `no_default_permissions`),
-    /// `ro`/`rw`, `threads=N`,
+    /// `ro`/`rw`, `threads=N`, `transport=auto|dev|uring`,
     /// `entry_timeout=S`, `attr_timeout=S` (seconds; defaults follow the
     /// cache mode). Everything else is a vfs option (`cache`,
     /// `negtimeout`/`ndentrytmo`, `msize`, `fastpath`, ...). Mount-command
@@ -56,6 +60,7 @@ impl MountOptions {
         let (mut allow_other, mut default_permissions, mut read_only) = (false, true, false);
         let mut threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
         let (mut entry, mut attr) = (None, None);
+        let mut transport = Transport::Auto;
         let secs = |v: &str| -> Result<Duration, String> {
             v.parse::<f64>()
                 .ok()
@@ -78,6 +83,7 @@ impl MountOptions {
                         .filter(|n| *n > 0)
                         .ok_or_else(|| format!("bad threads {v:?}"))?
                 }
+                "transport" => transport = v.parse()?,
                 "entry_timeout" => entry = Some(secs(v)?),
                 "attr_timeout" => attr = Some(secs(v)?),
                 "dev" | "nodev" | "suid" | "nosuid" | "exec" | "noexec" | "auto" | "noauto"
@@ -115,6 +121,7 @@ impl MountOptions {
             default_permissions,
             read_only: source.vfs.read_only,
             threads,
+            transport,
             source,
             text: text.to_string(),
         })
@@ -167,5 +174,11 @@ mod tests {
                 .default_permissions
         );
         assert!(MountOptions::parse("entry_timeout=-1").is_err());
+        assert_eq!(
+            MountOptions::parse("transport=dev").unwrap().transport,
+            Transport::Dev
+        );
+        assert_eq!(MountOptions::parse("").unwrap().transport, Transport::Auto);
+        assert!(MountOptions::parse("transport=pipe").is_err());
     }
 }

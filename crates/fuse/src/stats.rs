@@ -115,6 +115,8 @@ pub struct FuseCounters {
     /// Lookups answered "no such name" (with a negative entry the kernel
     /// keeps when `negtimeout` allows).
     pub negative_replies: AtomicU64,
+    /// The session's own counts (which transport carried the requests).
+    session: std::sync::OnceLock<std::sync::Arc<walkfs_fusewire::SessionInfo>>,
 }
 
 impl Default for FuseCounters {
@@ -123,7 +125,15 @@ impl Default for FuseCounters {
             count: std::array::from_fn(|_| AtomicU64::new(0)),
             nanos: std::array::from_fn(|_| AtomicU64::new(0)),
             negative_replies: AtomicU64::new(0),
+            session: std::sync::OnceLock::new(),
         }
+    }
+}
+
+impl FuseCounters {
+    /// Report the transport counts of `info` with these.
+    pub fn set_session(&self, info: std::sync::Arc<walkfs_fusewire::SessionInfo>) {
+        let _ = self.session.set(info);
     }
 }
 
@@ -184,6 +194,14 @@ pub struct MountStats {
     pub fuse_us: Vec<(String, u64)>,
     #[serde(default)]
     pub fuse_total: u64,
+    /// Requests that came over `/dev/fuse` and over io_uring, and the
+    /// io_uring queues (0: `/dev/fuse` only).
+    #[serde(default)]
+    pub fuse_via_dev: u64,
+    #[serde(default)]
+    pub fuse_via_uring: u64,
+    #[serde(default)]
+    pub fuse_uring_queues: u64,
     /// The vfs's dentry cache: lookups that missed the lock-free path,
     /// lookups that reached the backend, negative entries made.
     pub vfs_slow_lookups: u64,
@@ -291,6 +309,11 @@ impl MountStats {
             resources,
             ..Default::default()
         };
+        if let Some(i) = c.session.get() {
+            s.fuse_via_dev = i.dev_requests.load(Relaxed);
+            s.fuse_via_uring = i.uring_requests.load(Relaxed);
+            s.fuse_uring_queues = i.uring_queues.load(Relaxed) as u64;
+        }
         if let Some(f) = vfs.p9_fid_stats() {
             s.resources.extend([
                 ("9p_nodes".to_string(), f.nodes),

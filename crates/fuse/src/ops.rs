@@ -1,0 +1,669 @@
+//! The requests: each FUSE operation on the vfs, its reply written into
+//! the session's buffer. Errors are the vfs's errnos, as Linux gives
+//! them.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use walkfs_fusewire::abi::{self, init};
+use walkfs_fusewire::reply::{put, DirBuf};
+use walkfs_fusewire::request::DirRead;
+use walkfs_fusewire::{Filesystem, Operation, Request, Setattr};
+use walkfs_vfs::{CachePolicy, Ctx, Errno, Statx};
+
+use crate::stats::{Op, STATS_IOCTL, SYNC_IOCTL};
+use crate::{attr_of, stat_of, time_set, WalkFuse, DEGRADED_TTL, ROOT};
+
+/// The counter of each operation (none for those the session answers
+/// itself or that do nothing).
+fn counted(op: &Operation<'_>) -> Option<Op> {
+    Some(match op {
+        Operation::Lookup { .. } => Op::Lookup,
+        Operation::Forget { .. } | Operation::BatchForget { .. } => Op::Forget,
+        Operation::Getattr { .. } => Op::Getattr,
+        Operation::Setattr(_) => Op::Setattr,
+        Operation::Readlink => Op::Readlink,
+        Operation::Symlink { .. } => Op::Symlink,
+        Operation::Mknod { .. } => Op::Mknod,
+        Operation::Mkdir { .. } => Op::Mkdir,
+        Operation::Unlink { .. } => Op::Unlink,
+        Operation::Rmdir { .. } => Op::Rmdir,
+        Operation::Rename { .. } => Op::Rename,
+        Operation::Link { .. } => Op::Link,
+        Operation::Open { .. } => Op::Open,
+        Operation::Read { .. } => Op::Read,
+        Operation::Write { .. } => Op::Write,
+        Operation::Statfs => Op::Statfs,
+        Operation::Release { .. } => Op::Release,
+        Operation::Fsync { .. } => Op::Fsync,
+        Operation::Getxattr { .. } => Op::Getxattr,
+        Operation::Listxattr { .. } => Op::Listxattr,
+        Operation::Flush { .. } => Op::Flush,
+        Operation::Opendir { .. } => Op::Opendir,
+        Operation::Readdir(_) => Op::Readdir,
+        Operation::Readdirplus(_) => Op::Readdirplus,
+        Operation::Releasedir { .. } => Op::Releasedir,
+        Operation::Fsyncdir { .. } => Op::Fsyncdir,
+        Operation::Access { .. } => Op::Access,
+        Operation::Create { .. } => Op::Create,
+        Operation::Ioctl { .. } => Op::Ioctl,
+        Operation::Setxattr
+        | Operation::Removexattr
+        | Operation::Interrupt
+        | Operation::Destroy
+        | Operation::Other(_) => return None,
+    })
+}
+
+impl Filesystem for WalkFuse {
+    fn init(&self, _offered: u64) -> u64 {
+        // Kill-priv v2: the kernel stops clearing set-id bits itself
+        // (a GETXATTR of security.capability before writes and a
+        // GETATTR before each chown, since FUSE clears SB_NOSEC without
+        // it) and marks the writes and truncates whose writer lacks
+        // CAP_FSETID; the vfs clears the bits as Linux does (policy.rs):
+        // on write here, on truncate and chown by the caller's
+        // credentials.
+        // Ioctls on directories: `walkfs stats` and `walkfs sync` ask the
+        // root.
+        let mut want = init::PARALLEL_DIROPS | init::HANDLE_KILLPRIV_V2 | init::HAS_IOCTL_DIR;
+        if self.keeps() {
+            want |= init::CACHE_SYMLINKS | init::DO_READDIRPLUS | init::READDIRPLUS_AUTO;
+            // Write-back caching: the kernel gathers a program's small
+            // writes in the page cache and sends them in large chunks (a
+            // build's assembler and linker write in small pieces; without
+            // it each is one round trip to the server). Coherent mounts
+            // cannot use it; the vfs gathers them (writeback.rs).
+            if self.writeback() {
+                want |= init::WRITEBACK_CACHE;
+            }
+        }
+        want
+    }
+
+    /// The session ends (unmount): every change the backend sent without
+    /// waiting reaches the server before the mount is gone, as a umount
+    /// of any write-back file system waits for its dirty state. A refusal
+    /// no one can be told of any more is logged.
+    fn destroy(&self) {
+        if let Err(e) = self.vfs.sync() {
+            tracing::warn!("unmount: a change sent without waiting failed: {e}");
+        }
+    }
+
+    fn handle(&self, req: &Request, op: Operation<'_>, out: &mut Vec<u8>) -> Result<(), i32> {
+        let _t = counted(&op).map(|o| self.counters.start(o));
+        let ino = req.nodeid;
+        let r = match op {
+            Operation::Lookup { name } => self.lookup(req, ino, name, out),
+            Operation::Forget { nlookup } => {
+                self.forget_node(ino, nlookup);
+                Ok(())
+            }
+            Operation::BatchForget { items } => {
+                for (id, n) in items {
+                    self.forget_node(id, n);
+                }
+                Ok(())
+            }
+            Operation::Getattr { .. } => self.attr(ino).map(|a| self.put_attr(out, a)),
+            Operation::Setattr(s) => self.setattr(req, ino, &s, out),
+            Operation::Readlink => self.readlink(req, ino, out),
+            Operation::Mkdir { name, mode, umask } => {
+                let ctx = self.ctx(req);
+                Self::name(name).and_then(|n| {
+                    ctx.mkdirat(&self.node(ino)?, n, mode & !umask & 0o7777)?;
+                    self.put_entry(out, self.lookup_node(&ctx, ino, n)?);
+                    Ok(())
+                })
+            }
+            Operation::Mknod {
+                name,
+                mode,
+                rdev,
+                umask,
+            } => {
+                // Fifos, sockets (bind(2) of a unix socket lands here) and
+                // device nodes are made in the export but never opened
+                // through it: the kernel opens its own fifo or socket, and
+                // the mount is nodev.
+                let ctx = self.ctx(req);
+                Self::name(name).and_then(|n| {
+                    let perm = mode & !umask & 0o7777;
+                    let kind = (mode & libc::S_IFMT) | perm;
+                    ctx.mknodat(&self.node(ino)?, n, kind, u64::from(rdev))?;
+                    self.put_entry(out, self.lookup_node(&ctx, ino, n)?);
+                    Ok(())
+                })
+            }
+            Operation::Symlink { name, target } => {
+                let ctx = self.ctx(req);
+                Self::name(name).and_then(|n| {
+                    ctx.symlinkat(target, &self.node(ino)?, n)?;
+                    self.put_entry(out, self.lookup_node(&ctx, ino, n)?);
+                    Ok(())
+                })
+            }
+            Operation::Link { oldnodeid, newname } => {
+                let ctx = self.ctx(req);
+                Self::name(newname).and_then(|n| {
+                    let from = self.node(oldnodeid)?;
+                    ctx.linkat(&from, b"", &self.node(ino)?, n, libc::AT_EMPTY_PATH)?;
+                    self.put_entry(out, self.lookup_node(&ctx, ino, n)?);
+                    Ok(())
+                })
+            }
+            Operation::Unlink { name } => {
+                let ctx = self.ctx(req);
+                Self::name(name).and_then(|n| ctx.unlinkat(&self.node(ino)?, n, 0))
+            }
+            Operation::Rmdir { name } => {
+                let ctx = self.ctx(req);
+                Self::name(name).and_then(|n| ctx.unlinkat(&self.node(ino)?, n, libc::AT_REMOVEDIR))
+            }
+            Operation::Rename {
+                newdir,
+                name,
+                newname,
+                flags,
+            } => {
+                let ctx = self.ctx(req);
+                // The moved file's node follows it: its handle's dentry
+                // moved.
+                (|| {
+                    let (a, b) = (Self::name(name)?, Self::name(newname)?);
+                    ctx.renameat2(&self.node(ino)?, a, &self.node(newdir)?, b, flags)
+                })()
+            }
+            Operation::Open { flags } => self.open(req, ino, flags, out),
+            Operation::Read { fh, offset, size } => {
+                // The reply is the data: read straight into the buffer.
+                let at = out.len();
+                out.resize(at + size as usize, 0);
+                let r = self
+                    .io_fd(ino, fh, false)
+                    .and_then(|fd| self.base.pread(fd.fd(), &mut out[at..], offset));
+                r.map(|n| out.truncate(at + n))
+            }
+            Operation::Write {
+                fh,
+                offset,
+                write_flags,
+                data,
+            } => (|| {
+                if write_flags & abi::WRITE_KILL_SUIDGID != 0 && !data.is_empty() {
+                    self.ctx(req).remove_privs(&self.node(ino)?)?;
+                }
+                let fd = self.io_fd(ino, fh, true)?;
+                let n = self.base.pwrite(fd.fd(), data, offset)?;
+                put(
+                    out,
+                    &abi::WriteOut {
+                        size: n as u32,
+                        padding: 0,
+                    },
+                );
+                Ok(())
+            })(),
+            Operation::Flush { fh } => self.flush(ino, fh),
+            Operation::Release { fh } => {
+                if fh != 0 {
+                    if let Err(e) = self.base.close((fh - 1) as i32) {
+                        // Reported at flush already, where a program
+                        // could see it.
+                        tracing::debug!("release of {ino}: {e}");
+                    }
+                }
+                Ok(())
+            }
+            // The file's changes running behind are carried out; a failure
+            // this open file has not seen is reported. With handle 0 the
+            // node's own open file: its cursor has seen what a file the
+            // kernel opened without telling us would have.
+            Operation::Fsync { fh, .. } => self
+                .io_fd(ino, fh, false)
+                .and_then(|fd| self.base.fsync(fd.fd())),
+            Operation::Opendir { .. } if self.keeps() => {
+                // The NO_OPENDIR way (listings.rs): the kernel stops
+                // asking, keeps listings in its cache, and lists only at
+                // READDIR.
+                Err(Errno::ENOSYS)
+            }
+            Operation::Opendir { .. } => self.list(&self.ctx(req), ino).map(|entries| {
+                let id = self.listings.add(ino, entries);
+                put(
+                    out,
+                    &abi::OpenOut {
+                        fh: u64::from(id),
+                        ..Default::default()
+                    },
+                );
+            }),
+            Operation::Readdir(d) => self.readdir(req, ino, &d, out),
+            Operation::Readdirplus(d) => self.readdirplus(req, ino, &d, out),
+            Operation::Releasedir { fh } => {
+                if let Ok(id) = u32::try_from(fh) {
+                    self.listings.remove(id);
+                }
+                Ok(())
+            }
+            // The directory's entries changed without waiting, their
+            // errors.
+            Operation::Fsyncdir { .. } => self.node(ino).and_then(|h| {
+                let d = self.base.reopen(&h, libc::O_RDONLY | libc::O_DIRECTORY)?;
+                let r = self.base.fsync(d);
+                let _ = self.base.close(d);
+                r
+            }),
+            Operation::Statfs => self.node(ino).and_then(|h| {
+                let s = self.base.statfs(&h, b"")?;
+                put(
+                    out,
+                    &abi::Kstatfs {
+                        blocks: s.blocks,
+                        bfree: s.bfree,
+                        bavail: s.bavail,
+                        files: s.files,
+                        ffree: s.ffree,
+                        bsize: s.bsize as u32,
+                        namelen: s.namelen as u32,
+                        frsize: s.frsize as u32,
+                        ..Default::default()
+                    },
+                );
+                Ok(())
+            }),
+            // The mount keeps no extended attributes. ENOSYS once and the
+            // kernel stops asking (getxattr(2) gets EOPNOTSUPP from then
+            // on), notably for security.capability before each write and
+            // chown.
+            Operation::Getxattr { .. } | Operation::Listxattr { .. } => Err(Errno::ENOSYS),
+            Operation::Setxattr | Operation::Removexattr => Err(Errno::ENOSYS),
+            Operation::Ioctl { cmd, out_size, .. } => self.ioctl(ino, cmd, out_size, out),
+            Operation::Access { mask } => self.node(ino).and_then(|h| {
+                self.ctx(req)
+                    .faccessat(&h, b"", mask as i32, libc::AT_EMPTY_PATH)
+            }),
+            Operation::Create {
+                name,
+                flags,
+                mode,
+                umask,
+            } => self.create(req, ino, name, flags, mode & !umask & 0o7777, out),
+            Operation::Interrupt | Operation::Destroy => Ok(()),
+            Operation::Other(_) => Err(Errno::ENOSYS),
+        };
+        r.map_err(|e| e.0)
+    }
+}
+
+impl WalkFuse {
+    /// An ENTRY reply: the node with attributes `a`.
+    fn put_entry(&self, out: &mut Vec<u8>, a: abi::Attr) {
+        put(out, &self.entry_out(a));
+    }
+
+    fn lookup(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), Errno> {
+        let ctx = self.ctx(req);
+        let r = Self::name(name).and_then(|n| self.lookup_node(&ctx, parent, n));
+        let coherent = self.opts.cache == CachePolicy::Coherent;
+        if let (true, Ok(a)) = (coherent, &r) {
+            self.kc.handed_out(parent, name, Some(a.ino));
+        }
+        match r {
+            Err(Errno::ENOENT) if !self.opts.neg_ttl.is_zero() => {
+                // A negative entry: node id 0, kept for the entry timeout
+                // (short when it could not be invalidated).
+                self.counters.negative_replies.fetch_add(1, Relaxed);
+                let ttl =
+                    if coherent && (self.degraded() || !self.kc.handed_out(parent, name, None)) {
+                        self.opts.neg_ttl.min(DEGRADED_TTL)
+                    } else {
+                        self.opts.neg_ttl
+                    };
+                let e = abi::EntryOut {
+                    entry_valid: ttl.as_secs(),
+                    entry_valid_nsec: ttl.subsec_nanos(),
+                    ..Default::default()
+                };
+                put(out, &e);
+                Ok(())
+            }
+            Err(e) => {
+                if e == Errno::ENOENT {
+                    self.counters.negative_replies.fetch_add(1, Relaxed);
+                }
+                Err(e)
+            }
+            Ok(a) => {
+                self.put_entry(out, a);
+                Ok(())
+            }
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: u64,
+        s: &Setattr,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Errno> {
+        let ctx = self.ctx(req);
+        let node = self.node(ino)?;
+        let fd = &node;
+        // The kernel writing back the times it keeps (write-back cache)
+        // of a file removed meanwhile: nothing to change that anyone
+        // could see, and no name left to reach it by.
+        if self.writeback()
+            && s.mode.is_none()
+            && s.uid.is_none()
+            && s.gid.is_none()
+            && s.size.is_none()
+        {
+            let x = stat_of(&self.base, fd)?;
+            if x.stx_nlink == 0 {
+                // (Every unlink in cache=loose ends here: the kernel
+                // writes back the ctime it set. One stat answers.)
+                self.put_attr(out, attr_of(ino, &x));
+                return Ok(());
+            }
+        }
+        let e = libc::AT_EMPTY_PATH;
+        // A truncate's FATTR_KILL_SUIDGID needs nothing more: the vfs's
+        // truncate clears set-id bits by the caller's credentials, as
+        // Linux does.
+        if let Some(m) = s.mode {
+            if self.only_kills_privs(&ctx, fd, m)? {
+                self.base.fchmodat(fd, b"", m & 0o7777, e)?;
+            } else {
+                ctx.fchmodat(fd, b"", m & 0o7777, e)?;
+            }
+        }
+        if s.uid.is_some() || s.gid.is_some() {
+            ctx.fchownat(
+                fd,
+                b"",
+                s.uid.unwrap_or(u32::MAX),
+                s.gid.unwrap_or(u32::MAX),
+                e | libc::AT_SYMLINK_NOFOLLOW,
+            )?;
+        }
+        if let Some(len) = s.size {
+            let len = i64::try_from(len).map_err(|_| Errno::EFBIG)?;
+            match s.fh.filter(|h| *h != 0) {
+                Some(h) => ctx.ftruncate((h - 1) as i32, len)?,
+                None => {
+                    // FATTR_FH with handle 0: the caller truncates a file
+                    // it has open (zero-message open), and the kernel has
+                    // checked the descriptor is writable. As with
+                    // ftruncate(2), the file's mode is not asked again (a
+                    // file created with mode 0 and truncated through its
+                    // descriptor).
+                    let who: &Ctx = if s.fh.is_some() { &self.base } else { &ctx };
+                    let w = who.reopen(fd, libc::O_WRONLY)?;
+                    let r = ctx.ftruncate(w, len);
+                    let _ = ctx.close(w);
+                    r?
+                }
+            }
+        }
+        let times = [time_set(s.atime), time_set(s.mtime)];
+        if times != [None, None] {
+            // With write-back caching the kernel keeps a file's times and
+            // sends them as explicit times, as the caller: when it writes
+            // them back, with a truncate, and for a utimensat(UTIME_NOW),
+            // which a writer who does not own the file may do. Explicit
+            // times are the owner's only in utimensat, so a caller who may
+            // write the file gets them set with the daemon's credentials.
+            // Under default_permissions the kernel has already refused a
+            // non-owner's explicit times; without it, a writer's explicit
+            // utimensat goes through in cache=loose (the kernel has turned
+            // NOW into a time: the two cannot be told apart).
+            let kernel_times = self.writeback()
+                && !ctx.creds().is_root()
+                && ctx
+                    .faccessat(fd, b"", libc::W_OK, libc::AT_EMPTY_PATH)
+                    .is_ok();
+            let who: &Ctx = if kernel_times { &self.base } else { &ctx };
+            who.utimensat(fd, b"", times, e | libc::AT_SYMLINK_NOFOLLOW)?;
+        }
+        self.put_attr(out, self.attr(ino)?);
+        Ok(())
+    }
+
+    fn readlink(&self, req: &Request, ino: u64, out: &mut Vec<u8>) -> Result<(), Errno> {
+        let at = out.len();
+        out.resize(at + libc::PATH_MAX as usize, 0);
+        let h = self.node(ino)?;
+        let n = self.ctx(req).readlinkat_into(&h, b"", &mut out[at..])?;
+        out.truncate(at + n);
+        Ok(())
+    }
+
+    fn open(&self, req: &Request, ino: u64, flags: i32, out: &mut Vec<u8>) -> Result<(), Errno> {
+        if self.no_open() {
+            return Err(Errno::ENOSYS);
+        }
+        let ctx = self.ctx(req);
+        let node = self.node(ino)?;
+        let f = self.open_flags(flags);
+        let h = match ctx.reopen(&node, f) {
+            // Write-only by permission: the kernel then writes whole pages
+            // only where it has them.
+            Err(Errno::EACCES) if flags & libc::O_ACCMODE == libc::O_WRONLY => {
+                ctx.reopen(&node, (f & !libc::O_ACCMODE) | libc::O_WRONLY)
+            }
+            r => r,
+        }?;
+        put(
+            out,
+            &abi::OpenOut {
+                fh: h as u64 + 1,
+                open_flags: self.fopen_flags(),
+                backing_id: 0,
+            },
+        );
+        Ok(())
+    }
+
+    fn flush(&self, ino: u64, fh: u64) -> Result<(), Errno> {
+        if !self.writes_behind || self.writeback() {
+            // ENOSYS once makes the kernel stop asking, so a close costs
+            // no round trip. Nothing is lost by it:
+            // - a backend that completes every change before answering
+            //   (a local directory) has nothing pending at close;
+            // - with the write-back cache (cache=loose) the kernel still
+            //   writes its dirty pages back at close and reports their
+            //   WRITE errors there, and a failure met behind the caller
+            //   reaches fsync, as on a local file system, whose close(2)
+            //   reports nothing either.
+            // A 9P source in cache=coherent or none keeps FLUSH: its
+            // gathered writes reach the server at close, so whoever opens
+            // the file next, anywhere, sees them (close-to-open, as NFS).
+            return Err(Errno::ENOSYS);
+        }
+        // close(2): the file's gathered writes go out, and a failure one
+        // of its changes met is reported (with cache=coherent after
+        // waiting for them: close-to-open consistency as NFS keeps it).
+        let fd = self.io_fd(ino, fh, false)?;
+        self.base.flush(fd.fd())
+    }
+
+    fn readdir(
+        &self,
+        req: &Request,
+        ino: u64,
+        d: &DirRead,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Errno> {
+        let s = self.dir_slice(req, ino, d.fh, d.offset)?;
+        let mut buf = DirBuf::new(out, d.size);
+        for (i, e) in s.entries.iter().enumerate().skip(s.start) {
+            // The inode number keeps `ls -i` and `find` consistent (a
+            // readdir makes no lookup).
+            if !buf.add(e.ino.max(1), s.offset(i), e.kind.mode_bits(), &e.name) {
+                break;
+            }
+        }
+        // The kernel asks until a reply is empty: that one ends the
+        // listing (dropping it at the last full reply would list the
+        // directory again for the empty one).
+        if s.start >= s.entries.len() {
+            self.listings.finished(&s);
+        }
+        Ok(())
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: u64,
+        d: &DirRead,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Errno> {
+        let ctx = self.ctx(req);
+        let s = self.dir_slice(req, ino, d.fh, d.offset)?;
+        let mut buf = DirBuf::new(out, d.size);
+        for (i, e) in s.entries.iter().enumerate().skip(s.start) {
+            let name = &e.name[..];
+            let dots = name == b"." || name == b"..";
+            let attr = if name == b"." {
+                self.attr(ino)
+            } else if name == b".." {
+                // The kernel links no node for `..` (no lookup count): its
+                // attributes only, with its inode number (readdir skips
+                // entries whose d_ino is 0).
+                self.node(ino).and_then(|h| {
+                    let x: Statx = ctx.statx(
+                        &h,
+                        b"..",
+                        libc::AT_SYMLINK_NOFOLLOW,
+                        libc::STATX_BASIC_STATS,
+                    )?;
+                    Ok(attr_of(x.stx_ino.max(1), &x))
+                })
+            } else {
+                self.lookup_node(&ctx, ino, name)
+            };
+            let Ok(a) = attr else { continue };
+            let entry = self.entry_out(a);
+            if !buf.add_plus(&entry, a.ino, s.offset(i), a.mode, name) {
+                // The kernel did not take this entry: give back its count.
+                if !dots {
+                    self.forget_node(a.ino, 1);
+                }
+                break;
+            }
+        }
+        if s.start >= s.entries.len() {
+            self.listings.finished(&s);
+        }
+        Ok(())
+    }
+
+    fn ioctl(&self, ino: u64, cmd: u32, out_size: u32, out: &mut Vec<u8>) -> Result<(), Errno> {
+        if ino != ROOT {
+            return Err(Errno::ENOTTY);
+        }
+        let body = match cmd {
+            SYNC_IOCTL => {
+                self.vfs.sync()?;
+                Vec::new()
+            }
+            STATS_IOCTL => {
+                let body = serde_json::to_vec(&self.stats()).unwrap_or_default();
+                if body.len() > out_size as usize {
+                    return Err(Errno::E2BIG);
+                }
+                body
+            }
+            _ => return Err(Errno::ENOTTY),
+        };
+        put(
+            out,
+            &abi::IoctlOut {
+                result: body.len() as i32,
+                ..Default::default()
+            },
+        );
+        out.extend_from_slice(&body);
+        Ok(())
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &[u8],
+        flags: i32,
+        mode: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Errno> {
+        let ctx = self.ctx(req);
+        let n = Self::name(name)?;
+        let dir = self.node(parent)?;
+        let asked = (flags | libc::O_CREAT) & !libc::O_NOCTTY;
+        let mut f = asked;
+        if self.writeback() {
+            // As in open_flags (a new file may be opened read-write
+            // whatever its mode; an existing one may refuse it).
+            f &= !libc::O_APPEND;
+            if f & libc::O_ACCMODE == libc::O_WRONLY {
+                f = (f & !libc::O_ACCMODE) | libc::O_RDWR;
+            }
+        }
+        let (h, used) = match ctx.openat(&dir, n, f, mode) {
+            Err(Errno::EACCES) if f != asked => {
+                let used = asked & !libc::O_APPEND;
+                (ctx.openat(&dir, n, used, mode)?, used)
+            }
+            r => (r?, f),
+        };
+        // The node comes from what the create opened, not from a second
+        // walk of the name.
+        let made = ctx.handle_of(h).and_then(|node| {
+            let x = stat_of(&ctx, &node)?;
+            Ok(attr_of(self.remember(node, &x), &x))
+        });
+        let a = match made {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = ctx.close(h);
+                return Err(e);
+            }
+        };
+        let fh = if self.no_open() {
+            // With zero-message opens the kernel never sends a release,
+            // not even for a handle `create` gave it (it drops handles
+            // silently once opens are off): a handle here would stay open
+            // for ever. The new file's descriptor becomes the node's
+            // shared one instead (bounded, closed when pushed out or
+            // forgotten) and the kernel gets handle 0, as for opens.
+            if used & libc::O_ACCMODE == libc::O_RDWR && used & libc::O_APPEND == 0 {
+                let rw = self.closer.own(h);
+                self.io.insert(a.ino, (None, Some(rw)));
+            } else {
+                let _ = self.base.close(h);
+            }
+            0
+        } else {
+            h as u64 + 1
+        };
+        self.put_entry(out, a);
+        put(
+            out,
+            &abi::OpenOut {
+                fh,
+                open_flags: self.fopen_flags(),
+                backing_id: 0,
+            },
+        );
+        Ok(())
+    }
+}
