@@ -24,6 +24,7 @@
 //! supplementary groups from the user database), so permission checks and
 //! the owners of new files are the caller's.
 
+mod bare;
 mod coherent;
 mod fds;
 mod listings;
@@ -103,6 +104,8 @@ pub struct WalkFuse {
     next_id: AtomicU64,
     /// Directory listings being read (listings.rs).
     listings: listings::Listings,
+    /// When READDIRPLUS lists names without attributes (bare.rs).
+    bare: bare::BarePolicy,
     /// The root (never forgotten).
     root: Handle,
     /// Per-node open files for I/O the kernel sends without a handle
@@ -200,6 +203,10 @@ impl WalkFuse {
         nodes.root_ino = x.stx_ino;
         let nodes = Arc::new(RwLock::new(nodes));
         let writes_behind = vfs.writes_behind();
+        // Bare listings where a lookup is as cheap as the stat a listing
+        // with attributes would make: a local directory (not 9P).
+        let keeps = matches!(opts.cache, CachePolicy::Loose | CachePolicy::Coherent);
+        let bare = bare::BarePolicy::new(opts.bare_listings && keeps && vfs.p9_stats().is_none());
         let closer = Arc::new(fds::Closer {
             ctx: base.with_creds(Creds::root()),
         });
@@ -214,6 +221,7 @@ impl WalkFuse {
             nodes,
             next_id: AtomicU64::new(1 << 62),
             listings: listings::Listings::default(),
+            bare,
             opts,
             writes_behind,
             counters: Arc::new(FuseCounters::default()),
@@ -422,6 +430,10 @@ impl WalkFuse {
             ("nodes".to_string(), nodes),
             ("io_fds".to_string(), self.io.len() as u64),
             ("io_fds_max".to_string(), IO_FDS as u64),
+            (
+                "listing_with_attrs".to_string(),
+                u64::from(self.bare.attrs_mode()),
+            ),
         ];
         MountStats::collect(&self.counters, &self.vfs, &self.opts, resources)
     }

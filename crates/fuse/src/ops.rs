@@ -315,6 +315,9 @@ impl WalkFuse {
         if let (true, Ok(a)) = (coherent, &r) {
             self.kc.handed_out(parent, name, Some(a.ino));
         }
+        if let Ok(a) = &r {
+            self.bare.looked_up(parent, a.mode);
+        }
         match r {
             Err(Errno::ENOENT) if !self.opts.neg_ttl.is_zero() => {
                 // A negative entry: node id 0, kept for the entry timeout
@@ -530,9 +533,21 @@ impl WalkFuse {
         let ctx = self.ctx(req);
         let s = self.dir_slice(req, ino, d.fh, d.offset)?;
         let mut buf = DirBuf::new(out, d.size);
+        let bare = self.bare.bare_now();
+        let mut bare_files = 0;
         for (i, e) in s.entries.iter().enumerate().skip(s.start) {
             let name = &e.name[..];
             let dots = name == b"." || name == b"..";
+            if bare && !dots {
+                // Name, type and inode number; no node (bare.rs).
+                let mode = e.kind.mode_bits();
+                let none = abi::EntryOut::default();
+                if !buf.add_plus(&none, e.ino.max(1), s.offset(i), mode, name) {
+                    break;
+                }
+                bare_files += u64::from(mode & libc::S_IFMT != libc::S_IFDIR);
+                continue;
+            }
             let attr = if name == b"." {
                 self.attr(ino)
             } else if name == b".." {
@@ -560,6 +575,9 @@ impl WalkFuse {
                 }
                 break;
             }
+        }
+        if bare {
+            self.bare.listed(ino, bare_files);
         }
         if s.start >= s.entries.len() {
             self.listings.finished(&s);

@@ -29,6 +29,10 @@ pub struct MountOptions {
     /// How requests travel: FUSE over io_uring where the kernel offers
     /// it (`auto`), `/dev/fuse` only (`dev`), or io_uring (`uring`).
     pub transport: Transport,
+    /// READDIRPLUS may list names without attributes while what follows
+    /// listings shows they are not used (`bare=1`, the default; see the
+    /// crate's bare.rs).
+    pub bare_listings: bool,
     /// The options of the vfs (switches, `cache`, `negtimeout`, ...) and
     /// of its backend (`msize`, `host_fds`, ...).
     pub source: SourceOptions,
@@ -46,7 +50,7 @@ pub const MOUNT_DENTRIES: u32 = 262_144;
 impl MountOptions {
     /// Parse `name[=value],...`. FUSE options: `allow_other`,
     /// `default_permissions` (on unless `no_default_permissions`),
-    /// `ro`/`rw`, `threads=N`, `transport=auto|dev|uring`,
+    /// `ro`/`rw`, `threads=N`, `transport=auto|dev|uring`, `bare=0|1`,
     /// `entry_timeout=S`, `attr_timeout=S` (seconds; defaults follow the
     /// cache mode). Everything else is a vfs option (`cache`,
     /// `negtimeout`/`ndentrytmo`, `msize`, `fastpath`, ...). Mount-command
@@ -61,6 +65,7 @@ impl MountOptions {
         let mut threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
         let (mut entry, mut attr) = (None, None);
         let mut transport = Transport::Auto;
+        let mut bare_listings = true;
         let secs = |v: &str| -> Result<Duration, String> {
             v.parse::<f64>()
                 .ok()
@@ -84,6 +89,13 @@ impl MountOptions {
                         .ok_or_else(|| format!("bad threads {v:?}"))?
                 }
                 "transport" => transport = v.parse()?,
+                "bare" => {
+                    bare_listings = match v {
+                        "1" | "" => true,
+                        "0" => false,
+                        _ => return Err(format!("bad bare {v:?}: 0 or 1")),
+                    }
+                }
                 "entry_timeout" => entry = Some(secs(v)?),
                 "attr_timeout" => attr = Some(secs(v)?),
                 "dev" | "nodev" | "suid" | "nosuid" | "exec" | "noexec" | "auto" | "noauto"
@@ -122,6 +134,7 @@ impl MountOptions {
             read_only: source.vfs.read_only,
             threads,
             transport,
+            bare_listings,
             source,
             text: text.to_string(),
         })
