@@ -167,6 +167,13 @@ enum Cmd {
     /// (EOPNOTSUPP); `walkfs stats MOUNTPOINT` shows every request the
     /// kernel sent, by opcode, with the time spent answering it.
     ///
+    /// Requests come over FUSE over io_uring, one queue per CPU, where
+    /// the kernel offers it (Linux 6.14+, `echo Y >
+    /// /sys/module/fuse/parameters/enable_uring`), else from /dev/fuse;
+    /// `-o transport=dev|uring` forces one. `-o bare=0` keeps attributes
+    /// in every directory listing (by default listings of a local
+    /// directory carry names only while nobody stats what they list).
+    ///
     /// Without --foreground the command returns once the mount is up and
     /// the mount lives on in the background. Unmount with
     /// `fusermount3 -u MOUNTPOINT` or `umount MOUNTPOINT`; SIGINT, SIGTERM
@@ -312,8 +319,8 @@ enum BenchCmd {
         json: bool,
     },
     /// The cost of one FUSE request by transport: fuser (what walkfs
-    /// mount runs on), the wire spoken directly over /dev/fuse, and FUSE
-    /// over io_uring with a ring per CPU (kernel 6.14+; needs `echo Y >
+    /// mount ran on until 2026-11), walkfs's own session over /dev/fuse,
+    /// and FUSE over io_uring with a ring per CPU (kernel 6.14+; needs `echo Y >
     /// /sys/module/fuse/parameters/enable_uring`, skipped otherwise). One
     /// synthetic tree of 1,000 files with zero timeouts (every stat is a
     /// LOOKUP and a GETATTR), a client thread doing stats, then listings.

@@ -546,30 +546,44 @@ impl WalkFuse {
         }
     }
 
-    /// The entries of directory `ino`, `.` and `..` first.
-    fn list(&self, ctx: &Ctx, ino: u64) -> Result<Vec<walkfs_vfs::DirEntryOut>, Errno> {
+    /// The entries of directory `ino`, `.` and `..` first; with
+    /// `names_only`, names, types and inode numbers are all the caller
+    /// uses (a plain READDIR, or a bare READDIRPLUS).
+    fn list(
+        &self,
+        ctx: &Ctx,
+        ino: u64,
+        names_only: bool,
+    ) -> Result<Vec<walkfs_vfs::DirEntryOut>, Errno> {
         let d = ctx.reopen(&self.node(ino)?, libc::O_RDONLY | libc::O_DIRECTORY)?;
-        let entries = ctx.getdents(d);
+        let entries = if names_only {
+            ctx.getdents_names(d)
+        } else {
+            ctx.getdents(d)
+        };
         let _ = ctx.close(d);
         entries
     }
 
     /// Where a READDIR(PLUS) of `ino` at `offset` starts: in its
     /// handle's listing, or without a handle in the listing its offset
-    /// names (a fresh one at offset 0).
+    /// names (a fresh one at offset 0, listed by name only when
+    /// `names_only`).
     fn dir_slice(
         &self,
         req: &Request,
         ino: u64,
         fh: u64,
         offset: u64,
+        names_only: bool,
     ) -> Result<listings::Slice, Errno> {
         if fh != 0 {
             let id = u32::try_from(fh).map_err(|_| Errno::EBADF)?;
             return self.listings.of_handle(id, ino, offset).ok_or(Errno::EBADF);
         }
         let gen = self.vfs.names_generation();
-        self.listings
-            .continue_at(ino, offset, gen, || self.list(&self.ctx(req), ino))
+        self.listings.continue_at(ino, offset, gen, || {
+            self.list(&self.ctx(req), ino, names_only)
+        })
     }
 }

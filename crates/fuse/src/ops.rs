@@ -228,7 +228,7 @@ impl Filesystem for WalkFuse {
                 // READDIR.
                 Err(Errno::ENOSYS)
             }
-            Operation::Opendir { .. } => self.list(&self.ctx(req), ino).map(|entries| {
+            Operation::Opendir { .. } => self.list(&self.ctx(req), ino, false).map(|entries| {
                 let id = self.listings.add(ino, entries);
                 put(
                     out,
@@ -505,7 +505,7 @@ impl WalkFuse {
         d: &DirRead,
         out: &mut Vec<u8>,
     ) -> Result<(), Errno> {
-        let s = self.dir_slice(req, ino, d.fh, d.offset)?;
+        let s = self.dir_slice(req, ino, d.fh, d.offset, true)?;
         let mut buf = DirBuf::new(out, d.size);
         for (i, e) in s.entries.iter().enumerate().skip(s.start) {
             // The inode number keeps `ls -i` and `find` consistent (a
@@ -531,9 +531,9 @@ impl WalkFuse {
         out: &mut Vec<u8>,
     ) -> Result<(), Errno> {
         let ctx = self.ctx(req);
-        let s = self.dir_slice(req, ino, d.fh, d.offset)?;
-        let mut buf = DirBuf::new(out, d.size);
         let bare = self.bare.bare_now();
+        let s = self.dir_slice(req, ino, d.fh, d.offset, bare)?;
+        let mut buf = DirBuf::new(out, d.size);
         let mut bare_files = 0;
         for (i, e) in s.entries.iter().enumerate().skip(s.start) {
             let name = &e.name[..];

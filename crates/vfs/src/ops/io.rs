@@ -183,6 +183,18 @@ impl Ctx {
     /// `getdents64(fd)`: the entries not yet returned, `.` and `..`
     /// first; empty at the end.
     pub fn getdents(&self, fd: i32) -> Result<Vec<DirEntryOut>> {
+        self.getdents_with(fd, false)
+    }
+
+    /// [`getdents`](Self::getdents) for a caller that wants names, types
+    /// and inode numbers only: the backend lists by name (a local
+    /// directory: getdents64 alone, no stat per entry), and nothing is
+    /// cached. For a FUSE listing the kernel is given without attributes.
+    pub fn getdents_names(&self, fd: i32) -> Result<Vec<DirEntryOut>> {
+        self.getdents_with(fd, true)
+    }
+
+    fn getdents_with(&self, fd: i32, names_only: bool) -> Result<Vec<DirEntryOut>> {
         let inner = self.inner();
         let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
         if file.fh.load(Relaxed) == NO_HANDLE {
@@ -218,7 +230,11 @@ impl Ctx {
                     kind: FileType::Directory,
                 },
             ];
-            all.extend(self.list_dir(&s, d, IIdx(file.inode.load(Relaxed)))?);
+            if names_only {
+                all.extend(inner.sb(s.sb())?.readdir(NodeId(s.node))?);
+            } else {
+                all.extend(self.list_dir(&s, d, IIdx(file.inode.load(Relaxed)))?);
+            }
             *listing = Some(all);
         }
         let all = listing.as_ref().map(Vec::as_slice).unwrap_or(&[]);
