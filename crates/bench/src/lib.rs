@@ -2,6 +2,7 @@
 //! table for people.
 
 pub mod build;
+pub mod freshfs;
 pub mod load;
 pub mod memory;
 pub mod micro;

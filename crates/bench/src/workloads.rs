@@ -308,7 +308,19 @@ fn run_config(
     want: &[String],
 ) -> Result<Vec<(&'static str, Sample)>, String> {
     let work = Path::new(CACHE).join("run");
+    // A run cut short may have left its file system mounted.
+    let _ = Command::new("umount").arg("-R").arg(&work).output();
     let _ = std::fs::remove_dir_all(&work);
+    // Every configuration on a new ext4 (freshfs.rs: the disk's deletion
+    // history must not be measured); the directory as it is where none
+    // can be made.
+    let _fresh = match crate::freshfs::FreshFs::new(&work, 4) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            tracing::warn!("workloads: no fresh ext4 for the run ({e}); using {CACHE}");
+            None
+        }
+    };
     let src = work.join("src");
     std::fs::create_dir_all(&src).map_err(|e| e.to_string())?;
     let mut r = Run {

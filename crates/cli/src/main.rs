@@ -400,7 +400,9 @@ enum BenchCmd {
     /// git init + add + commit, git status cold (fresh mount, caches
     /// dropped) and warm, find, du -s, rm -rf, untar of an npm project
     /// with its node_modules (crates/bench/npm, installed once with npm
-    /// ci), and node requiring its packages. Configurations: native ext4;
+    /// ci), and node requiring its packages. Configurations (each on a
+    /// new ext4 made for it on a loop device, so that the disk's
+    /// deletion history is not measured): native ext4;
     /// walkfs mount (the vfs over the directory) with
     /// cache=loose,negtimeout=-1, the same with sync_metadata=1 (every
     /// change waited for), and with cache=coherent; the loose mount
