@@ -2,10 +2,14 @@
 # A real tree through walkfs mounts, checked against the host: extract a
 # tarball (default: the Linux source from Debian's linux-source-6.1, fetched
 # once into /var/tmp/walkfs-real-tree), list it with find, git add + commit
-# + status of a subtree, rm -rf; natively, through `walkfs mount DIR` and
-# through `walkfs mount --via-9p DIR`. Each step is timed; the listing
-# (names, sizes, modes, link targets), the content checksum and git's
-# answers must equal the native run's.
+# + status of a subtree, rm -rf; natively, through `walkfs mount DIR`,
+# through `walkfs mount --via-9p DIR`, and through bindfs (what a user
+# would pick instead; skipped when not installed). Each step is timed
+# (`find` alone, then the listing); the listing (names, sizes, modes, link
+# targets), the content checksum and git's answers must equal the native
+# run's. Each mode runs on a new ext4 on a loop device: this machine's
+# root is ext4 without a journal, whose inode allocator scans every inode
+# freed in the last minutes, so the previous mode's rm -rf would be timed.
 #
 #   bash scripts/real-tree.sh [TARBALL.tar] [GIT_SUBDIR]
 #
@@ -37,9 +41,20 @@ fi
 work=$(mktemp -d /var/tmp/walkfs-real-tree.XXXXXX)
 cleanup() {
     mountpoint -q "$work/mnt" 2>/dev/null && umount "$work/mnt"
+    mountpoint -q "$work/fs" 2>/dev/null && umount "$work/fs"
     rm -rf "$work"
 }
 trap cleanup EXIT
+
+# A new, empty ext4 at $work/fs (the previous one unmounted and dropped).
+fresh_fs() {
+    mountpoint -q "$work/fs" && umount "$work/fs"
+    rm -f "$work/fs.img"
+    mkdir -p "$work/fs"
+    truncate -s 8G "$work/fs.img"
+    mkfs.ext4 -q -F -E nodiscard "$work/fs.img"
+    mount -o loop "$work/fs.img" "$work/fs"
+}
 
 t() { # label command...: run the command, print its seconds
     local label=$1 s e
@@ -64,25 +79,37 @@ gitrun() {
 
 declare -A want
 status=0
-for mode in native mount via-9p; do
-    rm -rf "$work/src" && mkdir -p "$work/src" "$work/mnt"
-    root=$work/src
+modes=(native mount via-9p)
+if command -v bindfs >/dev/null; then
+    modes+=(bindfs)
+else
+    echo "real-tree: bindfs not installed (apt-get install bindfs): its row skipped" >&2
+fi
+for mode in "${modes[@]}"; do
+    fresh_fs
+    src=$work/fs/src
+    mkdir -p "$src" "$work/mnt"
+    root=$src
     case $mode in
-    mount) "$walkfs" mount "$work/src" "$work/mnt"; root=$work/mnt ;;
-    via-9p) "$walkfs" mount --via-9p "$work/src" "$work/mnt"; root=$work/mnt ;;
+    mount) "$walkfs" mount "$src" "$work/mnt"; root=$work/mnt ;;
+    via-9p) "$walkfs" mount --via-9p "$src" "$work/mnt"; root=$work/mnt ;;
+    bindfs) bindfs "$src" "$work/mnt"; root=$work/mnt ;;
     esac
     echo "== $mode" >&2
     t untar untar "$root"
-    l=$(t find listing "$root")
+    t find find "$root" >/dev/null
+    l=$(t listing listing "$root")
     c=$(content "$root")
     g=$(t git gitrun "$root" | tr '\n' ' ')
     n=$(find "$root" | wc -l)
     t rm-rf rm -rf "$root"/*
     left=$(find "$root" -mindepth 1 | wc -l)
     if [ "$mode" != native ]; then
-        "$walkfs" sync "$work/mnt" || { echo "real-tree: $mode: walkfs sync failed" >&2; status=1; }
+        if [ "$mode" != bindfs ]; then
+            "$walkfs" sync "$work/mnt" || { echo "real-tree: $mode: walkfs sync failed" >&2; status=1; }
+        fi
         umount "$work/mnt"
-        host_left=$(find "$work/src" -mindepth 1 | wc -l)
+        host_left=$(find "$src" -mindepth 1 | wc -l)
     else
         host_left=$left
     fi

@@ -285,6 +285,12 @@ impl<F: Filesystem> Shared<F> {
         if h.opcode == op::INIT {
             return Some(self.init(head, out));
         }
+        tracing::trace!(
+            opcode = h.opcode,
+            nodeid = h.nodeid,
+            unique = h.unique,
+            "request"
+        );
         let req = Request {
             unique: h.unique,
             opcode: h.opcode,
