@@ -70,7 +70,7 @@ impl BarePolicy {
             return true;
         }
         s.requests += 1;
-        s.requests % PROBE_EVERY == 0
+        s.requests.is_multiple_of(PROBE_EVERY)
     }
 
     /// A bare reply of directory `dir` named `files` non-directories.
