@@ -91,7 +91,6 @@ pub const GETATTR_FH: u32 = 1 << 0;
 pub mod notify {
     pub const INVAL_INODE: i32 = 2;
     pub const INVAL_ENTRY: i32 = 3;
-    pub const DELETE: i32 = 6;
 }
 
 /// Types that are their bytes: `repr(C)`, no padding the kernel does not
@@ -297,7 +296,6 @@ wire! {
     InterruptIn { unique: u64 }
     NotifyInvalInode { ino: u64, off: i64, len: i64 }
     NotifyInvalEntry { parent: u64, namelen: u32, flags: u32 }
-    NotifyDelete { parent: u64, child: u64, namelen: u32, padding: u32 }
 }
 
 /// The fixed part of an io_uring ring entry's header buffer: the request
@@ -377,7 +375,6 @@ mod tests {
         assert_eq!(size_of::<ForgetOne>(), 16);
         assert_eq!(size_of::<NotifyInvalInode>(), 24);
         assert_eq!(size_of::<NotifyInvalEntry>(), 16);
-        assert_eq!(size_of::<NotifyDelete>(), 24);
     }
 
     #[test]

@@ -202,7 +202,6 @@ mod tests {
     fn req(nodeid: u64) -> Request {
         Request {
             unique: 7,
-            opcode: 0,
             nodeid,
             uid: 0,
             gid: 0,

@@ -12,7 +12,6 @@ use crate::abi::{self, fattr, op, Pod};
 #[derive(Clone, Copy, Debug)]
 pub struct Request {
     pub unique: u64,
-    pub opcode: u32,
     /// The node the request is about (for LINK, the new parent).
     pub nodeid: u64,
     pub uid: u32,
@@ -39,8 +38,6 @@ pub struct Setattr {
     /// The open file the change comes through (FATTR_FH), handle 0
     /// included.
     pub fh: Option<u64>,
-    /// The writer lacks CAP_FSETID: set-id bits go (kill-priv v2).
-    pub kill_suidgid: bool,
 }
 
 /// A directory read: READDIR or READDIRPLUS.
@@ -203,6 +200,12 @@ pub fn op_header_size(opcode: u32) -> usize {
     }
 }
 
+/// Split a request's body as `/dev/fuse` delivers it (everything after
+/// the request header) into its operation header and the rest.
+pub fn split_body(opcode: u32, body: &[u8]) -> (&[u8], &[u8]) {
+    body.split_at(op_header_size(opcode).min(body.len()))
+}
+
 /// The NUL-terminated string at the start of `b`, and what follows it.
 fn cstr(b: &[u8]) -> Result<(&[u8], &[u8]), i32> {
     let end = b.iter().position(|c| *c == 0).ok_or(libc::EINVAL)?;
@@ -260,7 +263,6 @@ impl<'a> Operation<'a> {
                     atime: time_arg(v, fattr::ATIME, fattr::ATIME_NOW, s.atime, s.atimensec),
                     mtime: time_arg(v, fattr::MTIME, fattr::MTIME_NOW, s.mtime, s.mtimensec),
                     fh: has(fattr::FH).then_some(s.fh),
-                    kill_suidgid: has(fattr::KILL_SUIDGID),
                 })
             }
             op::READLINK => Operation::Readlink,
@@ -436,8 +438,8 @@ mod tests {
     /// Parse a request as it arrives over /dev/fuse: the operation's
     /// header and what follows in one buffer.
     fn parse(opcode: u32, body: &[u8]) -> Result<Operation<'_>, i32> {
-        let k = op_header_size(opcode).min(body.len());
-        Operation::parse(opcode, &body[..k], &body[k..])
+        let (head, tail) = split_body(opcode, body);
+        Operation::parse(opcode, head, tail)
     }
 
     #[test]

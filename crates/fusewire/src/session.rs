@@ -30,7 +30,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::abi::{self, init, op, Pod};
-use crate::request::{op_header_size, Operation, Request};
+use crate::request::{op_header_size, split_body, Operation, Request};
 
 /// What a file system served over FUSE answers.
 pub trait Filesystem: Send + Sync + 'static {
@@ -155,18 +155,6 @@ impl Notifier {
         let n = abi::NotifyInvalInode { ino, off, len };
         self.send(abi::notify::INVAL_INODE, &[n.as_bytes()])
     }
-
-    /// Name `name` of node `child` in `parent` is gone (the kernel drops
-    /// the entry, and tells inotify watchers).
-    pub fn delete(&self, parent: u64, child: u64, name: &[u8]) -> io::Result<()> {
-        let n = abi::NotifyDelete {
-            parent,
-            child,
-            namelen: name.len() as u32,
-            padding: 0,
-        };
-        self.send(abi::notify::DELETE, &[n.as_bytes(), name, b"\0"])
-    }
 }
 
 fn iovec(b: &[u8]) -> libc::iovec {
@@ -235,10 +223,6 @@ impl<F: Filesystem> Session<F> {
         Arc::clone(&self.shared.info)
     }
 
-    pub fn filesystem(&self) -> &F {
-        &self.shared.fs
-    }
-
     /// Serve until the mount goes away, then call the file system's
     /// `destroy`.
     pub fn run(self) -> io::Result<()> {
@@ -293,7 +277,6 @@ impl<F: Filesystem> Shared<F> {
         );
         let req = Request {
             unique: h.unique,
-            opcode: h.opcode,
             nodeid: h.nodeid,
             uid: h.uid,
             gid: h.gid,
@@ -376,12 +359,6 @@ impl<F: Filesystem> Shared<F> {
         };
         writev(self.fd.as_raw_fd(), &[iovec(h.as_bytes()), iovec(body)])
     }
-}
-
-/// Split a request's body into its operation header and the rest.
-fn split_body(opcode: u32, body: &[u8]) -> (&[u8], &[u8]) {
-    let k = op_header_size(opcode).min(body.len());
-    body.split_at(k)
 }
 
 /// One `/dev/fuse` thread: read a request, answer it, write the reply.
