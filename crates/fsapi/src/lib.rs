@@ -454,6 +454,13 @@ pub trait FileSystem: Send + Sync {
     /// Close what [`FileSystem::open`] or [`FileSystem::create`] opened.
     fn release(&self, node: NodeId, fh: FileHandle) {}
 
+    /// The host file behind open handle `fh`, for a kernel that can do
+    /// the file's I/O itself (FUSE passthrough); `None` for a backend
+    /// whose files are not host files (memory, a remote server).
+    fn host_file(&self, node: NodeId, fh: FileHandle) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
+        None
+    }
+
     fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, owner: Owner) -> Result<Entry> {
         Err(Errno::ENOSYS)
     }

@@ -31,6 +31,7 @@ mod listings;
 pub mod mount;
 mod ops;
 pub mod options;
+pub mod passthrough;
 mod stats;
 
 use std::collections::HashMap;
@@ -106,6 +107,10 @@ pub struct WalkFuse {
     listings: listings::Listings,
     /// When READDIRPLUS lists names without attributes (bare.rs).
     bare: bare::BarePolicy,
+    /// Backing files handed to the kernel (passthrough.rs).
+    pt: Arc<passthrough::Backings>,
+    /// The kernel caches writes (FUSE_WRITEBACK_CACHE agreed at INIT).
+    wb_cache: std::sync::atomic::AtomicBool,
     /// The root (never forgotten).
     root: Handle,
     /// Per-node open files for I/O the kernel sends without a handle
@@ -206,7 +211,12 @@ impl WalkFuse {
         // Bare listings where a lookup is as cheap as the stat a listing
         // with attributes would make: a local directory (not 9P).
         let keeps = matches!(opts.cache, CachePolicy::Loose | CachePolicy::Coherent);
-        let bare = bare::BarePolicy::new(opts.bare_listings && keeps && vfs.p9_stats().is_none());
+        let local = vfs.p9_stats().is_none();
+        let bare = bare::BarePolicy::new(opts.bare_listings && keeps && local);
+        // Passthrough needs host files under the mount.
+        let pt = Arc::new(passthrough::Backings::new(
+            local && keeps && opts.passthrough,
+        ));
         let closer = Arc::new(fds::Closer {
             ctx: base.with_creds(Creds::root()),
         });
@@ -222,6 +232,8 @@ impl WalkFuse {
             next_id: AtomicU64::new(1 << 62),
             listings: listings::Listings::default(),
             bare,
+            pt,
+            wb_cache: std::sync::atomic::AtomicBool::new(false),
             opts,
             writes_behind,
             counters: Arc::new(FuseCounters::default()),
@@ -355,13 +367,25 @@ impl WalkFuse {
             .walk_handle(&dir, &[name], &mut steps)?
             .ok_or(Errno::ENOENT)?;
         let x = stat_of(ctx, &h)?;
-        let id = self.remember(h, &x);
+        if self.pt.held() == 0 {
+            return Ok(attr_of(self.remember(h, &x), &x));
+        }
+        let id = self.remember(h.clone(), &x);
+        if self.pt.backed(id) {
+            // Written by the kernel straight to the host file.
+            ctx.changed_outside(&h)?;
+            return Ok(attr_of(id, &stat_of(ctx, &h)?));
+        }
         Ok(attr_of(id, &x))
     }
 
     fn attr(&self, ino: u64) -> Result<abi::Attr, Errno> {
-        let x = stat_of(&self.base, &self.node(ino)?)?;
-        Ok(attr_of(ino, &x))
+        let h = self.node(ino)?;
+        if self.pt.backed(ino) {
+            // Written by the kernel straight to the host file.
+            self.base.changed_outside(&h)?;
+        }
+        Ok(attr_of(ino, &stat_of(&self.base, &h)?))
     }
 
     /// Is a chmod to `mode` by a caller who does not own the file the
@@ -461,7 +485,7 @@ impl WalkFuse {
     /// open(2) of a cached file costs nothing here. Reads and writes then
     /// come without a handle and use the node's own open file.
     fn no_open(&self) -> bool {
-        self.keeps() && self.opts.default_permissions
+        self.keeps() && self.opts.default_permissions && !self.pt.on()
     }
 
     /// The kernel keeps what it learned (pages, symlinks, listings, write-
@@ -504,12 +528,13 @@ impl WalkFuse {
         Ok(fds::IoFd::Shared(fd))
     }
 
-    /// Write-back caching: only in `cache=loose`. With it the kernel owns
-    /// a file's size and times and never takes them from us again, so a
-    /// size changed on the host could not be shown: `cache=coherent`
+    /// Write-back caching, as agreed at INIT: only in `cache=loose`, and
+    /// not with passthrough (the kernel refuses both). With it the kernel
+    /// owns a file's size and times and never takes them from us again,
+    /// so a size changed on the host could not be shown: `cache=coherent`
     /// writes through.
     fn writeback(&self) -> bool {
-        self.opts.cache == CachePolicy::Loose
+        self.wb_cache.load(Relaxed)
     }
 
     fn fopen_flags(&self) -> u32 {
@@ -535,9 +560,15 @@ impl WalkFuse {
         };
         if gone {
             self.kc.forgotten(ino);
+            let written = self.pt.forgotten(ino);
             if let Some(n) = nodes.by_id.remove(&ino) {
                 nodes.keys.remove(n.key, ino);
                 drop(nodes);
+                if written {
+                    // The vfs's copy of its attributes predates the
+                    // kernel's writes to the host file.
+                    let _ = self.base.changed_outside(&n.handle);
+                }
                 // The handle goes after the lock; the open files once no
                 // request uses them any more.
                 drop(n);

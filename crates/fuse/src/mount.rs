@@ -80,6 +80,7 @@ pub fn mount(
     let fs = WalkFuse::new(vfs, opts).map_err(|e| format!("root of the source: {e}"))?;
     let stats = Arc::clone(&fs.counters);
     let kernel_cache = fs.kernel_cache();
+    let backings = Arc::clone(&fs.pt);
     let fd = kmount::mount(mountpoint, &spec)?;
     let session = match Session::new(fs, fd, cfg) {
         Ok(s) => s,
@@ -89,6 +90,7 @@ pub fn mount(
         }
     };
     stats.set_session(session.info());
+    backings.set_kernel(session.backing());
     if let Some(kc) = kernel_cache {
         let _ = kc.notifier.set(session.notifier());
     }

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use walkfs_fusewire::abi::{self, init};
+use walkfs_fusewire::abi::{self, fopen, init};
 use walkfs_fusewire::reply::{put, DirBuf};
 use walkfs_fusewire::request::DirRead;
 use walkfs_fusewire::{Filesystem, Operation, Request, Setattr};
@@ -55,7 +55,7 @@ fn counted(op: &Operation<'_>) -> Option<Op> {
 }
 
 impl Filesystem for WalkFuse {
-    fn init(&self, _offered: u64) -> u64 {
+    fn init(&self, offered: u64) -> u64 {
         // Kill-priv v2: the kernel stops clearing set-id bits itself
         // (a GETXATTR of security.capability before writes and a
         // GETATTR before each chown, since FUSE clears SB_NOSEC without
@@ -73,9 +73,18 @@ impl Filesystem for WalkFuse {
             // build's assembler and linker write in small pieces; without
             // it each is one round trip to the server). Coherent mounts
             // cannot use it; the vfs gathers them (writeback.rs).
-            if self.writeback() {
+            // Passthrough, where asked for and offered, takes its place:
+            // the kernel refuses the two together, and with it a file's
+            // writes reach the host file with no message at all.
+            let pt = self.pt.wanted() && offered & init::PASSTHROUGH != 0;
+            self.pt.agreed(pt);
+            if pt {
+                want |= init::PASSTHROUGH;
+            } else if self.opts.cache == CachePolicy::Loose {
                 want |= init::WRITEBACK_CACHE;
             }
+            self.wb_cache
+                .store(want & init::WRITEBACK_CACHE != 0, Relaxed);
         }
         want
     }
@@ -206,6 +215,13 @@ impl Filesystem for WalkFuse {
             })(),
             Operation::Flush { fh } => self.flush(ino, fh),
             Operation::Release { fh } => {
+                if self.pt.released(ino) {
+                    // The last open written straight to the host file:
+                    // its attributes are asked of the host again.
+                    if let Ok(h) = self.node(ino) {
+                        let _ = self.base.changed_outside(&h);
+                    }
+                }
                 if fh != 0 {
                     if let Err(e) = self.base.close((fh - 1) as i32) {
                         // Reported at flush already, where a program
@@ -464,15 +480,30 @@ impl WalkFuse {
             }
             r => r,
         }?;
+        let (open_flags, backing_id) = self.passthrough(&ctx, ino, h);
         put(
             out,
             &abi::OpenOut {
                 fh: h as u64 + 1,
-                open_flags: self.fopen_flags(),
-                backing_id: 0,
+                open_flags,
+                backing_id,
             },
         );
         Ok(())
+    }
+
+    /// The open flags and backing id for open file `h` of node `ino`: a
+    /// backing file where passthrough takes this open (passthrough.rs),
+    /// else the cache flags.
+    fn passthrough(&self, ctx: &Ctx, ino: u64, h: i32) -> (u32, i32) {
+        if !self.pt.on() {
+            return (self.fopen_flags(), 0);
+        }
+        let file = ctx.host_file(h).ok().flatten();
+        match self.pt.for_open(ino, file.as_deref()) {
+            Some(id) => (fopen::PASSTHROUGH, id),
+            None => (self.fopen_flags(), 0),
+        }
     }
 
     fn flush(&self, ino: u64, fh: u64) -> Result<(), Errno> {
@@ -656,6 +687,7 @@ impl WalkFuse {
                 return Err(e);
             }
         };
+        let (open_flags, backing_id) = self.passthrough(&ctx, a.ino, h);
         let fh = if self.no_open() {
             // With zero-message opens the kernel never sends a release,
             // not even for a handle `create` gave it (it drops handles
@@ -678,8 +710,8 @@ impl WalkFuse {
             out,
             &abi::OpenOut {
                 fh,
-                open_flags: self.fopen_flags(),
-                backing_id: 0,
+                open_flags,
+                backing_id,
             },
         );
         Ok(())

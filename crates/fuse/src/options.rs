@@ -33,6 +33,9 @@ pub struct MountOptions {
     /// listings shows they are not used (`bare=1`, the default; see the
     /// crate's bare.rs).
     pub bare_listings: bool,
+    /// Opens of a local directory's files pass their I/O straight to the
+    /// host file (`passthrough=1`; passthrough.rs).
+    pub passthrough: bool,
     /// The options of the vfs (switches, `cache`, `negtimeout`, ...) and
     /// of its backend (`msize`, `host_fds`, ...).
     pub source: SourceOptions,
@@ -51,6 +54,7 @@ impl MountOptions {
     /// Parse `name[=value],...`. FUSE options: `allow_other`,
     /// `default_permissions` (on unless `no_default_permissions`),
     /// `ro`/`rw`, `threads=N`, `transport=auto|dev|uring`, `bare=0|1`,
+    /// `passthrough=0|1`,
     /// `entry_timeout=S`, `attr_timeout=S` (seconds; defaults follow the
     /// cache mode). Everything else is a vfs option (`cache`,
     /// `negtimeout`/`ndentrytmo`, `msize`, `fastpath`, ...). Mount-command
@@ -66,6 +70,7 @@ impl MountOptions {
         let (mut entry, mut attr) = (None, None);
         let mut transport = Transport::Auto;
         let mut bare_listings = true;
+        let mut passthrough = false;
         let secs = |v: &str| -> Result<Duration, String> {
             v.parse::<f64>()
                 .ok()
@@ -94,6 +99,13 @@ impl MountOptions {
                         "1" | "" => true,
                         "0" => false,
                         _ => return Err(format!("bad bare {v:?}: 0 or 1")),
+                    }
+                }
+                "passthrough" => {
+                    passthrough = match v {
+                        "1" | "" => true,
+                        "0" => false,
+                        _ => return Err(format!("bad passthrough {v:?}: 0 or 1")),
                     }
                 }
                 "entry_timeout" => entry = Some(secs(v)?),
@@ -135,6 +147,7 @@ impl MountOptions {
             threads,
             transport,
             bare_listings,
+            passthrough,
             source,
             text: text.to_string(),
         })
@@ -193,5 +206,8 @@ mod tests {
         );
         assert_eq!(MountOptions::parse("").unwrap().transport, Transport::Auto);
         assert!(MountOptions::parse("transport=pipe").is_err());
+        assert!(MountOptions::parse("passthrough=1").unwrap().passthrough);
+        assert!(!MountOptions::parse("").unwrap().passthrough);
+        assert!(MountOptions::parse("passthrough=maybe").is_err());
     }
 }

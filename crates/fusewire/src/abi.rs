@@ -58,6 +58,10 @@ pub mod init {
     pub const NO_OPENDIR_SUPPORT: u64 = 1 << 24;
     pub const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
     pub const INIT_EXT: u64 = 1 << 30;
+    /// File I/O straight to a backing file the server names (kernel
+    /// 6.9+; the server needs CAP_SYS_ADMIN). The kernel refuses it
+    /// together with `WRITEBACK_CACHE`.
+    pub const PASSTHROUGH: u64 = 1 << 37;
     /// FUSE over io_uring (kernel 6.14+, `enable_uring` set).
     pub const OVER_IO_URING: u64 = 1 << 41;
 }
@@ -79,6 +83,20 @@ pub mod fattr {
 /// `fuse_open_out.open_flags` bits.
 pub mod fopen {
     pub const KEEP_CACHE: u32 = 1 << 1;
+    /// Reads, writes and mmap of this open file go to the backing file
+    /// `fuse_open_out.backing_id` names.
+    pub const PASSTHROUGH: u32 = 1 << 7;
+}
+
+/// `/dev/fuse` ioctls (`_IOW(229, nr, size)`).
+pub mod ioc {
+    const fn iow(nr: u64, size: u64) -> u64 {
+        (1 << 30) | (size << 16) | (229 << 8) | nr
+    }
+    /// Register a backing file (`fuse_backing_map`); returns its id.
+    pub const BACKING_OPEN: u64 = iow(1, 16);
+    /// Drop a backing id (`u32`); open files keep their backing file.
+    pub const BACKING_CLOSE: u64 = iow(2, 4);
 }
 
 /// `fuse_write_in.write_flags`: the writer lacks CAP_FSETID, clear set-id
@@ -280,6 +298,7 @@ wire! {
     LinkIn { oldnodeid: u64 }
     OpenIn { flags: u32, open_flags: u32 }
     OpenOut { fh: u64, open_flags: u32, backing_id: i32 }
+    BackingMap { fd: i32, flags: u32, padding: u64 }
     CreateIn { flags: u32, mode: u32, umask: u32, open_flags: u32 }
     ReleaseIn { fh: u64, flags: u32, release_flags: u32, lock_owner: u64 }
     FlushIn { fh: u64, unused: u32, padding: u32, lock_owner: u64 }
@@ -366,6 +385,11 @@ mod tests {
         assert_eq!(size_of::<WriteIn>(), 40);
         assert_eq!(size_of::<CreateIn>(), 16);
         assert_eq!(size_of::<OpenOut>(), 16);
+        assert_eq!(size_of::<BackingMap>(), 16);
+        // The kernel's numbers for _IOW(229, 1, struct fuse_backing_map)
+        // and _IOW(229, 2, uint32_t).
+        assert_eq!(ioc::BACKING_OPEN, 0x4010_e501);
+        assert_eq!(ioc::BACKING_CLOSE, 0x4004_e502);
         assert_eq!(size_of::<ReleaseIn>(), 24);
         assert_eq!(size_of::<FlushIn>(), 24);
         assert_eq!(size_of::<IoctlIn>(), 32);

@@ -17,4 +17,4 @@ pub mod request;
 pub mod session;
 
 pub use request::{Operation, Request, Setattr, TimeArg};
-pub use session::{Config, Filesystem, Notifier, Session, SessionInfo, Transport};
+pub use session::{Backing, Config, Filesystem, Notifier, Session, SessionInfo, Transport};

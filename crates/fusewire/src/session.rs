@@ -157,6 +157,60 @@ impl Notifier {
     }
 }
 
+/// Register host files for passthrough (`init::PASSTHROUGH`): the
+/// kernel then reads, writes and maps a file opened with
+/// `fopen::PASSTHROUGH` and a backing id through the backing file, and
+/// no READ or WRITE reaches the server.
+#[derive(Clone)]
+pub struct Backing {
+    fd: Arc<OwnedFd>,
+}
+
+impl Backing {
+    /// Register `file` (open for reading or writing: the kernel opens
+    /// its own backing file on the same path with the opener's flags,
+    /// with the credentials of this call) and return its id, for
+    /// `fuse_open_out.backing_id`. The id holds the file until
+    /// [`Backing::close`]; an open that named it holds its own.
+    pub fn open(&self, file: RawFd) -> io::Result<i32> {
+        let map = abi::BackingMap {
+            fd: file,
+            ..Default::default()
+        };
+        // SAFETY: the ioctl reads a fuse_backing_map of the size its
+        // number encodes, from memory we own for the call's duration.
+        let r = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                abi::ioc::BACKING_OPEN as _,
+                &map as *const abi::BackingMap,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(r)
+    }
+
+    /// Drop backing id `id`. Files opened with it keep their backing
+    /// file; later opens may not name it.
+    pub fn close(&self, id: i32) -> io::Result<()> {
+        let id = id as u32;
+        // SAFETY: the ioctl reads a u32 from memory we own.
+        let r = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                abi::ioc::BACKING_CLOSE as _,
+                &id as *const u32,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
 fn iovec(b: &[u8]) -> libc::iovec {
     libc::iovec {
         iov_base: b.as_ptr() as *mut _,
@@ -215,6 +269,13 @@ impl<F: Filesystem> Session<F> {
 
     pub fn notifier(&self) -> Notifier {
         Notifier {
+            fd: Arc::clone(&self.shared.fd),
+        }
+    }
+
+    /// Backing files for passthrough, once INIT agreed on it.
+    pub fn backing(&self) -> Backing {
+        Backing {
             fd: Arc::clone(&self.shared.fd),
         }
     }
@@ -334,6 +395,10 @@ impl<F: Filesystem> Shared<F> {
             max_write: max_pages * page,
             time_gran: 1,
             max_pages: max_pages as u16,
+            // Backing files may sit on any file system that is not
+            // itself stacked; this mount counts as one level, so
+            // overlayfs can still stack on it.
+            max_stack_depth: u32::from(flags & init::PASSTHROUGH != 0),
             ..Default::default()
         };
         if i.major > 7 {

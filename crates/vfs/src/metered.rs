@@ -199,6 +199,10 @@ impl FileSystem for Metered {
         self.fs.release(node, fh)
     }
 
+    fn host_file(&self, node: NodeId, fh: FileHandle) -> Option<Arc<std::os::fd::OwnedFd>> {
+        self.fs.host_file(node, fh)
+    }
+
     fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, owner: Owner) -> Result<Entry> {
         self.meter.count(Op::Mkdir);
         self.fs.mkdir(parent, name, mode, owner)

@@ -454,6 +454,10 @@ impl FileSystem for HostFs {
         sys::pwrite(self.handle(fh)?.as_fd(), data, off)
     }
 
+    fn host_file(&self, _node: NodeId, fh: FileHandle) -> Option<Arc<OwnedFd>> {
+        self.handle(fh).ok()
+    }
+
     fn release(&self, _node: NodeId, fh: FileHandle) {
         self.handles.lock().remove(&fh.0);
     }

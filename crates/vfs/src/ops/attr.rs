@@ -55,6 +55,18 @@ impl Ctx {
         inner.dc.inode_snap(ino).ok_or(Step::Restart)
     }
 
+    /// What `h` refers to was changed outside the vfs (under FUSE
+    /// passthrough the kernel writes straight to the host file): its
+    /// cached attributes are stale, and the next stat asks the backend.
+    pub fn changed_outside(&self, h: &Handle) -> Result<()> {
+        self.run(|| {
+            let inner = self.inner();
+            let c = Cur::of(&inner.dc, self.fd_dentry(At::Handle(h))?)?;
+            inner.writer().mark_stale(&inner.dc, c.ino);
+            Ok(())
+        })
+    }
+
     /// `statx(dirfd, path, flags, mask)`.
     pub fn statx<'h>(
         &self,

@@ -48,6 +48,21 @@ impl Ctx {
         fs.read(NodeId(s.node), FileHandle(file.fh.load(Relaxed)), off, buf)
     }
 
+    /// The host file behind `fd`, for a kernel that does the file's I/O
+    /// itself (FUSE passthrough); `None` when the backend's files are not
+    /// host files. What was gathered for the file is sent first, so the
+    /// host file holds everything written through `fd` so far.
+    pub fn host_file(&self, fd: i32) -> Result<Option<std::sync::Arc<std::os::fd::OwnedFd>>> {
+        let (file, s, _) = self.io_file(fd)?;
+        if s.is_dir() {
+            return Ok(None);
+        }
+        let inner = self.inner();
+        inner.flush_file(s.sb(), s.node)?;
+        let fs = inner.sb(s.sb())?;
+        Ok(fs.host_file(NodeId(s.node), FileHandle(file.fh.load(Relaxed))))
+    }
+
     /// `read(fd, buf)` at the file position.
     pub fn read(&self, fd: i32, buf: &mut [u8]) -> Result<usize> {
         let (file, _, _) = self.io_file(fd)?;
