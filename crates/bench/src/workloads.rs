@@ -69,6 +69,8 @@ pub struct WorkloadOpts {
     pub reply_delay_us: u64,
     /// Only these workloads (default all).
     pub only: Vec<String>,
+    /// Only these configurations, native always (default all).
+    pub fs: Vec<String>,
 }
 
 /// One measured row.
@@ -125,6 +127,13 @@ fn configs(opts: &WorkloadOpts) -> Vec<Config> {
             kind: Kind::Native,
         },
         walkfs("walkfs-loose", "cache=loose,negtimeout=-1", 0),
+        // The kernel's write-back cache instead of passthrough (the
+        // fuse crate's passthrough.rs), where the default would use it.
+        walkfs(
+            "walkfs-loose-writeback",
+            "cache=loose,negtimeout=-1,passthrough=0",
+            0,
+        ),
         // What `--direct` was before the write-back moved into the vfs:
         // the vfs over the directory, every change waited for.
         walkfs(
@@ -157,6 +166,9 @@ fn configs(opts: &WorkloadOpts) -> Vec<Config> {
             "cache=coherent,negtimeout=-1",
             d,
         ));
+    }
+    if !opts.fs.is_empty() {
+        v.retain(|c| c.name == "native" || opts.fs.contains(&c.name));
     }
     v
 }
@@ -683,6 +695,7 @@ mod tests {
             reps: None,
             reply_delay_us: 200,
             only: Vec::new(),
+            fs: Vec::new(),
         };
         let names: Vec<String> = configs(&o).into_iter().map(|c| c.name).collect();
         assert_eq!(
@@ -690,6 +703,7 @@ mod tests {
             [
                 "native",
                 "walkfs-loose",
+                "walkfs-loose-writeback",
                 "walkfs-loose-sync",
                 "walkfs-coherent",
                 "walkfs-9p-loose",
@@ -707,6 +721,9 @@ mod tests {
         }
         o.quick = true;
         o.reply_delay_us = 0;
-        assert_eq!(configs(&o).len(), 6);
+        assert_eq!(configs(&o).len(), 7);
+        o.fs = vec!["bindfs".into(), "walkfs-loose".into()];
+        let names: Vec<String> = configs(&o).into_iter().map(|c| c.name).collect();
+        assert_eq!(names, ["native", "walkfs-loose", "bindfs"]);
     }
 }

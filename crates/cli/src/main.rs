@@ -434,6 +434,12 @@ enum BenchCmd {
         /// untar-npm, node-require.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Only these configurations besides native (comma-separated or
+        /// repeated): walkfs-loose, walkfs-loose-writeback,
+        /// walkfs-loose-sync, walkfs-coherent, walkfs-9p-loose, bindfs,
+        /// sshfs, walkfs-loose-<N>us, walkfs-coherent-<N>us.
+        #[arg(long, value_delimiter = ',')]
+        fs: Vec<String>,
     },
     /// Issue 14's scale: trees of real size through a walkfs stack, with
     /// the descriptors and memory its processes hold (/proc polled every
@@ -824,6 +830,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             reps,
             reply_delay_us,
             only,
+            fs,
         }) => {
             let walkfs = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
             let res = walkfs_bench::workloads::run(&walkfs_bench::workloads::WorkloadOpts {
@@ -832,6 +839,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
                 reps,
                 reply_delay_us,
                 only,
+                fs,
             })?;
             if json {
                 for r in &res.rows {

@@ -213,9 +213,10 @@ impl WalkFuse {
         let keeps = matches!(opts.cache, CachePolicy::Loose | CachePolicy::Coherent);
         let local = vfs.p9_stats().is_none();
         let bare = bare::BarePolicy::new(opts.bare_listings && keeps && local);
-        // Passthrough needs host files under the mount.
+        // Passthrough needs host files under the mount, and the right to
+        // register them with the kernel.
         let pt = Arc::new(passthrough::Backings::new(
-            local && keeps && opts.passthrough,
+            local && keeps && opts.passthrough && passthrough::permitted(),
         ));
         let closer = Arc::new(fds::Closer {
             ctx: base.with_creds(Creds::root()),
@@ -458,6 +459,8 @@ impl WalkFuse {
                 "listing_with_attrs".to_string(),
                 u64::from(self.bare.attrs_mode()),
             ),
+            ("passthrough".to_string(), u64::from(self.pt.on())),
+            ("backing_files".to_string(), self.pt.held() as u64),
         ];
         MountStats::collect(&self.counters, &self.vfs, &self.opts, resources)
     }

@@ -34,7 +34,9 @@ pub struct MountOptions {
     /// crate's bare.rs).
     pub bare_listings: bool,
     /// Opens of a local directory's files pass their I/O straight to the
-    /// host file (`passthrough=1`; passthrough.rs).
+    /// host file where the kernel and the daemon's privileges allow
+    /// (`passthrough=1`, the default; `0`: the write-back cache instead;
+    /// passthrough.rs).
     pub passthrough: bool,
     /// The options of the vfs (switches, `cache`, `negtimeout`, ...) and
     /// of its backend (`msize`, `host_fds`, ...).
@@ -70,7 +72,7 @@ impl MountOptions {
         let (mut entry, mut attr) = (None, None);
         let mut transport = Transport::Auto;
         let mut bare_listings = true;
-        let mut passthrough = false;
+        let mut passthrough = true;
         let secs = |v: &str| -> Result<Duration, String> {
             v.parse::<f64>()
                 .ok()
@@ -206,8 +208,8 @@ mod tests {
         );
         assert_eq!(MountOptions::parse("").unwrap().transport, Transport::Auto);
         assert!(MountOptions::parse("transport=pipe").is_err());
-        assert!(MountOptions::parse("passthrough=1").unwrap().passthrough);
-        assert!(!MountOptions::parse("").unwrap().passthrough);
+        assert!(!MountOptions::parse("passthrough=0").unwrap().passthrough);
+        assert!(MountOptions::parse("").unwrap().passthrough);
         assert!(MountOptions::parse("passthrough=maybe").is_err());
     }
 }

@@ -22,9 +22,12 @@
 //! a zero-message open of a file the mount created with a backing file,
 //! while that open lasts, fails with EIO in the kernel (cached and
 //! passthrough I/O on one inode), so there is no mixing the two. And it
-//! excludes the write-back cache. `-o passthrough=1` turns it on;
-//! `walkfs bench workloads` measures it against the default
-//! (docs/fuse-transport.md).
+//! excludes the write-back cache. It still wins where files are written
+//! (no WRITE, no write-back of times, no SETATTR per unlink) and where
+//! they are read once (no READ): on by default where the daemon may
+//! register backing files (CAP_SYS_ADMIN) and the kernel offers it;
+//! `-o passthrough=0` keeps the write-back cache instead. `walkfs bench
+//! workloads` measures both (docs/fuse-transport.md).
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -33,6 +36,18 @@ use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 use walkfs_fusewire::Backing;
+
+/// May this process register backing files (CAP_SYS_ADMIN in its
+/// effective set, which the kernel asks of FUSE_DEV_IOC_BACKING_OPEN)?
+pub fn permitted() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+    })
+}
 
 /// A node's backing id and the opens that named it.
 struct Id {
