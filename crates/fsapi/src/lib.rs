@@ -457,7 +457,11 @@ pub trait FileSystem: Send + Sync {
     /// The host file behind open handle `fh`, for a kernel that can do
     /// the file's I/O itself (FUSE passthrough); `None` for a backend
     /// whose files are not host files (memory, a remote server).
-    fn host_file(&self, node: NodeId, fh: FileHandle) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
+    fn host_file(
+        &self,
+        node: NodeId,
+        fh: FileHandle,
+    ) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
         None
     }
 
