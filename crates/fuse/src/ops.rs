@@ -13,6 +13,24 @@ use walkfs_vfs::{CachePolicy, Ctx, Errno, Statx};
 use crate::stats::{Op, STATS_IOCTL, SYNC_IOCTL};
 use crate::{attr_of, stat_of, time_set, WalkFuse, DEGRADED_TTL, ROOT};
 
+/// Would a write through open file `h` have to clear set-id bits (a
+/// set-user-id file, or set-group-id with group execute, written by a
+/// caller without `CAP_FSETID`)? Such an open is served without
+/// passthrough: the kernel writes a backing file with the daemon's
+/// credentials, which keep the bits, where the vfs clears them as Linux
+/// would for the caller. (A file that gains the bits while open in
+/// passthrough keeps them on its next write: the open cannot be moved.)
+fn kills_priv_on_write(ctx: &Ctx, h: i32) -> bool {
+    if ctx.creds().uid == 0 {
+        return false;
+    }
+    ctx.fstatx(h, libc::STATX_MODE).is_ok_and(|x| {
+        let m = u32::from(x.stx_mode);
+        m & libc::S_ISUID != 0
+            || m & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP
+    })
+}
+
 /// The counter of each operation (none for those the session answers
 /// itself or that do nothing).
 fn counted(op: &Operation<'_>) -> Option<Op> {
@@ -496,7 +514,7 @@ impl WalkFuse {
     /// backing file where passthrough takes this open (passthrough.rs),
     /// else the cache flags.
     fn passthrough(&self, ctx: &Ctx, ino: u64, h: i32) -> (u32, i32) {
-        if !self.pt.on() {
+        if !self.pt.on() || kills_priv_on_write(ctx, h) {
             return (self.fopen_flags(), 0);
         }
         let file = ctx.host_file(h).ok().flatten();
