@@ -312,6 +312,59 @@ pub fn run_inline<F: FileSystem + ?Sized>(fs: &F, op: Deferred<'_>, done: Done) 
     done(r);
 }
 
+/// What [`FileSystem::make_behind`] makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Make<'a> {
+    /// A regular file with permission bits `mode`, opened with `flags`
+    /// (its handle comes back).
+    File { mode: u32, flags: OpenFlags },
+    /// A directory with permission bits `mode`.
+    Dir { mode: u32 },
+    Symlink { target: &'a [u8] },
+    /// A fifo, socket or device node (`mode` carries the type bits,
+    /// `rdev` the device number in the kernel's `dev_t` encoding).
+    Special { mode: u32, rdev: u64 },
+}
+
+impl Make<'_> {
+    /// The attributes a node made this way has, as the caller shows them
+    /// until it next asks the backend: numbered `ino`, owned by `owner`,
+    /// every time `now`, empty (a symlink's size is its body's length; a
+    /// directory's size is 0, whatever the backend's file system will
+    /// report).
+    pub fn attr(&self, ino: u64, owner: Owner, now: Timespec) -> Attr {
+        let (mode, nlink, size, rdev) = match *self {
+            Make::File { mode, .. } => (libc::S_IFREG | (mode & 0o7777), 1, 0, 0),
+            Make::Dir { mode } => (libc::S_IFDIR | (mode & 0o7777), 2, 0, 0),
+            Make::Symlink { target } => (libc::S_IFLNK | 0o777, 1, target.len() as u64, 0),
+            Make::Special { mode, rdev } => (mode, 1, 0, rdev),
+        };
+        Attr {
+            ino,
+            mode,
+            nlink,
+            uid: owner.uid,
+            gid: owner.gid,
+            rdev,
+            size,
+            blocks: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            has_acl: false,
+        }
+    }
+}
+
+/// A node's identity handed out ahead of its creation
+/// ([`FileSystem::grant`]): the backend's node id and the inode number
+/// every client of the backend will see for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Granted {
+    pub node: NodeId,
+    pub ino: u64,
+}
+
 /// Where a submitted change's outcome goes: called once, from any thread
 /// (a 9P client's reply reader), so it must not wait for anything.
 pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
@@ -359,6 +412,8 @@ pub struct RpcStats {
     pub bytes_received: u64,
     /// Nanoseconds callers spent waiting for replies.
     pub wait_ns: u64,
+    /// Times a caller waited for replies (round trips).
+    pub waits: u64,
 }
 
 /// A backend's use of the remote handles it keeps for cached nodes (a 9P
@@ -418,6 +473,34 @@ pub trait FileSystem: Send + Sync {
     fn submit(&self, op: Deferred<'_>, done: Done) -> Result<()> {
         run_inline(self, op, done);
         Ok(())
+    }
+
+    /// An identity for a node `owner` is about to make behind the caller
+    /// ([`make_behind`](FileSystem::make_behind)): from numbers the
+    /// backend's server granted ahead, so the node's number is final
+    /// before the server has made it. `None` when the backend cannot
+    /// (no grants; a node for `owner` would not be theirs on the
+    /// server): then the vfs makes nodes with the ordinary methods.
+    fn grant(&self, owner: Owner) -> Option<Granted> {
+        None
+    }
+
+    /// Make `what` as `name` in `parent` for `owner`, as the node
+    /// `node` (from [`grant`](FileSystem::grant)), behind the caller: the
+    /// node exists for every later call (a [`Completion::Ordered`]
+    /// backend carries it out first), its outcome goes to `done`, and a
+    /// file comes back with its open handle. `Err` when it could not
+    /// even be started (then `done` is never called).
+    fn make_behind(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        owner: Owner,
+        node: Granted,
+        what: Make<'_>,
+        done: Done,
+    ) -> Result<Option<FileHandle>> {
+        Err(Errno::ENOSYS)
     }
 
     /// The body of a symlink.

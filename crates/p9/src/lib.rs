@@ -17,6 +17,7 @@ use std::fmt;
 use std::io::{self, Read};
 
 pub mod dirplus;
+pub mod inogrant;
 pub mod notify;
 pub mod order;
 pub mod transport;
@@ -504,6 +505,20 @@ messages! {
     Rclunk = 121 {}
     Tremove = 122 { fid: u32 }
     Rremove = 123 {}
+    /// walkfs's inode-number grants (docs/inode-grants.md): `Tlcreate`
+    /// naming the number the new file gets, from a range granted to this
+    /// connection ([`inogrant`]).
+    Tlcreatei = 150 { fid: u32, name: Str<'a>, flags: u32, mode: u32, gid: u32, ino: u64 }
+    Rlcreatei = 151 { qid: Qid, iounit: u32 }
+    /// `Tmkdir` with a granted number.
+    Tmkdiri = 152 { dfid: u32, name: Str<'a>, mode: u32, gid: u32, ino: u64 }
+    Rmkdiri = 153 { qid: Qid }
+    /// `Tsymlink` with a granted number.
+    Tsymlinki = 154 { fid: u32, name: Str<'a>, symtgt: Str<'a>, gid: u32, ino: u64 }
+    Rsymlinki = 155 { qid: Qid }
+    /// `Tmknod` with a granted number.
+    Tmknodi = 156 { dfid: u32, name: Str<'a>, mode: u32, major: u32, minor: u32, gid: u32, ino: u64 }
+    Rmknodi = 157 { qid: Qid }
 }
 
 impl<'a> Fcall<'a> {

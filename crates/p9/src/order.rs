@@ -34,6 +34,10 @@ pub fn changes_state(f: &Fcall<'_>) -> bool {
                 | Fcall::Tmkdir { .. }
                 | Fcall::Tsymlink { .. }
                 | Fcall::Tmknod { .. }
+                | Fcall::Tlcreatei { .. }
+                | Fcall::Tmkdiri { .. }
+                | Fcall::Tsymlinki { .. }
+                | Fcall::Tmknodi { .. }
                 | Fcall::Tlink { .. }
                 | Fcall::Trename { .. }
                 | Fcall::Trenameat { .. }

@@ -231,6 +231,44 @@ pub(crate) fn samples() -> Vec<Fcall<'static>> {
         Fcall::Rclunk {},
         Fcall::Tremove { fid: 1 },
         Fcall::Rremove {},
+        Fcall::Tlcreatei {
+            fid: 3,
+            name: Str(b"new.c"),
+            flags: 0o101,
+            mode: 0o644,
+            gid: 1000,
+            ino: 0x7f00_0000_0000_0001,
+        },
+        Fcall::Rlcreatei {
+            qid: q,
+            iounit: 8168,
+        },
+        Fcall::Tmkdiri {
+            dfid: 1,
+            name: Str(b"d"),
+            mode: 0o755,
+            gid: 0,
+            ino: 0x7f00_0000_0000_0002,
+        },
+        Fcall::Rmkdiri { qid: q },
+        Fcall::Tsymlinki {
+            fid: 1,
+            name: Str(b"l"),
+            symtgt: Str(b"../t"),
+            gid: 0,
+            ino: 0x7f00_0000_0000_0003,
+        },
+        Fcall::Rsymlinki { qid: q },
+        Fcall::Tmknodi {
+            dfid: 1,
+            name: Str(b"p"),
+            mode: 0o10644,
+            major: 0,
+            minor: 0,
+            gid: 0,
+            ino: 0x7f00_0000_0000_0004,
+        },
+        Fcall::Rmknodi { qid: q },
     ]
 }
 

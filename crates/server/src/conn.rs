@@ -630,7 +630,9 @@ fn fid_fields(f: &Fcall<'_>) -> (fidlist::FidList, Option<u32>) {
         Fcall::Tstatfs { fid }
         | Fcall::Tlopen { fid, .. }
         | Fcall::Tlcreate { fid, .. }
+        | Fcall::Tlcreatei { fid, .. }
         | Fcall::Tsymlink { fid, .. }
+        | Fcall::Tsymlinki { fid, .. }
         | Fcall::Treadlink { fid }
         | Fcall::Tgetattr { fid, .. }
         | Fcall::Tsetattr { fid, .. }
@@ -643,7 +645,10 @@ fn fid_fields(f: &Fcall<'_>) -> (fidlist::FidList, Option<u32>) {
         | Fcall::Twrite { fid, .. }
         | Fcall::Tclunk { fid }
         | Fcall::Tremove { fid } => (FidList::one(fid), None),
-        Fcall::Tmknod { dfid, .. } | Fcall::Tmkdir { dfid, .. } => (FidList::one(dfid), None),
+        Fcall::Tmknod { dfid, .. }
+        | Fcall::Tmkdir { dfid, .. }
+        | Fcall::Tmknodi { dfid, .. }
+        | Fcall::Tmkdiri { dfid, .. } => (FidList::one(dfid), None),
         Fcall::Trename { fid, dfid, .. } => (FidList::two(fid, dfid), None),
         Fcall::Tlink { dfid, fid, .. } => (FidList::two(dfid, fid), None),
         Fcall::Trenameat {

@@ -93,7 +93,7 @@ fn script(data: &[u8]) -> Vec<u8> {
     while !inp.0.is_empty() && steps < 256 {
         steps += 1;
         let tag = u16::from(inp.u8() % 32);
-        let kind = inp.u8() % 24;
+        let kind = inp.u8() % 27;
         let f = match kind {
             0 => {
                 let (fid, newfid) = (inp.fid(), inp.fid());
@@ -208,6 +208,28 @@ fn script(data: &[u8]) -> Vec<u8> {
                 fid: inp.fid(),
                 newfid: inp.fid(),
                 name: Str(inp.name()),
+            },
+            // The grant extension: a grant asked for, and creates with
+            // numbers near the first ever granted (granted or not).
+            23 => Fcall::Txattrwalk {
+                fid: inp.fid(),
+                newfid: inp.fid(),
+                name: Str(walkfs_p9::inogrant::NAME),
+            },
+            24 => Fcall::Tlcreatei {
+                fid: inp.fid(),
+                name: Str(inp.name()),
+                flags: inp.u32(),
+                mode: inp.u32(),
+                gid: inp.u32() % 4,
+                ino: 0x7f00_0000_0000_0000 + u64::from(inp.u8() % 8),
+            },
+            25 => Fcall::Tmkdiri {
+                dfid: inp.fid(),
+                name: Str(inp.name()),
+                mode: inp.u32(),
+                gid: 0,
+                ino: 0x7f00_0000_0000_0000 + u64::from(inp.u8() % 8),
             },
             22 => Fcall::Tattach {
                 fid: inp.fid(),

@@ -7,6 +7,7 @@ use walkfs_p9::{self as p9, msg, Data, Fcall, Names, Qid, Qids, Str};
 use walkfs_vfs::{Creds, Ctx, Errno, Handle, NameStep, Result, Statx, TimeSet, Timespec};
 
 use crate::fid::{Fid, FidState};
+use crate::inos::Inos;
 use crate::session::Session;
 use crate::users;
 
@@ -16,13 +17,19 @@ const OPEN_MASK: u32 =
     (libc::O_ACCMODE | libc::O_TRUNC | libc::O_APPEND | libc::O_DIRECTORY) as u32;
 
 /// One qid per file, the same in every reply (walk, getattr, attach,
-/// open, the creates). The version is 0: walkfs cannot track a file's
+/// open, the creates, listings), its path the number clients see for
+/// host inode `ino` (inos.rs). The version is 0: walkfs cannot track a file's
 /// version across the changes made on the host, and Linux's v9fs matches
 /// inodes by type, version and path, so a version derived from mtime and
 /// size would split one file into several inodes in a kernel client
 /// whenever it changed (and a walk answered from the cache has no
 /// attributes to derive it from).
-fn qid_of(mode: u32, ino: u64) -> Qid {
+fn qid_of(inos: &Inos, mode: u32, ino: u64) -> Qid {
+    qid_raw(mode, inos.shown(ino))
+}
+
+/// The qid of a file of type `mode` with wire number `path`.
+fn qid_raw(mode: u32, path: u64) -> Qid {
     let ty = match mode & libc::S_IFMT {
         libc::S_IFDIR => p9::QTDIR,
         libc::S_IFLNK => p9::QTSYMLINK,
@@ -31,23 +38,23 @@ fn qid_of(mode: u32, ino: u64) -> Qid {
     Qid {
         ty,
         version: 0,
-        path: ino,
+        path,
     }
 }
 
-fn qid_of_statx(st: &Statx) -> Qid {
-    qid_of(st.stx_mode as u32, st.stx_ino)
+fn qid_of_statx(inos: &Inos, st: &Statx) -> Qid {
+    qid_of(inos, st.stx_mode as u32, st.stx_ino)
 }
 
-fn qid_of_step(s: &NameStep) -> Qid {
-    qid_of(s.mode, s.ino)
+fn qid_of_step(inos: &Inos, s: &NameStep) -> Qid {
+    qid_of(inos, s.mode, s.ino)
 }
 
 /// `Rgetattr`'s stat of a file.
-fn stat_of(x: &Statx) -> p9::Stat {
+fn stat_of(inos: &Inos, x: &Statx) -> p9::Stat {
     p9::Stat {
         valid: p9::GETATTR_BASIC,
-        qid: qid_of_statx(x),
+        qid: qid_of_statx(inos, x),
         mode: x.stx_mode as u32,
         uid: x.stx_uid,
         gid: x.stx_gid,
@@ -69,7 +76,7 @@ fn stat_of(x: &Statx) -> p9::Stat {
 /// The listing of directory `st` with each entry's attributes and a
 /// symlink's body (p9::dirplus). An entry removed while listed is left
 /// out; `E2BIG` past the extension's limit.
-fn listing_of(st: &FidState) -> Result<Vec<u8>> {
+fn listing_of(inos: &Inos, st: &FidState) -> Result<Vec<u8>> {
     let ctx = &st.ctx;
     let dir = node(st)?;
     let d = ctx.reopen(dir, libc::O_RDONLY | libc::O_DIRECTORY)?;
@@ -95,7 +102,7 @@ fn listing_of(st: &FidState) -> Result<Vec<u8>> {
         } else {
             Vec::new()
         };
-        p9::dirplus::encode(&e.name, &stat_of(&x), &link, &mut out);
+        p9::dirplus::encode(&e.name, &stat_of(inos, &x), &link, &mut out);
         if out.len() > p9::dirplus::MAX_LISTING {
             return Err(Errno::E2BIG);
         }
@@ -171,8 +178,8 @@ fn writable(s: &Session) -> Result<()> {
     }
 }
 
-/// The qid of `name` in the directory `dir` (after creating it).
-fn qid_at(ctx: &Ctx, dir: &Handle, name: &[u8]) -> Result<Qid> {
+/// The attributes of `name` in the directory `dir` (after creating it).
+fn statx_at(ctx: &Ctx, dir: &Handle, name: &[u8]) -> Result<Statx> {
     let mut st = Statx::default();
     ctx.statx_into(
         dir,
@@ -181,7 +188,7 @@ fn qid_at(ctx: &Ctx, dir: &Handle, name: &[u8]) -> Result<Qid> {
         libc::STATX_BASIC_STATS,
         &mut st,
     )?;
-    Ok(qid_of_statx(&st))
+    Ok(st)
 }
 
 /// One request being answered: what each message's function needs.
@@ -228,17 +235,39 @@ pub(crate) fn handle(
             mode,
             gid,
             ..
-        } => r.lcreate(name, flags, mode, gid, out),
+        } => r.lcreate(name, flags, mode, gid, None, out),
+        Fcall::Tlcreatei {
+            name,
+            flags,
+            mode,
+            gid,
+            ino,
+            ..
+        } => r.lcreate(name, flags, mode, gid, Some(ino), out),
         Fcall::Tread { offset, count, .. } => r.read(offset, count, out),
         Fcall::Twrite { offset, data, .. } => r.write(offset, data, out),
         Fcall::Treaddir { offset, count, .. } => r.readdir(offset, count, out),
         Fcall::Tstatfs { .. } => r.statfs(out),
         Fcall::Tmkdir {
             name, mode, gid, ..
-        } => r.mkdir(name, mode, gid, out),
+        } => r.mkdir(name, mode, gid, None, out),
+        Fcall::Tmkdiri {
+            name,
+            mode,
+            gid,
+            ino,
+            ..
+        } => r.mkdir(name, mode, gid, Some(ino), out),
         Fcall::Tsymlink {
             name, symtgt, gid, ..
-        } => r.symlink(name, symtgt, gid, out),
+        } => r.symlink(name, symtgt, gid, None, out),
+        Fcall::Tsymlinki {
+            name,
+            symtgt,
+            gid,
+            ino,
+            ..
+        } => r.symlink(name, symtgt, gid, Some(ino), out),
         Fcall::Tlink { name, .. } => r.link(name, out),
         Fcall::Trenameat {
             oldname, newname, ..
@@ -259,6 +288,7 @@ pub(crate) fn handle(
         Fcall::Trename { name, .. } => r.rename(name, out),
         Fcall::Txattrwalk { name, .. } if name.0 == p9::dirplus::NAME => r.list_plus(out),
         Fcall::Txattrwalk { name, .. } if name.0 == p9::order::NAME => r.order(out),
+        Fcall::Txattrwalk { name, .. } if name.0 == p9::inogrant::NAME => r.inogrant(out),
         Fcall::Txattrwalk { .. } | Fcall::Txattrcreate { .. } => Err(Errno::EOPNOTSUPP),
         Fcall::Tmknod {
             name,
@@ -267,7 +297,16 @@ pub(crate) fn handle(
             minor,
             gid,
             ..
-        } => r.mknod(name, mode, major, minor, gid, out),
+        } => r.mknod(name, mode, major, minor, gid, None, out),
+        Fcall::Tmknodi {
+            name,
+            mode,
+            major,
+            minor,
+            gid,
+            ino,
+            ..
+        } => r.mknod(name, mode, major, minor, gid, Some(ino), out),
         // ENOENT is how 9P2000.L servers say "no authentication
         // required" (diod's clients then attach with afid = NOFID).
         Fcall::Tauth { .. } => Err(Errno::ENOENT),
@@ -276,6 +315,47 @@ pub(crate) fn handle(
 }
 
 impl Req<'_> {
+    fn inos(&self) -> &Inos {
+        &self.s.server.inos
+    }
+
+    /// Make a file with `make`, which returns it and its attributes: with
+    /// `granted`, a number this connection was granted, the file is bound
+    /// to it (inos.rs); the number is spent even if the create fails.
+    /// Returns what `make` made and the file's qid.
+    fn made<T>(
+        &self,
+        granted: Option<u64>,
+        make: impl FnOnce() -> Result<(T, Statx)>,
+    ) -> Result<(T, Qid)> {
+        let Some(g) = granted else {
+            let (t, x) = make()?;
+            return Ok((t, qid_of_statx(self.inos(), &x)));
+        };
+        if !self.s.unspent.lock().spend(g) {
+            tracing::info!("{}: create with number {g:#x}, not granted to it", self.s.peer);
+            return Err(Errno::EINVAL);
+        }
+        let (t, mode) = self.inos().make(g, || {
+            let (t, x) = make()?;
+            Ok(((t, x.stx_mode as u32), x.stx_ino))
+        })?;
+        Ok((t, qid_raw(mode, g)))
+    }
+
+    /// When something is bound (inos.rs) and `name` in `dir` is a
+    /// directory or a file's last name, its host number: a removal of the
+    /// name frees the number for another file, which must not show the
+    /// granted one.
+    fn last_name(&self, ctx: &Ctx, dir: &Handle, name: &[u8]) -> Option<u64> {
+        if !self.inos().any() {
+            return None;
+        }
+        let x = statx_at(ctx, dir, name).ok()?;
+        let is_dir = u32::from(x.stx_mode) & libc::S_IFMT == libc::S_IFDIR;
+        (is_dir || x.stx_nlink <= 1).then_some(x.stx_ino)
+    }
+
     /// The state of the `i`th fid the request names.
     fn fid(&self, i: usize) -> Result<FidState> {
         self.fids.get(i).ok_or(Errno::EBADF)?.get()
@@ -319,7 +399,7 @@ impl Req<'_> {
             open: None,
             listing: None,
         };
-        let qid = qid_of_statx(&fstatx(&st)?);
+        let qid = qid_of_statx(self.inos(), &fstatx(&st)?);
         self.newfid.ok_or(Errno::EBADF)?.complete(st);
         self.reply(Fcall::Rattach { qid }, out)
     }
@@ -332,7 +412,7 @@ impl Req<'_> {
         let to = from.ctx.walk_handle(node(&from)?, names, &mut steps)?;
         let mut qids = Qids::default();
         for s in &steps {
-            qids.push(qid_of_step(s));
+            qids.push(qid_of_step(self.inos(), s));
         }
         match (to, self.newfid) {
             (Some(h), Some(nf)) => nf.complete(FidState {
@@ -358,7 +438,12 @@ impl Req<'_> {
     fn getattr(&self, out: &mut Vec<u8>) -> Result<()> {
         let st = self.fid(0)?;
         let x = fstatx(&st)?;
-        self.reply(Fcall::Rgetattr { st: stat_of(&x) }, out)
+        self.reply(
+            Fcall::Rgetattr {
+                st: stat_of(self.inos(), &x),
+            },
+            out,
+        )
     }
 
     /// `Treadlink`.
@@ -402,48 +487,53 @@ impl Req<'_> {
         r?;
         self.reply(
             Fcall::Rlopen {
-                qid: qid_of_statx(&x),
+                qid: qid_of_statx(self.inos(), &x),
                 iounit: self.s.iounit(),
             },
             out,
         )
     }
 
-    /// `Tlcreate`: a new file, opened; the fid now names it.
+    /// `Tlcreate`: a new file, opened; the fid now names it. `Tlcreatei`
+    /// with the granted number `ino`.
     fn lcreate(
         &self,
         name: Str<'_>,
         flags: u32,
         mode: u32,
         gid: u32,
+        ino: Option<u64>,
         out: &mut Vec<u8>,
     ) -> Result<()> {
         let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
         let flags = (flags & OPEN_MASK) as i32 | libc::O_CREAT | libc::O_EXCL;
-        let fd = ctx.openat(node(&st)?, name.0, flags, mode & 0o7777)?;
-        let made = ctx.handle_of(fd).and_then(|h| {
-            let mut x = Statx::default();
-            ctx.fstatx_into(fd, libc::STATX_BASIC_STATS, &mut x)?;
-            Ok((h, x))
-        });
-        let r = made.and_then(|(h, x)| {
-            self.fids[0].update(|s| {
-                s.node = Some(h);
-                s.open = Some(fd);
-            })?;
-            Ok(x)
-        });
-        let x = match r {
-            Ok(x) => x,
-            Err(e) => {
-                let _ = ctx.close(fd);
-                return Err(e);
+        let ((), qid) = self.made(ino, || {
+            let fd = ctx.openat(node(&st)?, name.0, flags, mode & 0o7777)?;
+            let made = ctx.handle_of(fd).and_then(|h| {
+                let mut x = Statx::default();
+                ctx.fstatx_into(fd, libc::STATX_BASIC_STATS, &mut x)?;
+                Ok((h, x))
+            });
+            let r = made.and_then(|(h, x)| {
+                self.fids[0].update(|s| {
+                    s.node = Some(h);
+                    s.open = Some(fd);
+                })?;
+                Ok(x)
+            });
+            match r {
+                Ok(x) => Ok(((), x)),
+                Err(e) => {
+                    let _ = ctx.close(fd);
+                    Err(e)
+                }
             }
-        };
+        })?;
+        let iounit = self.s.iounit();
         self.reply(
-            Fcall::Rlcreate {
-                qid: qid_of_statx(&x),
-                iounit: self.s.iounit(),
+            match ino {
+                None => Fcall::Rlcreate { qid, iounit },
+                Some(_) => Fcall::Rlcreatei { qid, iounit },
             },
             out,
         )
@@ -501,7 +591,7 @@ impl Req<'_> {
             let mode = e.kind.mode_bits();
             p9::put_dirent(
                 out,
-                qid_of(mode, e.ino),
+                qid_of(self.inos(), mode, e.ino),
                 offset + i as u64 + 1,
                 e.kind.dtype(),
                 &e.name,
@@ -535,20 +625,52 @@ impl Req<'_> {
         )
     }
 
-    /// `Tmkdir`.
-    fn mkdir(&self, name: Str<'_>, mode: u32, gid: u32, out: &mut Vec<u8>) -> Result<()> {
+    /// `Tmkdir`; `Tmkdiri` with the granted number `ino`.
+    fn mkdir(
+        &self,
+        name: Str<'_>,
+        mode: u32,
+        gid: u32,
+        ino: Option<u64>,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
         let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
-        ctx.mkdirat(node(&st)?, name.0, mode & 0o7777)?;
-        let qid = qid_at(&ctx, node(&st)?, name.0)?;
-        self.reply(Fcall::Rmkdir { qid }, out)
+        let dir = node(&st)?;
+        let ((), qid) = self.made(ino, || {
+            ctx.mkdirat(dir, name.0, mode & 0o7777)?;
+            Ok(((), statx_at(&ctx, dir, name.0)?))
+        })?;
+        self.reply(
+            match ino {
+                None => Fcall::Rmkdir { qid },
+                Some(_) => Fcall::Rmkdiri { qid },
+            },
+            out,
+        )
     }
 
-    /// `Tsymlink`.
-    fn symlink(&self, name: Str<'_>, symtgt: Str<'_>, gid: u32, out: &mut Vec<u8>) -> Result<()> {
+    /// `Tsymlink`; `Tsymlinki` with the granted number `ino`.
+    fn symlink(
+        &self,
+        name: Str<'_>,
+        symtgt: Str<'_>,
+        gid: u32,
+        ino: Option<u64>,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
         let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
-        ctx.symlinkat(symtgt.0, node(&st)?, name.0)?;
-        let qid = qid_at(&ctx, node(&st)?, name.0)?;
-        self.reply(Fcall::Rsymlink { qid }, out)
+        let dir = node(&st)?;
+        let ((), qid) = self.made(ino, || {
+            ctx.symlinkat(symtgt.0, dir, name.0)?;
+            Ok(((), statx_at(&ctx, dir, name.0)?))
+        })?;
+        self.reply(
+            match ino {
+                None => Fcall::Rsymlink { qid },
+                Some(_) => Fcall::Rsymlinki { qid },
+            },
+            out,
+        )
     }
 
     /// `Tlink`.
@@ -574,8 +696,12 @@ impl Req<'_> {
         check_name(newname.0)?;
         let od = self.fid(0)?;
         let nd = self.fid(1)?;
+        let replaced = self.last_name(&nd.ctx, node(&nd)?, newname.0);
         od.ctx
             .renameat2(node(&od)?, oldname.0, node(&nd)?, newname.0, 0)?;
+        if let Some(host) = replaced {
+            self.inos().unbind(host);
+        }
         self.reply(Fcall::Rrenameat {}, out)
     }
 
@@ -589,7 +715,12 @@ impl Req<'_> {
         } else {
             0
         };
-        st.ctx.unlinkat(node(&st)?, name.0, fl)?;
+        let dir = node(&st)?;
+        let last = self.last_name(&st.ctx, dir, name.0);
+        st.ctx.unlinkat(dir, name.0, fl)?;
+        if let Some(host) = last {
+            self.inos().unbind(host);
+        }
         self.reply(Fcall::Runlinkat {}, out)
     }
 
@@ -680,7 +811,7 @@ impl Req<'_> {
     fn list_plus(&self, out: &mut Vec<u8>) -> Result<()> {
         let st = self.fid(0)?;
         let nf = self.newfid.ok_or(Errno::EINVAL)?;
-        let l = listing_of(&st)?;
+        let l = listing_of(self.inos(), &st)?;
         let size = l.len() as u64;
         // The fid names no file of its own: only reads of the
         // listing work on it (anything else finds no descriptor).
@@ -711,7 +842,8 @@ impl Req<'_> {
         )
     }
 
-    /// `Tmknod`.
+    /// `Tmknod`; `Tmknodi` with the granted number `ino`.
+    #[allow(clippy::too_many_arguments)]
     fn mknod(
         &self,
         name: Str<'_>,
@@ -719,6 +851,7 @@ impl Req<'_> {
         major: u32,
         minor: u32,
         gid: u32,
+        ino: Option<u64>,
         out: &mut Vec<u8>,
     ) -> Result<()> {
         let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
@@ -726,9 +859,42 @@ impl Req<'_> {
         // files and directories, so a client's fifo or socket is its
         // own kernel's business, and a device node here is inert.
         let dev = libc::makedev(major, minor);
-        ctx.mknodat(node(&st)?, name.0, mode, dev)?;
-        let qid = qid_at(&ctx, node(&st)?, name.0)?;
-        self.reply(Fcall::Rmknod { qid }, out)
+        let dir = node(&st)?;
+        let ((), qid) = self.made(ino, || {
+            ctx.mknodat(dir, name.0, mode, dev)?;
+            Ok(((), statx_at(&ctx, dir, name.0)?))
+        })?;
+        self.reply(
+            match ino {
+                None => Fcall::Rmknod { qid },
+                Some(_) => Fcall::Rmknodi { qid },
+            },
+            out,
+        )
+    }
+
+    /// `Txattrwalk("walkfs.inogrant")`: a fid whose read gives a range of
+    /// inode numbers for this connection's creates (docs/inode-grants.md).
+    fn inogrant(&self, out: &mut Vec<u8>) -> Result<()> {
+        writable(self.s)?;
+        let st = self.fid(0)?;
+        let nf = self.newfid.ok_or(Errno::EINVAL)?;
+        let g = self.inos().grant(crate::inos::GRANT);
+        if !self.s.unspent.lock().add(g) {
+            return Err(Errno::EAGAIN);
+        }
+        nf.complete(FidState {
+            ctx: Arc::clone(&st.ctx),
+            node: None,
+            open: None,
+            listing: Some(Arc::new(g.encode().to_vec())),
+        });
+        self.reply(
+            Fcall::Rxattrwalk {
+                size: p9::inogrant::RECORD,
+            },
+            out,
+        )
     }
 }
 

@@ -32,6 +32,7 @@ pub mod fid;
 #[doc(hidden)]
 pub mod fuzz;
 mod handlers;
+mod inos;
 mod link;
 pub mod notify;
 pub mod sandbox;
@@ -123,6 +124,8 @@ pub struct Server {
     pub(crate) notify: Arc<notify::Hub>,
     /// The injected reply delay, when there is one (link.rs).
     pub(crate) link: Option<Arc<link::Link>>,
+    /// The inode numbers clients see, and the grants (inos.rs).
+    pub(crate) inos: Arc<inos::Inos>,
     pub stats: Stats,
 }
 
@@ -138,7 +141,8 @@ impl Server {
         };
         // Changes the vfs sees (on the host, by any client) go to every
         // subscribed client once the server's own cache has dropped them.
-        let hub = Arc::new(notify::Hub::default());
+        let inos = Arc::new(inos::Inos::default());
+        let hub = Arc::new(notify::Hub::new(Arc::clone(&inos)));
         vfs.add_change_listener(hub.clone());
         let link = (!cfg.reply_delay.is_zero()).then(|| link::Link::start(cfg.reply_delay));
         let server = Arc::new(Server {
@@ -147,6 +151,7 @@ impl Server {
             link,
             pool: tx,
             notify: hub,
+            inos,
             stats: Stats::default(),
         });
         for i in 0..threads {
@@ -169,6 +174,12 @@ impl Server {
 
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Files that show a number granted to the client that made them
+    /// (docs/inode-grants.md), not their host inode number.
+    pub fn granted_files(&self) -> usize {
+        self.inos.bound()
     }
 
     /// Accept connections forever.

@@ -20,6 +20,8 @@ use parking_lot::Mutex;
 use walkfs_p9::{Data, Fcall};
 use walkfs_vfs::{Change, ChangeSink, Errno};
 
+use crate::inos::Inos;
+
 pub use walkfs_p9::notify::{ALL, DEGRADED, ENTRY, INODE, MIN_READ, NAME as NOTIFY_NAME, VERSION};
 
 /// Queued record bytes per subscriber before its queue is replaced by
@@ -54,9 +56,10 @@ pub(crate) trait Peer: Send + Sync {
 }
 
 /// The server's subscribers; listens to the vfs for changes.
-#[derive(Default)]
 pub(crate) struct Hub {
     conns: Mutex<Vec<Weak<dyn Peer>>>,
+    /// Changes name files by the numbers clients know (inos.rs).
+    inos: Arc<Inos>,
 }
 
 /// Encode one change as a record.
@@ -124,7 +127,10 @@ fn reply_read(conn: &dyn Peer, tag: u16, data: &[u8]) {
 
 impl ChangeSink for Hub {
     fn changed(&self, changes: &[Change]) {
-        let recs: Vec<Vec<u8>> = changes.iter().map(encode).collect();
+        let recs: Vec<Vec<u8>> = changes
+            .iter()
+            .map(|c| encode(&self.on_wire(c)))
+            .collect();
         let conns: Vec<Arc<dyn Peer>> = {
             let mut list = self.conns.lock();
             list.retain(|c| c.strong_count() > 0);
@@ -149,6 +155,29 @@ impl ChangeSink for Hub {
 }
 
 impl Hub {
+    pub(crate) fn new(inos: Arc<Inos>) -> Hub {
+        Hub {
+            conns: Mutex::new(Vec::new()),
+            inos,
+        }
+    }
+
+    /// `c` with its inode numbers as clients know them.
+    fn on_wire(&self, c: &Change) -> Change {
+        match c {
+            Change::Entry { dir, dir_ino, name } => Change::Entry {
+                dir: *dir,
+                dir_ino: self.inos.shown(*dir_ino),
+                name: name.clone(),
+            },
+            Change::Inode { node, ino } => Change::Inode {
+                node: *node,
+                ino: self.inos.shown(*ino),
+            },
+            other => other.clone(),
+        }
+    }
+
     fn add(&self, conn: Weak<dyn Peer>) {
         self.conns.lock().push(conn);
     }

@@ -26,6 +26,8 @@ pub(crate) struct Session {
     /// Auth fids (`Tauth`) and what was written to each, when the server
     /// asks for a secret.
     pub auth: Mutex<HashMap<u32, Vec<u8>>>,
+    /// Inode numbers granted to this connection and not spent yet.
+    pub unspent: Mutex<crate::inos::Unspent>,
 }
 
 impl Session {
@@ -43,6 +45,7 @@ impl Session {
             peer,
             server,
             auth: Mutex::new(HashMap::new()),
+            unspent: Mutex::new(Default::default()),
         }
     }
 

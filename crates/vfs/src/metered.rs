@@ -162,6 +162,29 @@ impl FileSystem for Metered {
         self.fs.submit(op, done)
     }
 
+    fn grant(&self, owner: Owner) -> Option<walkfs_fsapi::Granted> {
+        self.fs.grant(owner)
+    }
+
+    fn make_behind(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        owner: Owner,
+        node: walkfs_fsapi::Granted,
+        what: walkfs_fsapi::Make<'_>,
+        done: Done,
+    ) -> Result<Option<FileHandle>> {
+        self.meter.count(match what {
+            walkfs_fsapi::Make::File { .. } => Op::Create,
+            walkfs_fsapi::Make::Dir { .. } => Op::Mkdir,
+            walkfs_fsapi::Make::Symlink { .. } => Op::Symlink,
+            walkfs_fsapi::Make::Special { .. } => Op::Mknod,
+        });
+        self.meter.behind.inc();
+        self.fs.make_behind(parent, name, owner, node, what, done)
+    }
+
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
         self.meter.count(Op::Readlink);
         self.fs.readlink(node)

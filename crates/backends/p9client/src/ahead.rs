@@ -114,6 +114,7 @@ impl Listing {
         rpc.counters
             .wait_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+        rpc.counters.waits.fetch_add(1, Relaxed);
         let (usable, made) = s.outcome();
         for (fid, made) in self.fids.into_iter().zip(made) {
             if made {

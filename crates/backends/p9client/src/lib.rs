@@ -25,8 +25,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use walkfs_fsapi::{
     Attr, Completion, Deferred, DirEntry, Done, Entry, Errno, FileHandle, FileSystem, FileType,
-    NodeId, OpenFlags, Owner, Result, SetAttr, StatFs, TimeSet, Timespec,
+    Granted, Make, NodeId, OpenFlags, Owner, Result, SetAttr, StatFs, TimeSet, Timespec,
 };
+use walkfs_p9::inogrant::Grant;
 use walkfs_p9::{self as p9, Addr, Fcall, Names, Str, IOHDRSZ, NOFID};
 
 pub use rpc::{Counters, Stats};
@@ -155,6 +156,11 @@ pub struct P9Fs {
     /// The server has answered a `Tunlinkat` (diod 1.0 does not know it,
     /// and an asynchronous one could not fall back).
     unlinkat_ok: std::sync::atomic::AtomicBool,
+    /// Inode numbers the server granted and this client has not spent
+    /// (p9::inogrant): `next..end`. `None` for a server that grants none
+    /// (any but `walkfs serve`, or one that stopped): then every node is
+    /// made with a round trip.
+    grants: Mutex<Option<(u64, u64)>>,
 }
 
 /// Fid numbers: handed out, and given back for reuse.
@@ -322,7 +328,8 @@ impl P9Fs {
         if !ordered {
             tracing::info!("9p server does not keep a connection's order: every change waits");
         }
-        Ok(P9Fs {
+        let fs = P9Fs {
+            grants: Mutex::new(None),
             ordered,
             dirplus: std::sync::atomic::AtomicBool::new(true),
             unlinkat_ok: std::sync::atomic::AtomicBool::new(false),
@@ -337,7 +344,49 @@ impl P9Fs {
             iounit,
             pipeline: std::sync::atomic::AtomicBool::new(true),
             attach_uid: cfg.uid,
-        })
+        };
+        // Nodes are made behind the caller only where changes are
+        // (a server that keeps a connection's order).
+        if fs.ordered {
+            *fs.grants.lock() = fs.ask_grant().map(|g| (g.base, g.base + g.count));
+        }
+        Ok(fs)
+    }
+
+    /// Ask the server for a range of inode numbers (p9::inogrant): one
+    /// round trip, about once per 4,096 nodes made. `None` when it grants
+    /// none.
+    fn ask_grant(&self) -> Option<Grant> {
+        let nf = self.alloc_fid();
+        let (mut made, mut got) = (false, None);
+        let sent = self.rpc.call_many(
+            &[
+                Fcall::Txattrwalk {
+                    fid: ROOT_FID,
+                    newfid: nf,
+                    name: Str(p9::inogrant::NAME),
+                },
+                Fcall::Tread {
+                    fid: nf,
+                    offset: 0,
+                    count: p9::inogrant::RECORD as u32,
+                },
+            ],
+            |i, r| match (i, r) {
+                (0, Fcall::Rxattrwalk { .. }) => made = true,
+                (1, Fcall::Rread { data }) => got = Grant::decode(data.0),
+                _ => {}
+            },
+        );
+        if made {
+            self.clunk(nf);
+        } else {
+            self.free_fid(nf);
+        }
+        if sent.is_err() || got.is_none() {
+            tracing::debug!("9p server grants no inode numbers: nodes are made with a round trip");
+        }
+        got.filter(|_| sent.is_ok())
     }
 
     /// RPCs by type, bytes, time waiting for replies.
@@ -1199,6 +1248,145 @@ impl FileSystem for P9Fs {
                 )
             }
         }
+    }
+
+    /// The next number of the server's grant (a new grant when it is
+    /// spent). A node made for someone else than who we attached as is
+    /// theirs on the server only when we are root there (see `own`).
+    fn grant(&self, owner: Owner) -> Option<Granted> {
+        if self.attach_uid != 0 && owner.uid != self.attach_uid {
+            return None;
+        }
+        let mut g = self.grants.lock();
+        let (next, end) = g.as_mut()?;
+        if *next == *end {
+            match self.ask_grant() {
+                Some(n) => (*next, *end) = (n.base, n.base + n.count),
+                None => {
+                    *g = None;
+                    return None;
+                }
+            }
+        }
+        let ino = *next;
+        *next += 1;
+        Some(Granted {
+            node: NodeId(ino),
+            ino,
+        })
+    }
+
+    /// The make (`Tlcreatei` on a clone of the directory's fid for a
+    /// file, `Tmkdiri`, `Tsymlinki`, `Tmknodi`), a walk to the new name
+    /// for the node's fid, and, attached as root for someone else, the
+    /// chown `own` would send: back to back in one write, none waited
+    /// for. The server runs them in order before anything sent later, so
+    /// the node and its fid exist for every later request; `done` hears
+    /// the first failure among them.
+    fn make_behind(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        owner: Owner,
+        node: Granted,
+        what: Make<'_>,
+        done: Done,
+    ) -> Result<Option<FileHandle>> {
+        let dir = self.pin(parent)?;
+        let ino = node.ino;
+        let gid = owner.gid;
+        let mut reqs = Vec::with_capacity(4);
+        let mut open = None;
+        match what {
+            Make::File { mode, flags } => {
+                let nf = self.alloc_fid();
+                open = Some(nf);
+                reqs.push(Fcall::Twalk {
+                    fid: dir.fid,
+                    newfid: nf,
+                    names: Names::default(),
+                });
+                reqs.push(Fcall::Tlcreatei {
+                    fid: nf,
+                    name: Str(name),
+                    flags: (flags.0 | libc::O_CREAT | libc::O_EXCL) as u32,
+                    mode: mode & 0o7777,
+                    gid,
+                    ino,
+                });
+            }
+            Make::Dir { mode } => reqs.push(Fcall::Tmkdiri {
+                dfid: dir.fid,
+                name: Str(name),
+                mode,
+                gid,
+                ino,
+            }),
+            Make::Symlink { target } => reqs.push(Fcall::Tsymlinki {
+                fid: dir.fid,
+                name: Str(name),
+                symtgt: Str(target),
+                gid,
+                ino,
+            }),
+            Make::Special { mode, rdev } => reqs.push(Fcall::Tmknodi {
+                dfid: dir.fid,
+                name: Str(name),
+                mode,
+                major: libc::major(rdev as libc::dev_t),
+                minor: libc::minor(rdev as libc::dev_t),
+                gid,
+                ino,
+            }),
+        }
+        let pf = self.alloc_fid();
+        reqs.push(Fcall::Twalk {
+            fid: dir.fid,
+            newfid: pf,
+            names: one(name),
+        });
+        if owner.uid != self.attach_uid {
+            // As `own`: set-id bits go along with the chown (which alone
+            // would clear them); a symlink's mode cannot be set.
+            let mode = what.attr(ino, owner, Timespec::default()).mode;
+            let keep_mode = mode & 0o6000 != 0 && mode & libc::S_IFMT != libc::S_IFLNK;
+            reqs.push(Fcall::Tsetattr {
+                fid: pf,
+                attr: p9::SetAttr {
+                    valid: p9::SETATTR_UID | if keep_mode { p9::SETATTR_MODE } else { 0 },
+                    uid: owner.uid,
+                    mode: mode & 0o7777,
+                    ..Default::default()
+                },
+            });
+        }
+        let join = Join::new(done, reqs.len());
+        let ops = reqs
+            .iter()
+            .map(|_| rpc::AsyncOp::new(join.part(), 0))
+            .collect();
+        if let Err(e) = self.rpc.send_async_many(&reqs, ops) {
+            self.free_fid(pf);
+            if let Some(nf) = open {
+                self.free_fid(nf);
+            }
+            return Err(e);
+        }
+        drop(dir);
+        let surplus = {
+            let mut n = self.nodes.lock();
+            let s = n.adopt(ino, parent.0, name, pf);
+            if open.is_some() {
+                // Counted as open until `release`, as `create` does.
+                let _ = n.need(ino);
+            }
+            s
+        };
+        match surplus {
+            Some(f) => self.clunk(f),
+            None => self.trim(),
+        }
+        Ok(open.map(|f| FileHandle(f as u64)))
     }
 
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {

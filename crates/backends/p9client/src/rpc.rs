@@ -30,6 +30,8 @@ pub struct Counters {
     pub bytes_received: AtomicU64,
     /// Nanoseconds callers spent waiting for replies.
     pub wait_ns: AtomicU64,
+    /// Times a caller waited for replies (round trips).
+    pub waits: AtomicU64,
 }
 
 impl Default for Counters {
@@ -39,6 +41,7 @@ impl Default for Counters {
             bytes_sent: AtomicU64::new(0),
             bytes_received: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
         }
     }
 }
@@ -60,6 +63,7 @@ impl Counters {
         s.bytes_sent = self.bytes_sent.load(Relaxed);
         s.bytes_received = self.bytes_received.load(Relaxed);
         s.wait_ns = self.wait_ns.load(Relaxed);
+        s.waits = self.waits.load(Relaxed);
         s
     }
     pub fn reset(&self) {
@@ -69,6 +73,7 @@ impl Counters {
         self.bytes_sent.store(0, Relaxed);
         self.bytes_received.store(0, Relaxed);
         self.wait_ns.store(0, Relaxed);
+        self.waits.store(0, Relaxed);
     }
 }
 
@@ -295,6 +300,7 @@ impl Rpc {
         self.counters
             .wait_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+        self.counters.waits.fetch_add(1, Relaxed);
         result
     }
 
@@ -372,37 +378,72 @@ impl Rpc {
     /// connection before this returns, so a server keeps it even if this
     /// process dies next. `ENOTCONN` when the connection is gone.
     pub fn send_async(&self, req: Fcall<'_>, op: AsyncOp) -> Result<()> {
+        self.send_async_many(&[req], vec![op])
+    }
+
+    /// [`Rpc::send_async`] of several changes, back to back in one
+    /// write: `ops[i]` gets the outcome of `reqs[i]`. All or none are
+    /// sent (`ENOTCONN`: none, and no `done` is called).
+    pub fn send_async_many(&self, reqs: &[Fcall<'_>], ops: Vec<AsyncOp>) -> Result<()> {
+        debug_assert_eq!(reqs.len(), ops.len());
+        let n = reqs.len();
         {
-            let mut n = self.inflight.n.lock();
-            while *n >= MAX_ASYNC && !self.dead.load(Relaxed) {
-                self.inflight.cv.wait(&mut n);
+            let mut inflight = self.inflight.n.lock();
+            while *inflight + n > MAX_ASYNC.max(n) && !self.dead.load(Relaxed) {
+                self.inflight.cv.wait(&mut inflight);
             }
-            *n += 1;
+            *inflight += n;
         }
-        let not_sent = |rpc: &Rpc, op: AsyncOp| {
-            op.disarm();
-            rpc.change_finished();
+        let not_sent = |rpc: &Rpc, ops: Vec<AsyncOp>, tags: &[u16]| {
+            for t in tags {
+                rpc.put_tag(*t);
+            }
+            for op in ops {
+                op.disarm();
+            }
+            for _ in 0..n {
+                rpc.change_finished();
+            }
             Err(Errno::ENOTCONN)
         };
         if self.dead.load(Relaxed) {
-            return not_sent(self, op);
+            return not_sent(self, ops, &[]);
         }
-        let Some(t) = self.take_tag() else {
-            return not_sent(self, op);
-        };
-        *self.changes[t as usize].lock() = Some(Pending::Change(op));
-        let mut out = Vec::with_capacity(64);
-        req.encode(t, &mut out);
-        self.counters.rpcs[req.msg_type() as usize].fetch_add(1, Relaxed);
+        let mut tags = Vec::with_capacity(n);
+        for _ in 0..n {
+            match self.take_tag() {
+                Some(t) => tags.push(t),
+                None => return not_sent(self, ops, &tags),
+            }
+        }
+        let mut out = Vec::with_capacity(64 * n);
+        for ((req, op), &t) in reqs.iter().zip(ops).zip(&tags) {
+            *self.changes[t as usize].lock() = Some(Pending::Change(op));
+            req.encode(t, &mut out);
+            self.counters.rpcs[req.msg_type() as usize].fetch_add(1, Relaxed);
+        }
         self.counters
             .bytes_sent
             .fetch_add(out.len() as u64, Relaxed);
         let w = self.writer.lock().write_all(&out);
         if w.is_err() {
             self.dead.store(true, Relaxed);
-            // Unless the reader, seeing the death, has reported it already.
-            if let Some(Pending::Change(op)) = self.changes[t as usize].lock().take() {
-                return not_sent(self, op);
+            // What the reader, seeing the death, has not reported yet is
+            // reported by the caller's error; if it has reported all,
+            // the outcome went where it belongs and the caller must not
+            // hear it twice.
+            let mut left = 0;
+            for t in &tags {
+                if let Some(Pending::Change(op)) = self.changes[*t as usize].lock().take() {
+                    op.disarm();
+                    left += 1;
+                }
+            }
+            for _ in 0..left {
+                self.change_finished();
+            }
+            if left == 0 {
+                return Ok(());
             }
             return Err(Errno::ENOTCONN);
         }

@@ -4,6 +4,7 @@
 //! the cache update that follows.
 
 use super::prelude::*;
+use walkfs_fsapi::Make;
 
 impl Ctx {
     /// Run a backend change that makes name `name` in `dir`, and bring the
@@ -66,6 +67,28 @@ impl Ctx {
         Ok((c, t))
     }
 
+    /// With the write-back on and a backend that grants node identities
+    /// ahead (a walkfs server), make `what` behind the caller
+    /// (writeback.rs): the entry is final at once, the server makes the
+    /// node in order before anything asked of it later. `None`: make it
+    /// now, with the ordinary call.
+    fn make_behind(
+        &self,
+        fs: &dyn walkfs_fsapi::FileSystem,
+        ds: &InodeSnap,
+        dir: Cur,
+        name: &[u8],
+        owner: walkfs_fsapi::Owner,
+        what: Make<'_>,
+    ) -> Option<Result<(walkfs_fsapi::Entry, Option<FileHandle>)>> {
+        let inner = self.inner();
+        if !inner.defers(fs) {
+            return None;
+        }
+        let g = fs.grant(owner)?;
+        Some(inner.make_behind(fs, ds.sb(), ds.node, name, owner, g, what, dir.d))
+    }
+
     /// `may_create` on a live directory.
     pub(super) fn may_create(&self, dir: Cur) -> Res<InodeSnap> {
         let ds = self.inner().dc.inode_snap(dir.ino).ok_or(Step::Restart)?;
@@ -101,6 +124,11 @@ impl Ctx {
         let (owner, mode) = self.new_owner(&ds, mode, false);
         let acc = OpenFlags(flags & O_ACCMODE);
         self.modify(dir, name, true, |fs| {
+            let what = Make::File { mode, flags: acc };
+            if let Some(r) = self.make_behind(fs, &ds, dir, name, owner, what) {
+                let (e, fh) = r?;
+                return Ok((e, fh.ok_or(Errno::EIO)?));
+            }
             fs.create(NodeId(ds.node), name, mode, owner, acc)
         })
     }
@@ -120,6 +148,10 @@ impl Ctx {
             let ds = self.may_create(dir)?;
             let (owner, mode) = self.new_owner(&ds, mode, true);
             let (c, ()) = self.modify(dir, &name, false, |fs| {
+                let what = Make::Dir { mode };
+                if let Some(r) = self.make_behind(fs, &ds, dir, &name, owner, what) {
+                    return Ok((r?.0, ()));
+                }
                 Ok((fs.mkdir(NodeId(ds.node), &name, mode, owner)?, ()))
             })?;
             // Made empty here: a miss in it needs no backend (until a
@@ -167,6 +199,10 @@ impl Ctx {
             let ds = self.may_create(dir)?;
             let (owner, _) = self.new_owner(&ds, 0o777, false);
             self.modify(dir, &name, false, |fs| {
+                let what = Make::Symlink { target };
+                if let Some(r) = self.make_behind(fs, &ds, dir, &name, owner, what) {
+                    return Ok((r?.0, ()));
+                }
                 Ok((fs.symlink(NodeId(ds.node), &name, target, owner)?, ()))
             })
             .map(drop)
@@ -204,6 +240,24 @@ impl Ctx {
             let rdev = if is_dev { dev } else { 0 };
             self.modify(dir, &name, false, |fs| {
                 let parent = NodeId(ds.node);
+                let what = if kind == libc::S_IFREG {
+                    Make::File {
+                        mode: perm,
+                        flags: OpenFlags(libc::O_RDONLY),
+                    }
+                } else {
+                    Make::Special {
+                        mode: kind | perm,
+                        rdev,
+                    }
+                };
+                if let Some(r) = self.make_behind(fs, &ds, dir, &name, owner, what) {
+                    let (entry, fh) = r?;
+                    if let Some(fh) = fh {
+                        fs.release(entry.node, fh);
+                    }
+                    return Ok((entry, ()));
+                }
                 if kind == libc::S_IFREG {
                     let (entry, fh) =
                         fs.create(parent, &name, perm, owner, OpenFlags(libc::O_RDONLY))?;

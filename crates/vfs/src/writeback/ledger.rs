@@ -164,16 +164,25 @@ impl Ledger {
         }
         if let Some(err) = fail {
             let seq = self.seq.load(Relaxed) + 1;
-            let f = Failure {
+            // A failure nobody was told of yet keeps its errno: the later
+            // ones are most often its consequences (the writes to a file
+            // whose create failed), and the first says what went wrong.
+            let f = |old: Option<&Failure>| Failure {
                 at: seq,
-                err,
+                err: old.filter(|o| !o.seen).map_or(err, |o| o.err),
                 seen: false,
             };
             let mut replaced_unseen = 0;
             for k in keys.iter().copied().map(Some).chain([None]) {
                 let slot = match k {
-                    Some(k) => st.errs.insert(k, f),
-                    None => st.last.replace(f),
+                    Some(k) => {
+                        let new = f(st.errs.get(&k));
+                        st.errs.insert(k, new)
+                    }
+                    None => {
+                        let new = f(st.last.as_ref());
+                        st.last.replace(new)
+                    }
                 };
                 replaced_unseen += usize::from(slot.is_some_and(|o| !o.seen));
             }

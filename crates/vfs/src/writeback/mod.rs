@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use walkfs_fsapi::{
-    Attr, Change, ChangeSink, Completion, Deferred, Done, Errno, FileHandle, FileSystem, NodeId,
-    Result, SetAttr, TimeSet, Timespec,
+    Attr, Change, ChangeSink, Completion, Deferred, Done, Entry, Errno, FileHandle, FileSystem,
+    Granted, Make, NodeId, Owner, Result, SetAttr, TimeSet, Timespec,
 };
 
 use crate::dcache::DIdx;
@@ -240,6 +240,20 @@ impl WriteBack {
         what: &'static str,
         op: Deferred<'_>,
     ) -> Result<()> {
+        self.start(sb, keys, entry, dentry, what, |done| fs.submit(op, done))
+    }
+
+    /// [`WriteBack::submit`] of a change that `start` hands to its
+    /// backend with the [`Done`] given.
+    fn start<T>(
+        &self,
+        sb: usize,
+        keys: [Option<u64>; 2],
+        entry: Option<(u64, Vec<u8>)>,
+        dentry: DIdx,
+        what: &'static str,
+        start: impl FnOnce(Done) -> Result<T>,
+    ) -> Result<T> {
         let sh = &self.shared;
         if sh.ledger.begin(&keys_of(sb, keys), MAX_INFLIGHT) {
             sh.stats.waits.fetch_add(1, Relaxed);
@@ -260,12 +274,14 @@ impl WriteBack {
             });
             shared.complete(sb, keys, fail);
         });
-        if let Err(e) = fs.submit(op, done) {
-            // Never started: `done` will not run.
-            sh.complete(sb, keys, None);
-            return Err(e);
+        match start(done) {
+            Ok(t) => Ok(t),
+            Err(e) => {
+                // Never started: `done` will not run.
+                sh.complete(sb, keys, None);
+                Err(e)
+            }
         }
-        Ok(())
     }
 
     /// Wait until none of `keys` of superblock `sb` has a change in
@@ -629,6 +645,47 @@ impl Inner {
                 set,
             },
         )
+    }
+
+    /// Make `what` as `name` in directory `dir` (of superblock `sb`,
+    /// dentry `dentry`) for `owner`, as node `node` that `fs` granted,
+    /// behind the caller: counted against the directory (its fsync waits
+    /// for it) and the new node (the file's fsync waits for its
+    /// creation). The entry to show now, and a file's open handle.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn make_behind(
+        &self,
+        fs: &dyn FileSystem,
+        sb: usize,
+        dir: u64,
+        name: &[u8],
+        owner: Owner,
+        node: Granted,
+        what: Make<'_>,
+        dentry: DIdx,
+    ) -> Result<(Entry, Option<FileHandle>)> {
+        let label = match what {
+            Make::File { .. } => "create",
+            Make::Dir { .. } => "mkdir",
+            Make::Symlink { .. } => "symlink",
+            Make::Special { .. } => "mknod",
+        };
+        let fh = self.wb.start(
+            sb,
+            [Some(dir), Some(node.node.0)],
+            Some((dir, name.to_vec())),
+            dentry,
+            label,
+            |done| fs.make_behind(NodeId(dir), name, owner, node, what, done),
+        )?;
+        let attr = what.attr(node.ino, owner, Timespec::now());
+        Ok((
+            Entry {
+                node: node.node,
+                attr,
+            },
+            fh,
+        ))
     }
 
     /// Submit the unlink of `name` (file `victim`) in directory `dir`.

@@ -1,0 +1,292 @@
+//! Nodes made behind the caller with server-granted inode numbers
+//! (docs/inode-grants.md), through the whole stack in one process: vfs ->
+//! 9P client -> walkfs serve -> host directory, with one server and as
+//! many clients (connections) as a test needs.
+
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use walkfs_p9::Stream;
+use walkfs_source::{open_9p, ServerConfig, SourceOptions};
+use walkfs_vfs::{Creds, Ctx, Errno, Vfs, AT_FDCWD};
+
+/// The first number a server grants (crates/server/src/inos.rs).
+const GRANTED: u64 = 0x7f00_0000_0000_0000;
+
+/// One server over a host directory, replying `delay` late.
+struct Served {
+    server: Arc<walkfs_server::Server>,
+    opts: SourceOptions,
+}
+
+impl Served {
+    fn new(dir: &Path, client_opts: &str, delay: Duration) -> Served {
+        let vfs = walkfs_source::open(dir.to_str().expect("utf8"), &SourceOptions::default())
+            .expect("export");
+        let cfg = ServerConfig {
+            reply_delay: delay,
+            ..Default::default()
+        };
+        Served {
+            server: walkfs_server::Server::new(vfs, cfg),
+            opts: SourceOptions::parse(client_opts).expect("options"),
+        }
+    }
+
+    /// A new client: a connection of its own, a vfs of its own.
+    fn client(&self) -> Vfs {
+        let (a, b) = UnixStream::pair().expect("socketpair");
+        self.server.serve_stream(Stream::Unix(a));
+        open_9p(Stream::Unix(b), &self.opts).expect("attach")
+    }
+}
+
+fn waits(vfs: &Vfs) -> u64 {
+    vfs.p9_stats().expect("9p").waits
+}
+
+fn sent(vfs: &Vfs, msg: &str) -> u64 {
+    let s = vfs.p9_stats().expect("9p");
+    s.rpcs
+        .iter()
+        .find(|(n, _)| *n == msg)
+        .map_or(0, |(_, c)| *c)
+}
+
+fn ino(ctx: &Ctx, path: &[u8]) -> u64 {
+    ctx.fstatat(AT_FDCWD, path, libc::AT_SYMLINK_NOFOLLOW)
+        .expect("stat")
+        .st_ino
+}
+
+fn create(ctx: &Ctx, path: &[u8], data: &[u8]) -> i32 {
+    let fd = ctx
+        .openat(
+            AT_FDCWD,
+            path,
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+            0o644,
+        )
+        .expect("create");
+    assert_eq!(ctx.write(fd, data), Ok(data.len()));
+    fd
+}
+
+/// Files, directories, symlinks and fifos are made without a round
+/// trip, numbered from the grant; every client (and every name of a
+/// hard-linked file) sees the same number, which is not the host's.
+#[test]
+fn nodes_are_made_without_waiting_and_numbered_alike_everywhere() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let srv = Served::new(t.path(), "cache=loose,negtimeout=-1", Duration::from_millis(5));
+    let a = srv.client();
+    let ctx = a.context(Creds::root());
+    let before = waits(&a);
+    ctx.mkdirat(AT_FDCWD, b"/d", 0o755).expect("mkdir");
+    for i in 0..20 {
+        let fd = create(&ctx, format!("/d/f{i}").as_bytes(), b"data");
+        ctx.close(fd).expect("close");
+    }
+    ctx.symlinkat(b"f0", AT_FDCWD, b"/d/l").expect("symlink");
+    ctx.mknodat(AT_FDCWD, b"/d/p", libc::S_IFIFO | 0o600, 0)
+        .expect("mkfifo");
+    assert_eq!(
+        waits(&a) - before,
+        0,
+        "a make behind the caller waited for a reply"
+    );
+    assert_eq!(sent(&a, "Tlcreatei"), 20);
+    assert_eq!(sent(&a, "Tmkdiri"), 1);
+    assert_eq!(sent(&a, "Tsymlinki"), 1);
+    assert_eq!(sent(&a, "Tmknodi"), 1);
+    let f0 = ino(&ctx, b"/d/f0");
+    assert!(f0 >= GRANTED, "numbered from the grant: {f0:#x}");
+    ctx.linkat(AT_FDCWD, b"/d/f0", AT_FDCWD, b"/d/hard", 0)
+        .expect("link");
+    assert_eq!(ino(&ctx, b"/d/hard"), f0);
+    assert_eq!(a.sync(), Ok(()));
+
+    // The host has it all; its own numbers differ.
+    let host = t.path().join("d");
+    assert_eq!(std::fs::read(host.join("f7")).expect("f7"), b"data");
+    assert_eq!(
+        std::fs::read_link(host.join("l")).expect("l"),
+        Path::new("f0")
+    );
+    let host_ino = std::fs::metadata(host.join("f0")).expect("f0").ino();
+    assert_ne!(host_ino, f0);
+
+    // Another client of the same server sees the same numbers.
+    let b = srv.client();
+    let cb = b.context(Creds::root());
+    for p in [&b"/d"[..], b"/d/f0", b"/d/f19", b"/d/l", b"/d/p", b"/d/hard"] {
+        assert_eq!(ino(&cb, p), ino(&ctx, p), "{}", String::from_utf8_lossy(p));
+    }
+    // And so does a listing.
+    let fd = cb
+        .openat(AT_FDCWD, b"/d", libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        .expect("open d");
+    let listed = cb.getdents(fd).expect("getdents");
+    let f3 = listed.iter().find(|e| e.name == b"f3").expect("f3 listed");
+    assert_eq!(f3.ino, ino(&ctx, b"/d/f3"));
+    cb.close(fd).expect("close");
+    assert!(srv.server.granted_files() >= 24);
+
+    // Removing the last name frees the binding.
+    let n = srv.server.granted_files();
+    ctx.unlinkat(AT_FDCWD, b"/d/f19", 0).expect("unlink");
+    assert_eq!(a.sync(), Ok(()));
+    assert_eq!(srv.server.granted_files(), n - 1);
+}
+
+/// fsync of a file waits for its creation and data; fsync of a
+/// directory for its entries; sync for everything.
+#[test]
+fn fsync_waits_for_what_it_covers() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let srv = Served::new(t.path(), "cache=loose,negtimeout=-1", Duration::from_millis(20));
+    let a = srv.client();
+    let ctx = a.context(Creds::root());
+    let fd = create(&ctx, b"/one", b"first");
+    assert!(!t.path().join("one").exists(), "answered before the server made it");
+    ctx.fsync(fd).expect("fsync");
+    assert_eq!(std::fs::read(t.path().join("one")).expect("one"), b"first");
+    ctx.close(fd).expect("close");
+
+    ctx.mkdirat(AT_FDCWD, b"/d", 0o755).expect("mkdir");
+    let fd = create(&ctx, b"/d/inner", b"x");
+    ctx.close(fd).expect("close");
+    let d = ctx
+        .openat(AT_FDCWD, b"/d", libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        .expect("open d");
+    ctx.fsync(d).expect("fsync d");
+    assert!(t.path().join("d/inner").exists(), "the entry is on the server");
+    ctx.close(d).expect("close");
+}
+
+/// The host takes a name first: the late create fails on the server,
+/// the process hears it at fsync, and the cache drops the file it
+/// showed for the host's.
+#[test]
+fn a_name_taken_first_on_the_host_fails_the_late_create() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let srv = Served::new(t.path(), "cache=loose,negtimeout=-1", Duration::from_millis(2));
+    let a = srv.client();
+    let ctx = a.context(Creds::root());
+    // The client caches that the name is free...
+    assert_eq!(
+        ctx.faccessat(AT_FDCWD, b"/x", 0, 0),
+        Err(Errno::ENOENT)
+    );
+    // ...the host takes it...
+    std::fs::write(t.path().join("x"), b"host").expect("host write");
+    // ...and the client's create is answered from its cache.
+    let fd = create(&ctx, b"/x", b"client");
+    assert_eq!(ctx.fsync(fd), Err(Errno::EEXIST));
+    assert_eq!(ctx.close(fd), Ok(()));
+    assert_eq!(std::fs::read(t.path().join("x")).expect("x"), b"host");
+    let host_ino = std::fs::metadata(t.path().join("x")).expect("x").ino();
+    let mut seen = 0;
+    for _ in 0..100 {
+        seen = ino(&ctx, b"/x");
+        if seen == host_ino {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(seen, host_ino, "the cache shows the host's file");
+}
+
+/// The host deletes a directory a client is still creating in: the
+/// creates fail on the server and are reported; nothing lands elsewhere.
+#[test]
+fn the_host_deleting_a_directory_fails_the_creates_in_it() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let srv = Served::new(t.path(), "cache=loose,negtimeout=-1", Duration::from_millis(2));
+    let a = srv.client();
+    let ctx = a.context(Creds::root());
+    ctx.mkdirat(AT_FDCWD, b"/d", 0o755).expect("mkdir");
+    assert_eq!(a.sync(), Ok(()));
+    std::fs::remove_dir(t.path().join("d")).expect("host rmdir");
+    let fd = create(&ctx, b"/d/f", b"lost");
+    assert_eq!(ctx.fsync(fd), Err(Errno::ENOENT));
+    ctx.close(fd).expect("close");
+    assert!(!t.path().join("d").exists());
+    assert!(!t.path().join("f").exists());
+}
+
+/// Two clients race to create the same names: each name is made once,
+/// by one of them; the other hears `EEXIST` at fsync; the file holds
+/// the winner's data and both clients agree on its number at the end.
+#[test]
+fn two_clients_racing_for_names_each_name_made_once() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let srv = Served::new(t.path(), "cache=loose,negtimeout=-1", Duration::from_millis(1));
+    let clients = [srv.client(), srv.client()];
+    const N: usize = 100;
+    let won: Vec<Vec<bool>> = std::thread::scope(|s| {
+        let hs: Vec<_> = clients
+            .iter()
+            .enumerate()
+            .map(|(c, vfs)| {
+                s.spawn(move || {
+                    let ctx = vfs.context(Creds::root());
+                    (0..N)
+                        .map(|i| {
+                            let p = format!("/n{i}");
+                            let fd = match ctx.openat(
+                                AT_FDCWD,
+                                p.as_bytes(),
+                                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                                0o644,
+                            ) {
+                                Ok(fd) => fd,
+                                // The other client's create came back
+                                // first (its entry reached our cache).
+                                Err(Errno::EEXIST) => return false,
+                                Err(e) => panic!("create {p}: {e}"),
+                            };
+                            let _ = ctx.write(fd, format!("client{c}").as_bytes());
+                            let ok = match ctx.fsync(fd) {
+                                Ok(()) => true,
+                                Err(Errno::EEXIST) => false,
+                                Err(e) => panic!("fsync {p}: {e}"),
+                            };
+                            ctx.close(fd).expect("close");
+                            ok
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("client")).collect()
+    });
+    for i in 0..N {
+        let winners: Vec<usize> = (0..2).filter(|&c| won[c][i]).collect();
+        assert_eq!(winners.len(), 1, "n{i} made by exactly one client");
+        let data = std::fs::read(t.path().join(format!("n{i}"))).expect("on host");
+        assert_eq!(data, format!("client{}", winners[0]).as_bytes(), "n{i}");
+    }
+    for vfs in &clients {
+        assert_eq!(vfs.sync(), Ok(()));
+    }
+    // Both see each file under one number once their caches let go of
+    // the loser's guess (corrections run on a thread of their own).
+    let c0 = clients[0].context(Creds::root());
+    let c1 = clients[1].context(Creds::root());
+    for i in 0..N {
+        let p = format!("/n{i}");
+        let mut same = false;
+        for _ in 0..200 {
+            if ino(&c0, p.as_bytes()) == ino(&c1, p.as_bytes()) {
+                same = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(same, "{p}: both clients agree on the number");
+    }
+}
