@@ -317,13 +317,23 @@ pub fn run_inline<F: FileSystem + ?Sized>(fs: &F, op: Deferred<'_>, done: Done) 
 pub enum Make<'a> {
     /// A regular file with permission bits `mode`, opened with `flags`
     /// (its handle comes back).
-    File { mode: u32, flags: OpenFlags },
+    File {
+        mode: u32,
+        flags: OpenFlags,
+    },
     /// A directory with permission bits `mode`.
-    Dir { mode: u32 },
-    Symlink { target: &'a [u8] },
+    Dir {
+        mode: u32,
+    },
+    Symlink {
+        target: &'a [u8],
+    },
     /// A fifo, socket or device node (`mode` carries the type bits,
     /// `rdev` the device number in the kernel's `dev_t` encoding).
-    Special { mode: u32, rdev: u64 },
+    Special {
+        mode: u32,
+        rdev: u64,
+    },
 }
 
 impl Make<'_> {

@@ -333,7 +333,10 @@ impl Req<'_> {
             return Ok((t, qid_of_statx(self.inos(), &x)));
         };
         if !self.s.unspent.lock().spend(g) {
-            tracing::info!("{}: create with number {g:#x}, not granted to it", self.s.peer);
+            tracing::info!(
+                "{}: create with number {g:#x}, not granted to it",
+                self.s.peer
+            );
             return Err(Errno::EINVAL);
         }
         let (t, mode) = self.inos().make(g, || {

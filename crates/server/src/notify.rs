@@ -127,10 +127,7 @@ fn reply_read(conn: &dyn Peer, tag: u16, data: &[u8]) {
 
 impl ChangeSink for Hub {
     fn changed(&self, changes: &[Change]) {
-        let recs: Vec<Vec<u8>> = changes
-            .iter()
-            .map(|c| encode(&self.on_wire(c)))
-            .collect();
+        let recs: Vec<Vec<u8>> = changes.iter().map(|c| encode(&self.on_wire(c))).collect();
         let conns: Vec<Arc<dyn Peer>> = {
             let mut list = self.conns.lock();
             list.retain(|c| c.strong_count() > 0);
