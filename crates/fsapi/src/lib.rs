@@ -287,6 +287,19 @@ pub enum Deferred<'a> {
         parent: NodeId,
         name: &'a [u8],
     },
+    /// Remove the empty directory `name` of `parent`.
+    Rmdir {
+        parent: NodeId,
+        name: &'a [u8],
+    },
+    /// A new name `newname` in `newparent` for `node`; counts as a lookup
+    /// of `node`, as the entry [`FileSystem::link`] returns does (the
+    /// vfs forgets the extra reference).
+    Link {
+        node: NodeId,
+        newparent: NodeId,
+        newname: &'a [u8],
+    },
 }
 
 /// Carry `op` out on `fs` now with its ordinary methods and report the
@@ -308,6 +321,12 @@ pub fn run_inline<F: FileSystem + ?Sized>(fs: &F, op: Deferred<'_>, done: Done) 
         }),
         Deferred::SetAttr { node, set } => fs.setattr(node, &set).map(drop),
         Deferred::Unlink { parent, name } => fs.unlink(parent, name),
+        Deferred::Rmdir { parent, name } => fs.rmdir(parent, name),
+        Deferred::Link {
+            node,
+            newparent,
+            newname,
+        } => fs.link(node, newparent, newname).map(drop),
     };
     done(r);
 }

@@ -167,12 +167,12 @@ fn fsync_waits_for_what_it_covers() {
     );
     let a = srv.client();
     let ctx = a.context(Creds::root());
+    // (The server makes the file as soon as it reads the request; only
+    // its reply is held back: what fsync guarantees is checked after it.)
     let fd = create(&ctx, b"/one", b"first");
-    assert!(
-        !t.path().join("one").exists(),
-        "answered before the server made it"
-    );
+    assert!(a.write_back_stats().inflight >= 1, "the create runs behind");
     ctx.fsync(fd).expect("fsync");
+    assert_eq!(a.write_back_stats().inflight, 0);
     assert_eq!(std::fs::read(t.path().join("one")).expect("one"), b"first");
     ctx.close(fd).expect("close");
 
@@ -324,4 +324,86 @@ fn two_clients_racing_for_names_each_name_made_once() {
         }
         assert!(same, "{p}: both clients agree on the number");
     }
+}
+
+/// rm -rf's pattern: a directory listed, its entries unlinked, then the
+/// directory removed: the rmdirs run behind the caller (the cache knows
+/// the directories empty).
+#[test]
+fn a_directory_the_cache_knows_empty_is_removed_without_waiting() {
+    let t = tempfile::tempdir().expect("tempdir");
+    for d in ["r", "r/sub"] {
+        std::fs::create_dir(t.path().join(d)).expect("mkdir");
+    }
+    for f in ["r/a", "r/b", "r/sub/c"] {
+        std::fs::write(t.path().join(f), b"x").expect("write");
+    }
+    let srv = Served::new(
+        t.path(),
+        "cache=loose,negtimeout=-1",
+        Duration::from_millis(5),
+    );
+    let a = srv.client();
+    let ctx = a.context(Creds::root());
+    for d in [&b"/r"[..], b"/r/sub"] {
+        let fd = ctx
+            .openat(AT_FDCWD, d, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+            .expect("open");
+        assert_eq!(
+            ctx.getdents(fd).expect("list").len(),
+            if d == b"/r" { 5 } else { 3 }
+        );
+        ctx.close(fd).expect("close");
+    }
+    for p in [&b"/r/a"[..], b"/r/b", b"/r/sub/c"] {
+        ctx.unlinkat(AT_FDCWD, p, 0).expect("unlink");
+    }
+    let before = waits(&a);
+    ctx.unlinkat(AT_FDCWD, b"/r/sub", libc::AT_REMOVEDIR)
+        .expect("rmdir sub");
+    ctx.unlinkat(AT_FDCWD, b"/r", libc::AT_REMOVEDIR)
+        .expect("rmdir r");
+    assert_eq!(waits(&a) - before, 0, "an rmdir waited for a reply");
+    assert_eq!(ctx.faccessat(AT_FDCWD, b"/r", 0, 0), Err(Errno::ENOENT));
+    assert_eq!(a.sync(), Ok(()));
+    assert!(!t.path().join("r").exists());
+
+    // A directory the cache does not know empty asks the server.
+    ctx.mkdirat(AT_FDCWD, b"/full", 0o755).expect("mkdir");
+    let fd = create(&ctx, b"/full/f", b"");
+    ctx.close(fd).expect("close");
+    assert_eq!(
+        ctx.unlinkat(AT_FDCWD, b"/full", libc::AT_REMOVEDIR),
+        Err(Errno::ENOTEMPTY)
+    );
+}
+
+/// The cache knows a directory empty, but the host put a file in it:
+/// the rmdir fails on the server, is reported, and the directory is
+/// found again.
+#[test]
+fn an_rmdir_the_host_made_wrong_is_reported_and_undone() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let srv = Served::new(
+        t.path(),
+        "cache=loose,negtimeout=-1",
+        Duration::from_millis(2),
+    );
+    let a = srv.client();
+    let ctx = a.context(Creds::root());
+    ctx.mkdirat(AT_FDCWD, b"/s", 0o755).expect("mkdir");
+    assert_eq!(a.sync(), Ok(()));
+    std::fs::write(t.path().join("s/host"), b"h").expect("host write");
+    assert_eq!(ctx.unlinkat(AT_FDCWD, b"/s", libc::AT_REMOVEDIR), Ok(()));
+    assert_eq!(a.sync(), Err(Errno::ENOTEMPTY));
+    assert!(t.path().join("s/host").exists());
+    let mut back = false;
+    for _ in 0..100 {
+        if ctx.faccessat(AT_FDCWD, b"/s/host", 0, 0).is_ok() {
+            back = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(back, "the directory and its file are found again");
 }

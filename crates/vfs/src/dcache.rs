@@ -268,6 +268,11 @@ pub(crate) struct Dcache {
     pub chunks: Arena<Chunk>,
     pub buckets: Box<[AtomicU32]>,
     pub mask: u32,
+    /// Attribute refreshes from a backend so far, counted after each is
+    /// stored (writer.rs): a file's gathered writes compare it with the
+    /// count when they began, to know whether its cached size may have
+    /// been set back under them (writeback.rs).
+    pub refreshes: std::sync::atomic::AtomicU64,
 }
 
 /// What a successful lock-free dentry read gives: a validated snapshot.
@@ -305,6 +310,7 @@ impl Dcache {
             chunks: Arena::new(cap),
             buckets: (0..nb).map(|_| AtomicU32::new(0)).collect(),
             mask: (nb - 1) as u32,
+            refreshes: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

@@ -157,6 +157,8 @@ enum OwnedOp {
     Write(NodeId, FileHandle, u64, Vec<u8>),
     SetAttr(NodeId, SetAttr),
     Unlink(NodeId, Vec<u8>),
+    Rmdir(NodeId, Vec<u8>),
+    Link(NodeId, NodeId, Vec<u8>),
 }
 
 /// memfs as a backend whose changes complete later
@@ -218,6 +220,8 @@ impl LaterFs {
                     }
                     OwnedOp::SetAttr(n, set) => fs.inner.setattr(*n, set).map(drop),
                     OwnedOp::Unlink(p, name) => fs.inner.unlink(*p, name),
+                    OwnedOp::Rmdir(p, name) => fs.inner.rmdir(*p, name),
+                    OwnedOp::Link(n, p, name) => fs.inner.link(*n, *p, name).map(drop),
                 },
             };
             (job.done)(r);
@@ -345,6 +349,12 @@ impl FileSystem for LaterFs {
             } => OwnedOp::Write(node, fh, off, data.to_vec()),
             Deferred::SetAttr { node, set } => OwnedOp::SetAttr(node, set),
             Deferred::Unlink { parent, name } => OwnedOp::Unlink(parent, name.to_vec()),
+            Deferred::Rmdir { parent, name } => OwnedOp::Rmdir(parent, name.to_vec()),
+            Deferred::Link {
+                node,
+                newparent,
+                newname,
+            } => OwnedOp::Link(node, newparent, newname.to_vec()),
         };
         *self.busy.lock().expect("busy") += 1;
         self.queue

@@ -69,6 +69,11 @@ pub(crate) struct Writer {
     /// Every context's table of parked pins, so that a name's removal
     /// takes back the pins parked on its dentry (see [`PinCache`]).
     parked: Vec<Weak<PinCache>>,
+    /// Hashed positive children per dentry (no entry: none). Kept where
+    /// dentries enter and leave the hash and turn positive in place, so
+    /// that a directory known complete is known empty without a listing
+    /// (an rmdir answered from the cache).
+    positive: HashMap<DIdx, u32>,
 }
 
 impl Writer {
@@ -92,6 +97,25 @@ impl Writer {
             ns_dirty: false,
             dir_alias: HashMap::new(),
             parked: Vec::new(),
+            positive: HashMap::new(),
+        }
+    }
+
+    /// Names in directory dentry `d` that lead somewhere, as far as the
+    /// cache holds them (all of them when its inode is
+    /// [`I_COMPLETE`](crate::dcache::I_COMPLETE)).
+    pub fn positive_children(&self, d: DIdx) -> u32 {
+        self.positive.get(&d).copied().unwrap_or(0)
+    }
+
+    fn count_child(&mut self, parent: DIdx, up: bool) {
+        if up {
+            *self.positive.entry(parent).or_insert(0) += 1;
+        } else if let Some(n) = self.positive.get_mut(&parent) {
+            *n -= 1;
+            if *n == 0 {
+                self.positive.remove(&parent);
+            }
         }
     }
 
@@ -261,17 +285,25 @@ impl Writer {
         Some(idx)
     }
 
+    /// Hash `idx` (its flags already set) under `parent`.
     fn hash_insert(&mut self, dc: &Dcache, idx: DIdx, parent: DIdx, hash: u32) {
         let b = &dc.buckets[bucket_of(parent, hash, dc.mask)];
         if let Some(d) = dc.dentry(idx) {
             d.next.store(b.load(Relaxed), Relaxed);
+            if d.flags.load(Relaxed) & D_NEGATIVE == 0 && parent != idx {
+                self.count_child(parent, true);
+            }
         }
         b.store(idx.0, Release);
     }
 
+    /// Unhash `idx` (its flags and parent still as they were hashed).
     fn hash_remove(&mut self, dc: &Dcache, idx: DIdx) {
         let Some(d) = dc.dentry(idx) else { return };
         let parent = DIdx(d.parent.load(Relaxed));
+        if d.flags.load(Relaxed) & D_NEGATIVE == 0 && parent != idx {
+            self.count_child(parent, false);
+        }
         let b = &dc.buckets[bucket_of(parent, d.hash.load(Relaxed), dc.mask)];
         let next = d.next.load(Relaxed);
         let mut cur = DIdx(b.load(Relaxed));
@@ -465,6 +497,9 @@ impl Writer {
         }
         let kind = self.type_flags(dc, inode);
         self.get_inode(dc, inode);
+        if flags & D_HASHED != 0 {
+            self.count_child(DIdx(d.parent.load(Relaxed)), true);
+        }
         d.seq.write_begin();
         d.flags
             .store((flags & !(D_NEGATIVE | D_DIR | D_SYMLINK)) | kind, Relaxed);
@@ -676,6 +711,17 @@ impl Writer {
     /// Replace an inode's attributes with fresher ones from the backend.
     /// A changed symlink body (size or ctime moved) drops the cached body.
     pub fn refresh(&mut self, dc: &Dcache, idx: IIdx, attr: &Attr) {
+        self.store_attrs(dc, idx, attr);
+        // After the store (see `Dcache::refreshes`).
+        dc.refreshes
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    /// [`Writer::refresh`] with attributes of a change made through this
+    /// vfs (decided from the cache, or answered by a backend that had
+    /// every gathered write first): not counted as a refresh that could
+    /// set a size back.
+    pub fn store_attrs(&mut self, dc: &Dcache, idx: IIdx, attr: &Attr) {
         let Some(i) = dc.inode(idx) else { return };
         let flags = i.flags.load(Relaxed);
         let link_changed = flags & I_CACHED_LINK != 0
@@ -966,7 +1012,7 @@ impl Inner {
             .inode(ino)
             .is_some_and(|i| i.node.load(Relaxed) == node)
         {
-            w.refresh(&self.dc, ino, attr);
+            w.store_attrs(&self.dc, ino, attr);
         }
         w.changed();
         self.attr_gen.fetch_add(1, Release);

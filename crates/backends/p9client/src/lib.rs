@@ -1229,6 +1229,21 @@ impl FileSystem for P9Fs {
                     rpc::AsyncOp::new(done, 0),
                 )
             }
+            Deferred::Rmdir { parent, name } if self.unlinkat_ok.load(Relaxed) => {
+                let dir = self.pin(parent)?;
+                self.rpc.send_async(
+                    Fcall::Tunlinkat {
+                        dirfid: dir.fid,
+                        name: Str(name),
+                        flags: p9::AT_REMOVEDIR,
+                    },
+                    rpc::AsyncOp::new(done, 0),
+                )
+            }
+            Deferred::Rmdir { parent, name } => {
+                done(self.rmdir(parent, name));
+                Ok(())
+            }
             Deferred::Unlink { parent, name } => {
                 if !self.unlinkat_ok.load(Relaxed) {
                     // The first one waits: a server that does not know
@@ -1246,6 +1261,26 @@ impl FileSystem for P9Fs {
                     },
                     rpc::AsyncOp::new(done, 0),
                 )
+            }
+            Deferred::Link {
+                node,
+                newparent,
+                newname,
+            } => {
+                let dir = self.pin(newparent)?;
+                let file = self.pin(node)?;
+                self.rpc.send_async(
+                    Fcall::Tlink {
+                        dfid: dir.fid,
+                        fid: file.fid,
+                        name: Str(newname),
+                    },
+                    rpc::AsyncOp::new(done, 0),
+                )?;
+                // The reference the entry of a link counts (`link`'s walk
+                // to the new name adopts the node).
+                self.nodes.lock().adopt_listed(node.0, newparent.0, newname);
+                Ok(())
             }
         }
     }

@@ -298,11 +298,24 @@ impl Ctx {
             if os.is_dir() {
                 return Err(Errno::EPERM.into());
             }
-            let (_, ()) = self.modify(dir, &name, false, |fs| {
-                Ok((fs.link(NodeId(os.node), NodeId(ds.node), &name)?, ()))
+            // Behind the caller when the file's attributes are known: the
+            // entry shows them with the link counted.
+            let behind = os.flags & I_STALE == 0;
+            let (_, behind) = self.modify(dir, &name, false, |fs| {
+                if behind && inner.defers(fs) {
+                    inner.link_behind(fs, ds.sb(), os.node, ds.node, &name, dir.d)?;
+                    let mut attr = os.attr();
+                    attr.nlink += 1;
+                    attr.ctime = Ctx::now();
+                    let node = NodeId(os.node);
+                    return Ok((walkfs_fsapi::Entry { node, attr }, true));
+                }
+                Ok((fs.link(NodeId(os.node), NodeId(ds.node), &name)?, false))
             })?;
-            // Its link count moved.
-            inner.writer().mark_stale(&inner.dc, old.ino);
+            if !behind {
+                // Its link count moved.
+                inner.writer().mark_stale(&inner.dc, old.ino);
+            }
             Ok(())
         })
     }

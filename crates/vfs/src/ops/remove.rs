@@ -105,9 +105,20 @@ impl Ctx {
                 return Err(Step::Restart);
             }
             // An unlink runs behind the caller when it may (writeback.rs):
-            // the name was found and the permission checked from the cache.
-            let behind = inner.defers(&*fs);
-            let r = if rmdir {
+            // the name was found and the permission checked from the cache;
+            // an rmdir when the cache also knows the directory empty (every
+            // entry cached, none positive).
+            let mut behind = inner.defers(&*fs);
+            if rmdir && behind {
+                let vs = dc.inode_snap(victim.ino).ok_or(Step::Restart)?;
+                behind = inner.complete_dirs()
+                    && vs.flags & I_COMPLETE != 0
+                    && inner.writer().positive_children(victim.d) == 0;
+            }
+            let r = if rmdir && behind {
+                let vnode = dc.inode_snap(victim.ino).map_or(0, |v| v.node);
+                inner.rmdir_behind(&*fs, ds.sb(), ds.node, &name, vnode, dir.d)
+            } else if rmdir {
                 fs.rmdir(NodeId(ds.node), &name)
             } else if behind {
                 let vnode = dc.inode_snap(victim.ino).map_or(0, |v| v.node);

@@ -142,6 +142,9 @@ struct Piece {
     buf: Vec<u8>,
     since: Instant,
     dentry: DIdx,
+    /// `Dcache::refreshes` when the piece began: a refresh since may have
+    /// set the file's cached size back below what the piece wrote.
+    refreshes: u64,
 }
 
 #[derive(Default)]
@@ -502,6 +505,7 @@ impl Inner {
                 buf: data.to_vec(),
                 since: Instant::now(),
                 dentry,
+                refreshes: self.dc.refreshes.load(std::sync::atomic::Ordering::Acquire),
             },
         );
         wb.shared.stats.gathered.fetch_add(1, Relaxed);
@@ -549,10 +553,12 @@ impl Inner {
         self.flushed_file(sb, node).map(drop)
     }
 
-    /// [`Inner::flush_file`], saying whether there was a piece: then the
-    /// cached attributes may predate a refresh that lacked it, and a stat
-    /// asks the backend (which has the piece first: it runs changes in
-    /// order).
+    /// [`Inner::flush_file`], saying whether there was a piece that the
+    /// cached attributes may lack: one during which attributes were
+    /// refreshed from the backend (which could set the size back below
+    /// it). Then a stat asks the backend (which has the piece first: it
+    /// runs changes in order). Otherwise the cache has every write of the
+    /// piece (each moved the size as it was answered) and is used.
     #[inline]
     pub(crate) fn flushed_file(&self, sb: usize, node: u64) -> Result<bool> {
         if !self.wb.gathering.load(Relaxed) {
@@ -567,6 +573,8 @@ impl Inner {
         let Some(piece) = p.by_key.remove(&(sb, node)) else {
             return Ok(false);
         };
+        let refreshed =
+            self.dc.refreshes.load(std::sync::atomic::Ordering::Acquire) != piece.refreshes;
         let sent = self
             .sb(sb)
             .and_then(|fs| self.send_piece(&*fs, (sb, node), piece));
@@ -574,7 +582,7 @@ impl Inner {
         // the flag unset without the lock (the fast path) must find every
         // piece counted in flight, never one half-way.
         self.wb.gathering.store(!p.by_key.is_empty(), Relaxed);
-        sent.map(|()| true)
+        sent.map(|()| refreshed)
     }
 
     /// Send every piece (syncfs, sync, unmount).
@@ -686,6 +694,56 @@ impl Inner {
             },
             fh,
         ))
+    }
+
+    /// Submit the rmdir of `name` (directory `victim`, known empty) in
+    /// directory `dir`.
+    pub(crate) fn rmdir_behind(
+        &self,
+        fs: &dyn FileSystem,
+        sb: usize,
+        dir: u64,
+        name: &[u8],
+        victim: u64,
+        dentry: DIdx,
+    ) -> Result<()> {
+        self.wb.submit(
+            fs,
+            sb,
+            [Some(dir), Some(victim)],
+            Some((dir, name.to_vec())),
+            dentry,
+            "rmdir",
+            Deferred::Rmdir {
+                parent: NodeId(dir),
+                name,
+            },
+        )
+    }
+
+    /// Submit the link of file `node` as `name` in directory `dir`.
+    pub(crate) fn link_behind(
+        &self,
+        fs: &dyn FileSystem,
+        sb: usize,
+        node: u64,
+        dir: u64,
+        name: &[u8],
+        dentry: DIdx,
+    ) -> Result<()> {
+        self.wb.submit(
+            fs,
+            sb,
+            [Some(dir), Some(node)],
+            Some((dir, name.to_vec())),
+            dentry,
+            "link",
+            Deferred::Link {
+                node: NodeId(node),
+                newparent: NodeId(dir),
+                newname: name,
+            },
+        )
     }
 
     /// Submit the unlink of `name` (file `victim`) in directory `dir`.
@@ -822,11 +880,25 @@ mod tests {
         assert_eq!(size_in_backend(&fs, b"f"), 0, "held at the gate");
         assert!(vfs.write_back_stats().inflight >= 1);
         assert!(vfs.write_back_stats().gathered >= 3);
-        // A stat sends the gathered piece and asks the backend, which
-        // answers after the changes before it (`Completion::Ordered`).
+        // A stat sends the gathered piece and answers from the cache,
+        // which every write moved: nothing refreshed it meanwhile.
         let t = Instant::now();
         assert_eq!(ctx.fstat(fd).expect("fstat").st_size as u64, want);
+        assert!(t.elapsed() < Duration::from_millis(50), "the stat waited");
+        assert_eq!(size_in_backend(&fs, b"f"), 0, "still at the gate");
+        // A refresh from the backend while writes are gathered (here,
+        // one the test forces) could set the size back: then a stat
+        // asks the backend, which answers after the changes before it
+        // (`Completion::Ordered`).
+        assert_eq!(ctx.write(fd, b"0123456789"), Ok(10));
+        vfs.inner
+            .dc
+            .refreshes
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+        let t = Instant::now();
+        assert_eq!(ctx.fstat(fd).expect("fstat").st_size as u64, want + 10);
         assert!(t.elapsed() >= Duration::from_millis(20), "the stat waited");
+        let want = want + 10;
         assert_eq!(ctx.fsync(fd), Ok(()));
         assert_eq!(size_in_backend(&fs, b"f"), want);
         assert_eq!(vfs.write_back_stats().inflight, 0);
