@@ -460,7 +460,7 @@ pub(crate) fn start_sshd() -> Result<Sshd, String> {
     })
 }
 
-fn wait_mounted(mnt: &Path) -> Result<(), String> {
+pub(crate) fn wait_mounted(mnt: &Path) -> Result<(), String> {
     wait_until(
         &format!("mount on {}", mnt.display()),
         Duration::from_secs(20),

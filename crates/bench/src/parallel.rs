@@ -11,6 +11,12 @@
 //! while 8 threads create elsewhere: it should stay near the delay,
 //! since nothing global is held across a backend call.
 //!
+//! Last, issue 26's figure: one thread creating files through a FUSE
+//! mount (`walkfs mount` of the same server, `cache=loose,negtimeout=-1`)
+//! against the same loop on the export's own file system, interleaved.
+//! The mount's creates run behind the caller (server-granted inode
+//! numbers, docs/inode-grants.md), so the reply delay should not show.
+//!
 //! Each row is the median of the repetitions; the restarts the vfs
 //! counted (calls that started over because what they stood on moved)
 //! are shown with each row.
@@ -59,6 +65,10 @@ pub struct Row {
     /// miss: p99 over the reply delay.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub p99_over_delay: Option<f64>,
+    /// mount-creates: creates per second through the mount over those
+    /// made natively in the same run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_native: Option<f64>,
     /// 9P requests the client sent per create, or per miss.
     pub rpcs_per_op: f64,
     /// Calls the vfs started over during the row.
@@ -214,6 +224,7 @@ pub fn run(opts: &ParallelOpts) -> Result<Vec<Row>, String> {
             p50_us: None,
             p99_us: None,
             p99_over_delay: None,
+            vs_native: None,
             rpcs_per_op: rpcs[i].0 as f64 / rpcs[i].1.max(1) as f64,
             restarts: restarts[i],
         });
@@ -248,13 +259,97 @@ pub fn run(opts: &ParallelOpts) -> Result<Vec<Row>, String> {
             p50_us: Some(p50),
             p99_us: Some(p99),
             p99_over_delay: Some(p99 / opts.reply_delay_us.max(1) as f64),
+            vs_native: None,
             // Creates and misses together when both ran.
             rpcs_per_op: sent_n as f64 / made.max(1) as f64,
             restarts: vfs.cache_stats().retries - before,
         });
     }
+    drop(vfs);
+    match mount_creates(opts, &export, &source, tmp.path()) {
+        Ok(r) => rows.extend(r),
+        Err(e) => eprintln!("parallel: creates through a mount skipped: {e}"),
+    }
     progress_done();
     Ok(rows)
+}
+
+/// Create files in `dir` with std (open(2) with `O_CREAT|O_EXCL`, then
+/// close(2)) for `secs`: creates per second.
+fn creates_in(dir: &std::path::Path, secs: f64) -> Result<f64, String> {
+    std::fs::create_dir(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while t0.elapsed().as_secs_f64() < secs {
+        let p = dir.join(format!("f{n}"));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&p)
+            .map_err(|e| format!("create {}: {e}", p.display()))?;
+        n += 1;
+    }
+    Ok(n as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// One thread creating through `walkfs mount` of `source` and natively
+/// in `export`, interleaved: the mount's and the native rows.
+fn mount_creates(
+    opts: &ParallelOpts,
+    export: &std::path::Path,
+    source: &str,
+    tmp: &std::path::Path,
+) -> Result<Vec<Row>, String> {
+    if !std::path::Path::new("/dev/fuse").exists() {
+        return Err("no /dev/fuse".into());
+    }
+    let mnt = tmp.join("mnt");
+    std::fs::create_dir_all(&mnt).map_err(|e| format!("mkdir: {e}"))?;
+    crate::build::sh(
+        std::process::Command::new(&opts.walkfs)
+            .args(["mount", source])
+            .arg(&mnt)
+            .args(["-o", "cache=loose,negtimeout=-1"]),
+    )?;
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _mounted = Unmount(mnt.clone());
+    crate::build::wait_mounted(&mnt)?;
+    let (mut native, mut mounted) = (Vec::new(), Vec::new());
+    for rep in 0..opts.reps.max(2) {
+        progress(&format!(
+            "parallel: creates through a mount, run {}",
+            rep + 1
+        ));
+        native.push(creates_in(
+            &export.join(format!("native-{rep}")),
+            opts.seconds,
+        )?);
+        mounted.push(creates_in(&mnt.join(format!("mount-{rep}")), opts.seconds)?);
+    }
+    let (n, m) = (median(&mut native), median(&mut mounted));
+    let row = |what, rate, vs| Row {
+        bench: "parallel",
+        what,
+        reply_delay_us: opts.reply_delay_us,
+        threads: 1,
+        ops_per_sec: Some(rate),
+        speedup: None,
+        p50_us: None,
+        p99_us: None,
+        p99_over_delay: None,
+        vs_native: vs,
+        rpcs_per_op: 0.0,
+        restarts: 0,
+    };
+    Ok(vec![
+        row("native-creates", n, None),
+        row("mount-creates", m, Some(m / n)),
+    ])
 }
 
 pub fn render(rows: &[Row]) -> String {
@@ -316,5 +411,23 @@ pub fn render(rows: &[Row]) -> String {
         ],
         &misses,
     ));
+    let mount: Vec<Vec<String>> = rows
+        .iter()
+        .filter(|r| r.what.ends_with("-creates"))
+        .map(|r| {
+            vec![
+                r.what.trim_end_matches("-creates").to_string(),
+                f(r.ops_per_sec, 0),
+                r.vs_native.map_or(String::new(), |v| format!("{v:.2}x")),
+            ]
+        })
+        .collect();
+    if !mount.is_empty() {
+        out.push('\n');
+        out.push_str(
+            "one thread creating files: through walkfs mount of the server, and natively\n",
+        );
+        out.push_str(&table(&["where", "creates/s", "vs native"], &mount));
+    }
     out
 }

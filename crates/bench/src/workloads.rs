@@ -166,6 +166,13 @@ fn configs(opts: &WorkloadOpts) -> Vec<Config> {
             "cache=coherent,negtimeout=-1",
             d,
         ));
+        // Writes go to the daemon as they come (the vfs gathers them)
+        // rather than through the kernel's write-back cache.
+        v.push(walkfs(
+            &format!("walkfs-loose-wt-{d}us"),
+            "cache=loose,negtimeout=-1,writeback_cache=0",
+            d,
+        ));
     }
     if !opts.fs.is_empty() {
         v.retain(|c| c.name == "native" || opts.fs.contains(&c.name));
@@ -710,7 +717,8 @@ mod tests {
                 "bindfs",
                 "sshfs",
                 "walkfs-loose-200us",
-                "walkfs-coherent-200us"
+                "walkfs-coherent-200us",
+                "walkfs-loose-wt-200us"
             ]
         );
         // Only the -9p row goes through the 9P stack of a local mount.

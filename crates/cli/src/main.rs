@@ -149,10 +149,11 @@ enum Cmd {
     /// host (inotify) or the 9P server reports changed, so edits made
     /// beside the mount are seen at once. negtimeout=MS (alias
     /// ndentrytmo; -1 = keep negative entries until invalidated),
-    /// sync_metadata=1 (wait for every change rather than let unlinks,
-    /// writes and attribute changes run behind the caller on a 9P
-    /// source), msize=N, fids=N, host_fds=N, dir_readahead=N, ro,
-    /// allow_other, default_permissions, threads=N, entry_timeout=S,
+    /// sync_metadata=1 (wait for every change rather than let creates,
+    /// links, unlinks, rmdirs, writes and attribute changes run behind
+    /// the caller on a 9P source), msize=N, fids=N, host_fds=N,
+    /// dir_readahead=N, ro, allow_other, default_permissions,
+    /// passthrough=0|1, writeback_cache=0|1, threads=N, entry_timeout=S,
     /// attr_timeout=S, and the vfs switches (fastpath, fastperm,
     /// cache_symlinks, pathcache). In cache=loose the kernel keeps
     /// entries, attributes, negative entries and symlink bodies itself;
@@ -437,7 +438,7 @@ enum BenchCmd {
         /// Only these configurations besides native (comma-separated or
         /// repeated): walkfs-loose, walkfs-loose-writeback,
         /// walkfs-loose-sync, walkfs-coherent, walkfs-9p-loose, bindfs,
-        /// sshfs, walkfs-loose-<N>us, walkfs-coherent-<N>us.
+        /// sshfs, walkfs-loose-<N>us, walkfs-coherent-<N>us, walkfs-loose-wt-<N>us.
         #[arg(long, value_delimiter = ',')]
         fs: Vec<String>,
     },

@@ -543,6 +543,26 @@ pub trait FileSystem: Send + Sync {
         Err(Errno::ENOSYS)
     }
 
+    /// Open `node` (a regular file) and read from `off` into `buf`: the
+    /// first read of a file the vfs opened lazily, in one go (a remote
+    /// backend: one round trip for both). The default opens, then reads.
+    fn open_read(
+        &self,
+        node: NodeId,
+        flags: OpenFlags,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<(FileHandle, usize)> {
+        let fh = self.open(node, flags)?;
+        match self.read(node, fh, off, buf) {
+            Ok(n) => Ok((fh, n)),
+            Err(e) => {
+                self.release(node, fh);
+                Err(e)
+            }
+        }
+    }
+
     /// Create and open a regular file that must not exist yet.
     fn create(
         &self,

@@ -98,7 +98,7 @@ impl Filesystem for WalkFuse {
             self.pt.agreed(pt);
             if pt {
                 want |= init::PASSTHROUGH;
-            } else if self.opts.cache == CachePolicy::Loose {
+            } else if self.opts.cache == CachePolicy::Loose && self.opts.writeback_cache {
                 want |= init::WRITEBACK_CACHE;
             }
             self.wb_cache

@@ -38,6 +38,11 @@ pub struct MountOptions {
     /// (`passthrough=1`, the default; `0`: the write-back cache instead;
     /// passthrough.rs).
     pub passthrough: bool,
+    /// Where passthrough is not used, `cache=loose` lets the kernel keep
+    /// written pages and send them in large chunks (`writeback_cache=1`,
+    /// the default; `0`: each write(2) goes to the daemon as it comes,
+    /// and the vfs gathers small ones).
+    pub writeback_cache: bool,
     /// The options of the vfs (switches, `cache`, `negtimeout`, ...) and
     /// of its backend (`msize`, `host_fds`, ...).
     pub source: SourceOptions,
@@ -56,7 +61,7 @@ impl MountOptions {
     /// Parse `name[=value],...`. FUSE options: `allow_other`,
     /// `default_permissions` (on unless `no_default_permissions`),
     /// `ro`/`rw`, `threads=N`, `transport=auto|dev|uring`, `bare=0|1`,
-    /// `passthrough=0|1`,
+    /// `passthrough=0|1`, `writeback_cache=0|1`,
     /// `entry_timeout=S`, `attr_timeout=S` (seconds; defaults follow the
     /// cache mode). Everything else is a vfs option (`cache`,
     /// `negtimeout`/`ndentrytmo`, `msize`, `fastpath`, ...). Mount-command
@@ -73,6 +78,7 @@ impl MountOptions {
         let mut transport = Transport::Auto;
         let mut bare_listings = true;
         let mut passthrough = true;
+        let mut writeback_cache = true;
         let secs = |v: &str| -> Result<Duration, String> {
             v.parse::<f64>()
                 .ok()
@@ -108,6 +114,13 @@ impl MountOptions {
                         "1" | "" => true,
                         "0" => false,
                         _ => return Err(format!("bad passthrough {v:?}: 0 or 1")),
+                    }
+                }
+                "writeback_cache" => {
+                    writeback_cache = match v {
+                        "1" | "" => true,
+                        "0" => false,
+                        _ => return Err(format!("bad writeback_cache {v:?}: 0 or 1")),
                     }
                 }
                 "entry_timeout" => entry = Some(secs(v)?),
@@ -150,6 +163,7 @@ impl MountOptions {
             transport,
             bare_listings,
             passthrough,
+            writeback_cache,
             source,
             text: text.to_string(),
         })

@@ -296,8 +296,13 @@ fn two_clients_racing_for_names_each_name_made_once() {
             .collect();
         hs.into_iter().map(|h| h.join().expect("client")).collect()
     });
-    for i in 0..N {
-        let winners: Vec<usize> = (0..2).filter(|&c| won[c][i]).collect();
+    for (i, (a, b)) in won[0].iter().zip(&won[1]).enumerate() {
+        let winners: Vec<usize> = [*a, *b]
+            .iter()
+            .enumerate()
+            .filter(|(_, &w)| w)
+            .map(|(c, _)| c)
+            .collect();
         assert_eq!(winners.len(), 1, "n{i} made by exactly one client");
         let data = std::fs::read(t.path().join(format!("n{i}"))).expect("on host");
         assert_eq!(data, format!("client{}", winners[0]).as_bytes(), "n{i}");
@@ -406,4 +411,46 @@ fn an_rmdir_the_host_made_wrong_is_reported_and_undone() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(back, "the directory and its file are found again");
+}
+
+/// A file opened read-only is opened on its first read, and the open and
+/// that read cost one round trip together.
+#[test]
+fn open_and_first_read_cost_one_round_trip() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(t.path().join("r"), &data).expect("write");
+    let srv = Served::new(
+        t.path(),
+        "cache=loose,negtimeout=-1",
+        Duration::from_millis(2),
+    );
+    let a = srv.client();
+    let ctx = a.context(Creds::root());
+    assert_eq!(
+        ino(&ctx, b"/r"),
+        std::fs::metadata(t.path().join("r")).expect("r").ino()
+    );
+    let before = waits(&a);
+    let fd = ctx
+        .openat(AT_FDCWD, b"/r", libc::O_RDONLY, 0)
+        .expect("open");
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(ctx.read(fd, &mut buf), Ok(4096));
+    assert_eq!(&buf[..], &data[..4096]);
+    assert_eq!(
+        waits(&a) - before,
+        1,
+        "open and first read in one round trip"
+    );
+    let mut rest = vec![0u8; 10_000];
+    assert_eq!(ctx.read(fd, &mut rest), Ok(10_000 - 4096));
+    assert_eq!(&rest[..10_000 - 4096], &data[4096..]);
+    ctx.close(fd).expect("close");
+    // A directory opened read-only still lists.
+    let d = ctx
+        .openat(AT_FDCWD, b"/", libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        .expect("open /");
+    assert_eq!(ctx.read(d, &mut buf), Err(Errno::EISDIR));
+    ctx.close(d).expect("close");
 }

@@ -195,6 +195,18 @@ impl FileSystem for Metered {
         self.fs.open(node, flags)
     }
 
+    fn open_read(
+        &self,
+        node: NodeId,
+        flags: OpenFlags,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<(FileHandle, usize)> {
+        self.meter.count(Op::Open);
+        self.meter.count(Op::Read);
+        self.fs.open_read(node, flags, off, buf)
+    }
+
     fn create(
         &self,
         parent: NodeId,

@@ -129,6 +129,8 @@ fn exercise(c: &Ctx, host: &Path) {
     );
     // mkdir, rename, unlink, rmdir
     c.mkdirat(AT_FDCWD, b"/d", 0o750).expect("mkdir");
+    // Made behind the caller (a granted inode number): there once synced.
+    c.vfs().sync().expect("sync");
     assert!(host.join("d").is_dir());
     c.renameat2(AT_FDCWD, b"/new.c", AT_FDCWD, b"/d/moved.c", 0)
         .expect("rename");
@@ -141,6 +143,7 @@ fn exercise(c: &Ctx, host: &Path) {
     c.unlinkat(AT_FDCWD, b"/d/moved.c", 0).expect("unlink");
     c.unlinkat(AT_FDCWD, b"/d", libc::AT_REMOVEDIR)
         .expect("rmdir");
+    c.vfs().sync().expect("sync");
     assert!(!host.join("d").exists());
 }
 
@@ -194,6 +197,9 @@ fn loose_cache_second_replay_sends_nothing_none_asks_each_time() {
     let fd = other
         .openat(AT_FDCWD, b"/nope.h", libc::O_CREAT | libc::O_WRONLY, 0o644)
         .expect("create elsewhere");
+    // Made behind that client's caller: on the server once it returns
+    // from fsync (loose caching promises nothing sooner).
+    other.fsync(fd).expect("fsync");
     other.close(fd).expect("close");
     assert!(none.faccessat(AT_FDCWD, b"/nope.h", libc::F_OK, 0).is_ok());
     assert_eq!(

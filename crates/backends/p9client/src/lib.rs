@@ -1479,6 +1479,199 @@ impl FileSystem for P9Fs {
         ))
     }
 
+    /// The walk to an open fid, the open and the first read back to back:
+    /// one round trip where `open` and `read` took two (three when the
+    /// node held no fid). The open fid is cloned from the node's own fid;
+    /// a node that holds none gets one in the same write, walked from the
+    /// nearest ancestor that does (by the names cached, checked against
+    /// the qids remembered). A server that does not keep a fid's requests
+    /// in order gets them one at a time.
+    fn open_read(
+        &self,
+        node: NodeId,
+        flags: OpenFlags,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<(FileHandle, usize)> {
+        let separately = |fs: &P9Fs, buf: &mut [u8]| {
+            let fh = fs.open(node, flags)?;
+            match fs.read(node, fh, off, buf) {
+                Ok(n) => Ok((fh, n)),
+                Err(e) => {
+                    fs.release(node, fh);
+                    Err(e)
+                }
+            }
+        };
+        if !self.pipeline.load(Relaxed) {
+            return separately(self, buf);
+        }
+        let need = self.nodes.lock().need(node.0).ok_or(Errno::ESTALE)?;
+        // What `need` pinned: the node (its fid held) or the ancestor.
+        let (pinned, path) = match need {
+            Need::Held(fid) => (
+                Pin {
+                    fs: self,
+                    id: node.0,
+                    fid,
+                },
+                None,
+            ),
+            Need::Walk {
+                anc,
+                from,
+                names,
+                ids,
+            } => (
+                Pin {
+                    fs: self,
+                    id: anc,
+                    fid: from,
+                },
+                Some((names, ids)),
+            ),
+        };
+        if path.as_ref().is_some_and(|(n, _)| n.len() > p9::MAXWELEM) {
+            drop(pinned);
+            return separately(self, buf);
+        }
+        let nf = self.alloc_fid();
+        let pf = path.as_ref().map(|_| self.alloc_fid());
+        let count = buf.len().min(self.iounit as usize);
+        let refs: Vec<&[u8]> = path
+            .as_ref()
+            .map(|(n, _)| n.iter().map(|x| &**x).collect())
+            .unwrap_or_default();
+        let mut reqs = Vec::with_capacity(4);
+        let clone_from = match pf {
+            Some(pf) => {
+                reqs.push(Fcall::Twalk {
+                    fid: pinned.fid,
+                    newfid: pf,
+                    names: Names::new(&refs).unwrap_or_default(),
+                });
+                pf
+            }
+            None => pinned.fid,
+        };
+        reqs.push(Fcall::Twalk {
+            fid: clone_from,
+            newfid: nf,
+            names: Names::default(),
+        });
+        reqs.push(Fcall::Tlopen {
+            fid: nf,
+            flags: flags.0 as u32,
+        });
+        reqs.push(Fcall::Tread {
+            fid: nf,
+            offset: off,
+            count: count as u32,
+        });
+        let first = usize::from(pf.is_some());
+        let (mut pwalked, mut same, mut walked) = (pf.is_none(), true, false);
+        let (mut opened, mut got) = (Err(Errno::EPROTO), Err(Errno::EPROTO));
+        let sent = self.rpc.call_many(&reqs, |i, r| match i {
+            _ if i + 1 == first => {
+                // The path walk: whole, and to the files remembered.
+                if let Fcall::Rwalk { qids } = r {
+                    let want = path.as_ref().map_or(&[][..], |(_, ids)| &ids[..]);
+                    let got = qids.as_slice();
+                    pwalked = got.len() == want.len();
+                    same = got.iter().zip(want).all(|(q, &id)| q.path == id);
+                }
+            }
+            _ if i == first => walked = matches!(r, Fcall::Rwalk { .. }),
+            _ if i == first + 1 => {
+                opened = match r {
+                    Fcall::Rlopen { .. } => Ok(()),
+                    r => Err(err_of(&r)),
+                }
+            }
+            _ => {
+                got = match r {
+                    Fcall::Rread { data } => {
+                        let n = data.0.len().min(count);
+                        buf[..n].copy_from_slice(&data.0[..n]);
+                        Ok(n)
+                    }
+                    r => Err(err_of(&r)),
+                }
+            }
+        });
+        // The node's fid: held already, or the path walk's, installed
+        // (pinned for the open, as `pin` does).
+        let held = match pf {
+            None => Some(pinned),
+            Some(pf) => {
+                drop(pinned);
+                if !(pwalked && same) || sent.is_err() {
+                    let _ = self.abandon(pf, pwalked, Errno::ESTALE);
+                    None
+                } else {
+                    let installed = self.nodes.lock().install(node.0, pf);
+                    match installed {
+                        Some((fid, surplus)) => {
+                            if surplus {
+                                self.clunk(pf);
+                            }
+                            Some(Pin {
+                                fs: self,
+                                id: node.0,
+                                fid,
+                            })
+                        }
+                        None => {
+                            self.clunk(pf);
+                            None
+                        }
+                    }
+                }
+            }
+        };
+        let Some(pin) = held else {
+            return Err(self.abandon(nf, walked, Errno::ESTALE));
+        };
+        if let Err(e) = sent.and(opened) {
+            drop(pin);
+            return Err(self.abandon(nf, walked, e));
+        }
+        let fh = FileHandle(nf as u64);
+        let first = match got {
+            Ok(n) => Ok(n),
+            // Read before the open: a server running a fid's requests out
+            // of order. Read again, now that it is open.
+            Err(Errno::EBADF | Errno::EIO) => {
+                tracing::info!("9p server runs a fid's requests out of order: not pipelining");
+                self.pipeline.store(false, Relaxed);
+                self.read(node, fh, off, &mut buf[..count])
+            }
+            Err(e) => Err(e),
+        };
+        // Kept until `release`, as `open` keeps it.
+        pin.keep();
+        if pf.is_some() {
+            self.trim();
+        }
+        let n = match first {
+            Ok(n) => n,
+            Err(e) => {
+                self.release(node, fh);
+                return Err(e);
+            }
+        };
+        if n < count || count == buf.len() {
+            return Ok((fh, n));
+        }
+        match self.read(node, fh, off + n as u64, &mut buf[n..]) {
+            Ok(more) => Ok((fh, n + more)),
+            Err(e) => {
+                self.release(node, fh);
+                Err(e)
+            }
+        }
+    }
+
     fn read(&self, _node: NodeId, fh: FileHandle, off: u64, buf: &mut [u8]) -> Result<usize> {
         let fid = u32::try_from(fh.0).map_err(|_| Errno::EBADF)?;
         let mut done = 0;

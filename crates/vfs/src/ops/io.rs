@@ -32,8 +32,43 @@ impl Ctx {
         Ok((file, s, flags))
     }
 
+    /// The first read of a file opened lazily (read-only) opens it too,
+    /// in one backend call (`FileSystem::open_read`: one round trip to a
+    /// remote server). `None`: the file is open already, or is a
+    /// directory (the usual path answers).
+    fn open_and_read(&self, fd: i32, buf: &mut [u8], off: u64) -> Result<Option<usize>> {
+        let inner = self.inner();
+        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        if file.fh.load(Relaxed) != crate::file::LAZY {
+            return Ok(None);
+        }
+        let s = inner
+            .dc
+            .inode_snap(IIdx(file.inode.load(Relaxed)))
+            .ok_or(Errno::EAGAIN)?;
+        let flags = file.flags.load(Relaxed) as i32;
+        if s.is_dir() || flags & O_ACCMODE == libc::O_WRONLY {
+            return Ok(None);
+        }
+        let _g = file.open_lock.lock();
+        // Closed, or opened by another read, meanwhile.
+        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        if file.fh.load(Relaxed) != crate::file::LAZY {
+            return Ok(None);
+        }
+        // What was gathered goes first: the backend reads what it has.
+        inner.flush_file(s.sb(), s.node)?;
+        let fs = inner.sb(s.sb())?;
+        let (fh, n) = fs.open_read(NodeId(s.node), OpenFlags(flags & O_ACCMODE), off, buf)?;
+        file.fh.store(fh.0, Relaxed);
+        Ok(Some(n))
+    }
+
     /// `pread(fd, buf, off)`.
     pub fn pread(&self, fd: i32, buf: &mut [u8], off: u64) -> Result<usize> {
+        if let Some(n) = self.open_and_read(fd, buf, off)? {
+            return Ok(n);
+        }
         let (file, s, flags) = self.io_file(fd)?;
         if flags as i32 & O_ACCMODE == libc::O_WRONLY {
             return Err(Errno::EBADF);
@@ -65,7 +100,8 @@ impl Ctx {
 
     /// `read(fd, buf)` at the file position.
     pub fn read(&self, fd: i32, buf: &mut [u8]) -> Result<usize> {
-        let (file, _, _) = self.io_file(fd)?;
+        // Not `io_file`: a lazily opened file is opened by the read.
+        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
         let mut pos = file.pos.lock();
         let n = self.pread(fd, buf, *pos)?;
         *pos += n as u64;
