@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pjdfstest (POSIX file-system conformance suite) through a walkfs FUSE mount.
 #
-#   bash scripts/pjdfstest.sh [-o MOUNT_OPTS] [--via-9p] [--native] [FOLDER...]
+#   bash scripts/pjdfstest.sh [-o MOUNT_OPTS] [--via-9p | --serve[=DELAY_US]] [--native] [FOLDER...]
 #
 # Builds pjdfstest from ../shared/tools/pjdfstest-*.tar.gz into
 # target/pjdfstest/ (once; skipped with exit 0 when the tarball is absent),
@@ -10,7 +10,9 @@
 # folders (default: all of tests/; a folder is `chmod`, `tests/chmod` or a
 # single `chmod/00.t`) from a fresh subdirectory of the mount, unmounts,
 # and prints the failed assertions per test file and the totals. --via-9p
-# mounts through the whole 9P stack (the in-process server). --native
+# mounts through the whole 9P stack (the in-process server); --serve mounts
+# a separate `walkfs serve` process (on a unix socket, replies held
+# DELAY_US microseconds when given: a slow link). --native
 # runs the same on the plain host directory (the reference: ext4 fails 0).
 # Exit status: 0 when no assertion failed, 1 otherwise.
 #
@@ -24,13 +26,15 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
-opts="" native=0 via9p=() folders=()
+opts="" native=0 via9p=() serve="" folders=()
 while [ $# -gt 0 ]; do
     case "$1" in
         -o) [ $# -ge 2 ] || { usage >&2; exit 2; }; opts=$2; shift 2 ;;
         -o*) opts=${1#-o}; shift ;;
         --native) native=1; shift ;;
         --via-9p) via9p=(--via-9p); shift ;;
+        --serve) serve=0; shift ;;
+        --serve=*) serve=${1#--serve=}; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; folders+=("$@"); break ;;
         -*) echo "pjdfstest.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -103,7 +107,7 @@ mapfile -t expected < <(find "${targets[@]}" -name '*.t' -type f | sort -u)
 if [ $native = 1 ]; then
     label=native
 else
-    label=walkfs${via9p:+-9p}${opts:+-$(printf %s "$opts" | tr -c 'A-Za-z0-9=_.\n-' _)}
+    label=walkfs${via9p:+-9p}${serve:+-serve$serve}${opts:+-$(printf %s "$opts" | tr -c 'A-Za-z0-9=_.\n-' _)}
     if [ -z "${WALKFS:-}" ] && [ ! -x "$repo/target/release/walkfs" ]; then
         cargo build --release -p walkfs-cli --quiet || exit 2
     fi
@@ -118,6 +122,7 @@ mkdir -p "$src" "$mnt" "$tap"
 chmod 0755 "$src" "$mnt"
 
 mounted=0
+server=""
 cleanup() {
     cd /
     if [ $mounted = 1 ]; then
@@ -125,6 +130,11 @@ cleanup() {
             { echo "pjdfstest: $mnt busy, lazy unmount" >&2; fusermount3 -uz "$mnt" 2>/dev/null; } ||
             umount -l "$mnt" 2>/dev/null
         mounted=0
+    fi
+    if [ -n "$server" ]; then
+        kill "$server" 2>/dev/null
+        wait "$server" 2>/dev/null
+        server=""
     fi
     rm -rf "$src" 2>/dev/null
     rmdir "$mnt" 2>/dev/null
@@ -154,8 +164,19 @@ if [ $native = 1 ]; then
 else
     mopts=allow_other${opts:+,$opts}
     echo "pjdfstest: $walkfs (built $(date -u -r "$walkfs" '+%F %T UTC'))"
-    echo "pjdfstest: walkfs mount $src $mnt -o $mopts"
-    if ! "$walkfs" mount "${via9p[@]}" "$src" "$mnt" -o "$mopts"; then
+    from=$src
+    if [ -n "$serve" ]; then
+        sock=$run/serve.sock
+        RUST_LOG=warn "$walkfs" serve "$src" --listen "unix:$sock" --reply-delay-us "$serve" \
+            2>"$run/serve.log" &
+        server=$!
+        for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+        [ -S "$sock" ] || { echo "pjdfstest: walkfs serve did not start ($run/serve.log)" >&2; exit 2; }
+        from=unix:$sock
+        echo "pjdfstest: walkfs serve $src --listen $from --reply-delay-us $serve"
+    fi
+    echo "pjdfstest: walkfs mount $from $mnt -o $mopts"
+    if ! "$walkfs" mount "${via9p[@]}" "$from" "$mnt" -o "$mopts"; then
         echo "pjdfstest: walkfs mount failed" >&2
         exit 2
     fi

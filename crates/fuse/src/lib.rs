@@ -516,13 +516,14 @@ impl WalkFuse {
             }
         }
         let node = self.node(ino)?;
-        let (ro, rw) = match self.base.reopen(&node, libc::O_RDWR) {
-            Ok(fd) => (ro, Some(self.closer.own(fd))),
-            Err(err) if write => return Err(err),
-            Err(_) => {
-                let fd = self.base.reopen(&node, libc::O_RDONLY)?;
-                (Some(self.closer.own(fd)), rw)
-            }
+        let (ro, rw) = if write {
+            let fd = self.base.reopen(&node, libc::O_RDWR)?;
+            (ro, Some(self.closer.own(fd)))
+        } else {
+            // Read-only: the vfs opens it on the backend with its first
+            // read, in one call (over 9P one round trip for both).
+            let fd = self.base.reopen(&node, libc::O_RDONLY)?;
+            (Some(self.closer.own(fd)), rw)
         };
         let fd = rw.clone().or_else(|| ro.clone()).ok_or(Errno::EBADF)?;
         // Two threads may both open one: the later replaces the earlier,
