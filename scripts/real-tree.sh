@@ -3,8 +3,11 @@
 # tarball (default: the Linux source from Debian's linux-source-6.1, fetched
 # once into /var/tmp/walkfs-real-tree), list it with find, git add + commit
 # + status of a subtree, rm -rf; natively, through `walkfs mount DIR`,
-# through `walkfs mount --via-9p DIR`, and through bindfs (what a user
-# would pick instead; skipped when not installed). Each step is timed
+# through `walkfs mount --via-9p DIR`, through a separate `walkfs serve
+# --reply-delay-us D` (a server D µs away; REAL_TREE_DELAY_US, default 200)
+# and `walkfs mount unix:SOCK`, and through bindfs (what a user would pick
+# instead; skipped when not installed). REAL_TREE_MODES (space-separated:
+# native mount via-9p serve bindfs) picks some; native always runs first. Each step is timed
 # (`find` alone, then the listing); the listing (names, types, sizes of
 # non-directories, modes, link targets), the content checksum and git's answers must equal the native
 # run's. Each mode runs on a new ext4 on a loop device: this machine's
@@ -39,8 +42,17 @@ if [ -z "$tarball" ]; then
     fi
 fi
 work=$(mktemp -d /var/tmp/walkfs-real-tree.XXXXXX)
+server=""
+stop_server() {
+    if [ -n "$server" ]; then
+        kill "$server" 2>/dev/null || true
+        wait "$server" 2>/dev/null || true
+        server=""
+    fi
+}
 cleanup() {
     mountpoint -q "$work/mnt" 2>/dev/null && umount "$work/mnt"
+    stop_server
     mountpoint -q "$work/fs" 2>/dev/null && umount "$work/fs"
     rm -rf "$work"
 }
@@ -92,11 +104,19 @@ gitrun() {
 
 declare -A want
 status=0
-modes=(native mount via-9p)
+delay=${REAL_TREE_DELAY_US:-200}
+modes=(native mount via-9p serve)
 if command -v bindfs >/dev/null; then
     modes+=(bindfs)
 else
     echo "real-tree: bindfs not installed (apt-get install bindfs): its row skipped" >&2
+fi
+if [ -n "${REAL_TREE_MODES:-}" ]; then
+    picked=(native)
+    for m in $REAL_TREE_MODES; do
+        [ "$m" = native ] || picked+=("$m")
+    done
+    modes=("${picked[@]}")
 fi
 for mode in "${modes[@]}"; do
     fresh_fs
@@ -106,6 +126,16 @@ for mode in "${modes[@]}"; do
     case $mode in
     mount) "$walkfs" mount "$src" "$work/mnt"; root=$work/mnt ;;
     via-9p) "$walkfs" mount --via-9p "$src" "$work/mnt"; root=$work/mnt ;;
+    serve)
+        rm -f "$work/serve.sock"
+        "$walkfs" serve "$src" --listen "unix:$work/serve.sock" --reply-delay-us "$delay" \
+            2>"$work/serve.log" &
+        server=$!
+        for _ in $(seq 100); do [ -S "$work/serve.sock" ] && break; sleep 0.1; done
+        "$walkfs" mount "unix:$work/serve.sock" "$work/mnt"
+        root=$work/mnt
+        echo "real-tree: serve: walkfs serve --reply-delay-us $delay" >&2
+        ;;
     bindfs) bindfs "$src" "$work/mnt"; root=$work/mnt ;;
     esac
     echo "== $mode" >&2
@@ -122,6 +152,7 @@ for mode in "${modes[@]}"; do
             "$walkfs" sync "$work/mnt" || { echo "real-tree: $mode: walkfs sync failed" >&2; status=1; }
         fi
         umount "$work/mnt"
+        stop_server
         host_left=$(find "$src" -mindepth 1 | wc -l)
     else
         host_left=$left
