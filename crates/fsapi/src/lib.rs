@@ -394,6 +394,25 @@ pub struct Granted {
     pub ino: u64,
 }
 
+/// [`FileSystem::open_read`] with the ordinary calls: open, then read
+/// (the handle released when the read fails).
+pub fn open_then_read<F: FileSystem + ?Sized>(
+    fs: &F,
+    node: NodeId,
+    flags: OpenFlags,
+    off: u64,
+    buf: &mut [u8],
+) -> Result<(FileHandle, usize)> {
+    let fh = fs.open(node, flags)?;
+    match fs.read(node, fh, off, buf) {
+        Ok(n) => Ok((fh, n)),
+        Err(e) => {
+            fs.release(node, fh);
+            Err(e)
+        }
+    }
+}
+
 /// Where a submitted change's outcome goes: called once, from any thread
 /// (a 9P client's reply reader), so it must not wait for anything.
 pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
@@ -553,14 +572,7 @@ pub trait FileSystem: Send + Sync {
         off: u64,
         buf: &mut [u8],
     ) -> Result<(FileHandle, usize)> {
-        let fh = self.open(node, flags)?;
-        match self.read(node, fh, off, buf) {
-            Ok(n) => Ok((fh, n)),
-            Err(e) => {
-                self.release(node, fh);
-                Err(e)
-            }
-        }
+        open_then_read(self, node, flags, off, buf)
     }
 
     /// Create and open a regular file that must not exist yet.

@@ -8,8 +8,9 @@
 //! directory's; `Twrite`, then `Tsetattr` of the times). The server
 //! keeps a connection's order this way:
 //! - every request that changes the file system
-//!   ([`changes_state`](walkfs_p9::order::changes_state)) runs
-//!   on the connection's *strand*: one at a time, in arrival order;
+//!   ([`changes_state`](walkfs_p9::order::changes_state)), and every
+//!   `Tlopen`, runs on the connection's *strand*: one at a time, in
+//!   arrival order;
 //! - a request of any kind that arrives while the strand has work joins
 //!   it, so it sees every change sent before it;
 //! - when the strand is idle, the others run as before: in parallel on
@@ -480,7 +481,11 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         tags.insert(tag, TagState::default());
     }
     let cfg = &conn.server.cfg;
-    let ordered = !cfg.inline_all && walkfs_p9::order::changes_state(&f);
+    // An open changes its fid: a read or write sent right behind it
+    // (a client's open + first read in one round trip) must find it open,
+    // so it runs on the strand too, and what follows joins it.
+    let ordered = !cfg.inline_all
+        && (walkfs_p9::order::changes_state(&f) || matches!(f, Fcall::Tlopen { .. }));
     let inline = cfg.inline_all || answers_from_cache(&f);
     let mut job = Job {
         conn: Arc::clone(conn),

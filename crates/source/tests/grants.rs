@@ -62,6 +62,18 @@ fn ino(ctx: &Ctx, path: &[u8]) -> u64 {
         .st_ino
 }
 
+/// Does `ok` come true within a second? (A refused change is undone in
+/// the cache by a thread of its own, a moment after it is reported.)
+fn eventually(mut ok: impl FnMut() -> bool) -> bool {
+    for _ in 0..100 {
+        if ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
 fn create(ctx: &Ctx, path: &[u8], data: &[u8]) -> i32 {
     let fd = ctx
         .openat(
@@ -213,15 +225,10 @@ fn a_name_taken_first_on_the_host_fails_the_late_create() {
     assert_eq!(ctx.close(fd), Ok(()));
     assert_eq!(std::fs::read(t.path().join("x")).expect("x"), b"host");
     let host_ino = std::fs::metadata(t.path().join("x")).expect("x").ino();
-    let mut seen = 0;
-    for _ in 0..100 {
-        seen = ino(&ctx, b"/x");
-        if seen == host_ino {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(seen, host_ino, "the cache shows the host's file");
+    assert!(
+        eventually(|| ino(&ctx, b"/x") == host_ino),
+        "the cache shows the host's file"
+    );
 }
 
 /// The host deletes a directory a client is still creating in: the
@@ -319,15 +326,10 @@ fn two_clients_racing_for_names_each_name_made_once() {
     let c1 = clients[1].context(Creds::root());
     for i in 0..N {
         let p = format!("/n{i}");
-        let mut same = false;
-        for _ in 0..200 {
-            if ino(&c0, p.as_bytes()) == ino(&c1, p.as_bytes()) {
-                same = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert!(same, "{p}: both clients agree on the number");
+        assert!(
+            eventually(|| ino(&c0, p.as_bytes()) == ino(&c1, p.as_bytes())),
+            "{p}: both clients agree on the number"
+        );
     }
 }
 
@@ -402,15 +404,10 @@ fn an_rmdir_the_host_made_wrong_is_reported_and_undone() {
     assert_eq!(ctx.unlinkat(AT_FDCWD, b"/s", libc::AT_REMOVEDIR), Ok(()));
     assert_eq!(a.sync(), Err(Errno::ENOTEMPTY));
     assert!(t.path().join("s/host").exists());
-    let mut back = false;
-    for _ in 0..100 {
-        if ctx.faccessat(AT_FDCWD, b"/s/host", 0, 0).is_ok() {
-            back = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(back, "the directory and its file are found again");
+    assert!(
+        eventually(|| ctx.faccessat(AT_FDCWD, b"/s/host", 0, 0).is_ok()),
+        "the directory and its file are found again"
+    );
 }
 
 /// A file opened read-only is opened on its first read, and the open and

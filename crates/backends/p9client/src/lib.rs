@@ -1493,18 +1493,8 @@ impl FileSystem for P9Fs {
         off: u64,
         buf: &mut [u8],
     ) -> Result<(FileHandle, usize)> {
-        let separately = |fs: &P9Fs, buf: &mut [u8]| {
-            let fh = fs.open(node, flags)?;
-            match fs.read(node, fh, off, buf) {
-                Ok(n) => Ok((fh, n)),
-                Err(e) => {
-                    fs.release(node, fh);
-                    Err(e)
-                }
-            }
-        };
         if !self.pipeline.load(Relaxed) {
-            return separately(self, buf);
+            return walkfs_fsapi::open_then_read(self, node, flags, off, buf);
         }
         let need = self.nodes.lock().need(node.0).ok_or(Errno::ESTALE)?;
         // What `need` pinned: the node (its fid held) or the ancestor.
@@ -1533,7 +1523,7 @@ impl FileSystem for P9Fs {
         };
         if path.as_ref().is_some_and(|(n, _)| n.len() > p9::MAXWELEM) {
             drop(pinned);
-            return separately(self, buf);
+            return walkfs_fsapi::open_then_read(self, node, flags, off, buf);
         }
         let nf = self.alloc_fid();
         let pf = path.as_ref().map(|_| self.alloc_fid());
@@ -1639,13 +1629,10 @@ impl FileSystem for P9Fs {
         let fh = FileHandle(nf as u64);
         let first = match got {
             Ok(n) => Ok(n),
-            // Read before the open: a server running a fid's requests out
-            // of order. Read again, now that it is open.
-            Err(Errno::EBADF | Errno::EIO) => {
-                tracing::info!("9p server runs a fid's requests out of order: not pipelining");
-                self.pipeline.store(false, Relaxed);
-                self.read(node, fh, off, &mut buf[..count])
-            }
+            // Read before the open: a server that runs a fid's requests
+            // in parallel (walkfs serve before it ordered opens). Read
+            // again, now that it is open.
+            Err(Errno::EBADF) => self.read(node, fh, off, &mut buf[..count]),
             Err(e) => Err(e),
         };
         // Kept until `release`, as `open` keeps it.

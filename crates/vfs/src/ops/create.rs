@@ -303,7 +303,12 @@ impl Ctx {
             let behind = os.flags & I_STALE == 0;
             let (_, behind) = self.modify(dir, &name, false, |fs| {
                 if behind && inner.defers(fs) {
-                    inner.link_behind(fs, ds.sb(), os.node, ds.node, &name, dir.d)?;
+                    let op = walkfs_fsapi::Deferred::Link {
+                        node: NodeId(os.node),
+                        newparent: NodeId(ds.node),
+                        newname: &name,
+                    };
+                    inner.name_behind(fs, ds.sb(), ds.node, &name, os.node, dir.d, op)?;
                     let mut attr = os.attr();
                     attr.nlink += 1;
                     attr.ctime = Ctx::now();

@@ -2,6 +2,7 @@
 //! the directory and, for rmdir, of the victim.
 
 use super::prelude::*;
+use walkfs_fsapi::Deferred;
 
 impl Ctx {
     /// `may_delete`: may the caller remove `victim` from `dir`? The
@@ -115,16 +116,25 @@ impl Ctx {
                     && vs.flags & I_COMPLETE != 0
                     && inner.writer().positive_children(victim.d) == 0;
             }
-            let r = if rmdir && behind {
+            let parent = NodeId(ds.node);
+            let r = if behind {
                 let vnode = dc.inode_snap(victim.ino).map_or(0, |v| v.node);
-                inner.rmdir_behind(&*fs, ds.sb(), ds.node, &name, vnode, dir.d)
+                let op = if rmdir {
+                    Deferred::Rmdir {
+                        parent,
+                        name: &name,
+                    }
+                } else {
+                    Deferred::Unlink {
+                        parent,
+                        name: &name,
+                    }
+                };
+                inner.name_behind(&*fs, ds.sb(), ds.node, &name, vnode, dir.d, op)
             } else if rmdir {
-                fs.rmdir(NodeId(ds.node), &name)
-            } else if behind {
-                let vnode = dc.inode_snap(victim.ino).map_or(0, |v| v.node);
-                inner.unlink_behind(&*fs, ds.sb(), ds.node, &name, vnode, dir.d)
+                fs.rmdir(parent, &name)
             } else {
-                fs.unlink(NodeId(ds.node), &name)
+                fs.unlink(parent, &name)
             };
             let mut w = inner.writer();
             w.changed();

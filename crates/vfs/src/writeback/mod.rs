@@ -696,78 +696,35 @@ impl Inner {
         ))
     }
 
-    /// Submit the rmdir of `name` (directory `victim`, known empty) in
-    /// directory `dir`.
-    pub(crate) fn rmdir_behind(
+    /// Submit `op`, a change of name `name` in directory `dir` (of
+    /// superblock `sb`, dentry `dentry`) that concerns file `node` (the
+    /// one unlinked, removed or linked): counted against both, so that
+    /// fsync of either waits for it; a refusal brings the name back.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn name_behind(
         &self,
         fs: &dyn FileSystem,
         sb: usize,
         dir: u64,
         name: &[u8],
-        victim: u64,
-        dentry: DIdx,
-    ) -> Result<()> {
-        self.wb.submit(
-            fs,
-            sb,
-            [Some(dir), Some(victim)],
-            Some((dir, name.to_vec())),
-            dentry,
-            "rmdir",
-            Deferred::Rmdir {
-                parent: NodeId(dir),
-                name,
-            },
-        )
-    }
-
-    /// Submit the link of file `node` as `name` in directory `dir`.
-    pub(crate) fn link_behind(
-        &self,
-        fs: &dyn FileSystem,
-        sb: usize,
         node: u64,
-        dir: u64,
-        name: &[u8],
         dentry: DIdx,
+        op: Deferred<'_>,
     ) -> Result<()> {
+        let what = match op {
+            Deferred::Unlink { .. } => "unlink",
+            Deferred::Rmdir { .. } => "rmdir",
+            Deferred::Link { .. } => "link",
+            Deferred::Write { .. } | Deferred::SetAttr { .. } => "change",
+        };
         self.wb.submit(
             fs,
             sb,
             [Some(dir), Some(node)],
             Some((dir, name.to_vec())),
             dentry,
-            "link",
-            Deferred::Link {
-                node: NodeId(node),
-                newparent: NodeId(dir),
-                newname: name,
-            },
-        )
-    }
-
-    /// Submit the unlink of `name` (file `victim`) in directory `dir`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn unlink_behind(
-        &self,
-        fs: &dyn FileSystem,
-        sb: usize,
-        dir: u64,
-        name: &[u8],
-        victim: u64,
-        dentry: DIdx,
-    ) -> Result<()> {
-        self.wb.submit(
-            fs,
-            sb,
-            [Some(dir), Some(victim)],
-            Some((dir, name.to_vec())),
-            dentry,
-            "unlink",
-            Deferred::Unlink {
-                parent: NodeId(dir),
-                name,
-            },
+            what,
+            op,
         )
     }
 
