@@ -292,6 +292,16 @@ pub enum Deferred<'a> {
         parent: NodeId,
         name: &'a [u8],
     },
+    /// Move `name` of `parent` (file `node`) to `newname` of
+    /// `newparent`, replacing a non-directory there (a plain `rename`,
+    /// no flags).
+    Rename {
+        parent: NodeId,
+        name: &'a [u8],
+        newparent: NodeId,
+        newname: &'a [u8],
+        node: NodeId,
+    },
     /// A new name `newname` in `newparent` for `node`; counts as a lookup
     /// of `node`, as the entry [`FileSystem::link`] returns does (the
     /// vfs forgets the extra reference).
@@ -322,6 +332,13 @@ pub fn run_inline<F: FileSystem + ?Sized>(fs: &F, op: Deferred<'_>, done: Done) 
         Deferred::SetAttr { node, set } => fs.setattr(node, &set).map(drop),
         Deferred::Unlink { parent, name } => fs.unlink(parent, name),
         Deferred::Rmdir { parent, name } => fs.rmdir(parent, name),
+        Deferred::Rename {
+            parent,
+            name,
+            newparent,
+            newname,
+            ..
+        } => fs.rename(parent, name, newparent, newname, 0),
         Deferred::Link {
             node,
             newparent,

@@ -451,3 +451,58 @@ fn open_and_first_read_cost_one_round_trip() {
     assert_eq!(ctx.read(d, &mut buf), Err(Errno::EISDIR));
     ctx.close(d).expect("close");
 }
+
+/// A plain rename (also over a file) runs behind the caller; one the
+/// server refuses (the host removed the source first) is reported and
+/// both names are shown as the server has them.
+#[test]
+fn renames_run_behind_and_a_refused_one_is_undone() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let srv = Served::new(
+        t.path(),
+        "cache=loose,negtimeout=-1",
+        Duration::from_millis(5),
+    );
+    let a = srv.client();
+    let ctx = a.context(Creds::root());
+    ctx.mkdirat(AT_FDCWD, b"/d", 0o755).expect("mkdir");
+    for f in [&b"/a"[..], b"/b", b"/c", b"/w"] {
+        let fd = create(&ctx, f, f);
+        ctx.close(fd).expect("close");
+    }
+    // The connection's first rename waits: it learns whether the server
+    // knows Trenameat (diod 1.0 does not; an asynchronous one could not
+    // fall back).
+    ctx.renameat2(AT_FDCWD, b"/w", AT_FDCWD, b"/w2", 0)
+        .expect("first rename");
+    let a_ino = ino(&ctx, b"/a");
+    let mtime = ctx.fstatat(AT_FDCWD, b"/a", 0).expect("stat").st_mtime;
+    let before = waits(&a);
+    ctx.renameat2(AT_FDCWD, b"/a", AT_FDCWD, b"/d/a2", 0)
+        .expect("rename across");
+    ctx.renameat2(AT_FDCWD, b"/b", AT_FDCWD, b"/c", 0)
+        .expect("rename over");
+    assert_eq!(waits(&a) - before, 0, "a rename waited for a reply");
+    assert_eq!(ino(&ctx, b"/d/a2"), a_ino);
+    assert_eq!(
+        ctx.fstatat(AT_FDCWD, b"/d/a2", 0).expect("stat").st_mtime,
+        mtime,
+        "a rename keeps the mtime"
+    );
+    assert_eq!(ctx.faccessat(AT_FDCWD, b"/a", 0, 0), Err(Errno::ENOENT));
+    assert_eq!(a.sync(), Ok(()));
+    assert_eq!(std::fs::read(t.path().join("d/a2")).expect("a2"), b"/a");
+    assert_eq!(std::fs::read(t.path().join("c")).expect("c"), b"/b");
+    assert!(!t.path().join("b").exists());
+
+    // The host takes the source away first.
+    std::fs::remove_file(t.path().join("c")).expect("host rm");
+    ctx.renameat2(AT_FDCWD, b"/c", AT_FDCWD, b"/e", 0)
+        .expect("answered from the cache");
+    assert_eq!(a.sync(), Err(Errno::ENOENT));
+    assert!(
+        eventually(|| ctx.faccessat(AT_FDCWD, b"/e", 0, 0) == Err(Errno::ENOENT)),
+        "the new name is gone again"
+    );
+    assert!(!t.path().join("e").exists());
+}

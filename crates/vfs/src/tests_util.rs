@@ -158,6 +158,7 @@ enum OwnedOp {
     SetAttr(NodeId, SetAttr),
     Unlink(NodeId, Vec<u8>),
     Rmdir(NodeId, Vec<u8>),
+    Rename(NodeId, Vec<u8>, NodeId, Vec<u8>),
     Link(NodeId, NodeId, Vec<u8>),
 }
 
@@ -221,6 +222,7 @@ impl LaterFs {
                     OwnedOp::SetAttr(n, set) => fs.inner.setattr(*n, set).map(drop),
                     OwnedOp::Unlink(p, name) => fs.inner.unlink(*p, name),
                     OwnedOp::Rmdir(p, name) => fs.inner.rmdir(*p, name),
+                    OwnedOp::Rename(p, name, np, nn) => fs.inner.rename(*p, name, *np, nn, 0),
                     OwnedOp::Link(n, p, name) => fs.inner.link(*n, *p, name).map(drop),
                 },
             };
@@ -350,6 +352,13 @@ impl FileSystem for LaterFs {
             Deferred::SetAttr { node, set } => OwnedOp::SetAttr(node, set),
             Deferred::Unlink { parent, name } => OwnedOp::Unlink(parent, name.to_vec()),
             Deferred::Rmdir { parent, name } => OwnedOp::Rmdir(parent, name.to_vec()),
+            Deferred::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                ..
+            } => OwnedOp::Rename(parent, name.to_vec(), newparent, newname.to_vec()),
             Deferred::Link {
                 node,
                 newparent,

@@ -776,6 +776,27 @@ impl Writer {
     /// trip the next stat would pay (as NFS's wcc data spares one). Stale
     /// attributes stay stale: the next stat asks the server, which has
     /// the change by then.
+    /// Inode `idx` changed (renamed, a link gone) as of `now`: its ctime
+    /// and link count move, its mtime does not. Nothing for attributes
+    /// already stale (the backend will say).
+    pub fn ctime_changed(
+        &mut self,
+        dc: &Dcache,
+        idx: IIdx,
+        now: walkfs_fsapi::Timespec,
+        nlink: i32,
+    ) {
+        let Some(i) = dc.inode(idx) else { return };
+        if i.flags.load(Relaxed) & I_STALE != 0 {
+            return;
+        }
+        i.seq.write_begin();
+        i.ctime.store(now.as_nanos(), Relaxed);
+        let n = i.nlink.load(Relaxed);
+        i.nlink.store(n.saturating_add_signed(nlink), Relaxed);
+        i.seq.write_end();
+    }
+
     pub fn touched(
         &mut self,
         dc: &Dcache,

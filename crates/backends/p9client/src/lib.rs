@@ -156,6 +156,8 @@ pub struct P9Fs {
     /// The server has answered a `Tunlinkat` (diod 1.0 does not know it,
     /// and an asynchronous one could not fall back).
     unlinkat_ok: std::sync::atomic::AtomicBool,
+    /// The same for `Trenameat`.
+    renameat_ok: std::sync::atomic::AtomicBool,
     /// Inode numbers the server granted and this client has not spent
     /// (p9::inogrant): `next..end`. `None` for a server that grants none
     /// (any but `walkfs serve`, or one that stopped): then every node is
@@ -333,6 +335,7 @@ impl P9Fs {
             ordered,
             dirplus: std::sync::atomic::AtomicBool::new(true),
             unlinkat_ok: std::sync::atomic::AtomicBool::new(false),
+            renameat_ok: std::sync::atomic::AtomicBool::new(false),
             rpc,
             nodes: Arc::new(Mutex::new(Nodes::new(root_ino, ROOT_FID, cfg.node_fids))),
             root_ino,
@@ -1262,6 +1265,41 @@ impl FileSystem for P9Fs {
                     rpc::AsyncOp::new(done, 0),
                 )
             }
+            Deferred::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                node,
+            } if self.renameat_ok.load(Relaxed) => {
+                let (dpin, npin) = (self.pin(parent)?, self.pin(newparent)?);
+                self.rpc.send_async(
+                    Fcall::Trenameat {
+                        olddirfid: dpin.fid,
+                        oldname: Str(name),
+                        newdirfid: npin.fid,
+                        newname: Str(newname),
+                    },
+                    rpc::AsyncOp::new(done, 0),
+                )?;
+                // A walk back to the node (once its fid is released)
+                // takes the new path; the server runs the rename first.
+                self.nodes.lock().moved(node.0, newparent.0, newname);
+                Ok(())
+            }
+            Deferred::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                ..
+            } => {
+                // The first one waits: a server without Trenameat (diod
+                // 1.0) gets Trename on the file's fid, which an
+                // asynchronous change could not fall back to.
+                done(self.rename(parent, name, newparent, newname, 0));
+                Ok(())
+            }
             Deferred::Link {
                 node,
                 newparent,
@@ -1835,7 +1873,12 @@ impl FileSystem for P9Fs {
                 self.clunk(nf);
                 r
             }
-            r => r,
+            r => {
+                if r.is_ok() {
+                    self.renameat_ok.store(true, Relaxed);
+                }
+                r
+            }
         };
         r?;
         // The moved file's node (if we hold one) is now found under the

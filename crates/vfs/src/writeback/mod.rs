@@ -96,8 +96,9 @@ fn keys_of(sb: usize, keys: [Option<u64>; 2]) -> Keys {
 struct Failure {
     sb: usize,
     node: u64,
-    /// The name an unlink removed: `(directory node, name)`.
-    entry: Option<(u64, Vec<u8>)>,
+    /// The names the change made, removed or moved: `(directory node,
+    /// name)` (two for a rename).
+    entries: Vec<(u64, Vec<u8>)>,
     /// A dentry of the file (an open file's, or the directory's), to name
     /// it in the log.
     dentry: DIdx,
@@ -238,12 +239,12 @@ impl WriteBack {
         fs: &dyn FileSystem,
         sb: usize,
         keys: [Option<u64>; 2],
-        entry: Option<(u64, Vec<u8>)>,
+        entries: Vec<(u64, Vec<u8>)>,
         dentry: DIdx,
         what: &'static str,
         op: Deferred<'_>,
     ) -> Result<()> {
-        self.start(sb, keys, entry, dentry, what, |done| fs.submit(op, done))
+        self.start(sb, keys, entries, dentry, what, |done| fs.submit(op, done))
     }
 
     /// [`WriteBack::submit`] of a change that `start` hands to its
@@ -252,7 +253,7 @@ impl WriteBack {
         &self,
         sb: usize,
         keys: [Option<u64>; 2],
-        entry: Option<(u64, Vec<u8>)>,
+        entries: Vec<(u64, Vec<u8>)>,
         dentry: DIdx,
         what: &'static str,
         start: impl FnOnce(Done) -> Result<T>,
@@ -270,7 +271,7 @@ impl WriteBack {
             let fail = r.err().map(|err| Failure {
                 sb,
                 node,
-                entry,
+                entries,
                 dentry,
                 what,
                 err,
@@ -386,8 +387,8 @@ impl Inner {
         // directory's for a name's change; at worst (renamed, reused)
         // another stripe is taken for a moment.
         let dir = f
-            .entry
-            .as_ref()
+            .entries
+            .first()
             .and_then(|_| self.dc.snap(f.dentry))
             .map(|s| s.inode())
             .filter(|i| !i.is_none());
@@ -395,7 +396,7 @@ impl Inner {
             drop(self.dirs.exclusive(&[d]));
         }
         let path = self.path_of(f.dentry);
-        match &f.entry {
+        match f.entries.first() {
             Some((_, name)) => tracing::warn!(
                 "write-back: {} of {}/{} failed: {} (reported at fsync, close, syncfs)",
                 f.what,
@@ -414,7 +415,7 @@ impl Inner {
             node: NodeId(f.node),
             ino: f.node,
         }];
-        if let Some((dir, name)) = f.entry {
+        for (dir, name) in f.entries {
             changes.push(Change::Entry {
                 dir: NodeId(dir),
                 dir_ino: dir,
@@ -529,7 +530,7 @@ impl Inner {
             fs,
             key.0,
             [Some(key.1), None],
-            None,
+            Vec::new(),
             dentry,
             "write",
             Deferred::Write {
@@ -645,7 +646,7 @@ impl Inner {
             fs,
             sb,
             [Some(node), None],
-            None,
+            Vec::new(),
             dentry,
             "attribute change",
             Deferred::SetAttr {
@@ -681,7 +682,7 @@ impl Inner {
         let fh = self.wb.start(
             sb,
             [Some(dir), Some(node.node.0)],
-            Some((dir, name.to_vec())),
+            vec![(dir, name.to_vec())],
             dentry,
             label,
             |done| fs.make_behind(NodeId(dir), name, owner, node, what, done),
@@ -715,16 +716,49 @@ impl Inner {
             Deferred::Unlink { .. } => "unlink",
             Deferred::Rmdir { .. } => "rmdir",
             Deferred::Link { .. } => "link",
+            Deferred::Rename { .. } => "rename",
             Deferred::Write { .. } | Deferred::SetAttr { .. } => "change",
         };
         self.wb.submit(
             fs,
             sb,
             [Some(dir), Some(node)],
-            Some((dir, name.to_vec())),
+            vec![(dir, name.to_vec())],
             dentry,
             what,
             op,
+        )
+    }
+
+    /// Submit the rename of `name` in `dir` (file `node`) to `newname` in
+    /// `newdir`: counted against both directories; a refusal brings both
+    /// names back as the server has them.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rename_behind(
+        &self,
+        fs: &dyn FileSystem,
+        sb: usize,
+        dir: u64,
+        name: &[u8],
+        newdir: u64,
+        newname: &[u8],
+        node: u64,
+        dentry: DIdx,
+    ) -> Result<()> {
+        self.wb.submit(
+            fs,
+            sb,
+            [Some(dir), (newdir != dir).then_some(newdir)],
+            vec![(dir, name.to_vec()), (newdir, newname.to_vec())],
+            dentry,
+            "rename",
+            Deferred::Rename {
+                parent: NodeId(dir),
+                name,
+                newparent: NodeId(newdir),
+                newname,
+                node: NodeId(node),
+            },
         )
     }
 
