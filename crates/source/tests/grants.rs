@@ -506,3 +506,40 @@ fn renames_run_behind_and_a_refused_one_is_undone() {
     );
     assert!(!t.path().join("e").exists());
 }
+
+/// Times set after small writes (gathered, not yet sent) land after them:
+/// the server keeps the times set, not the time of the write. A
+/// truncation runs behind the caller, after the writes it cuts.
+#[test]
+fn times_set_after_gathered_writes_are_kept() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let srv = Served::new(
+        t.path(),
+        "cache=loose,negtimeout=-1",
+        Duration::from_millis(2),
+    );
+    let a = srv.client();
+    let ctx = a.context(Creds::root());
+    let fd = create(&ctx, b"/f", b"small");
+    let when = walkfs_vfs::Timespec {
+        sec: 1_000_000_000,
+        nsec: 0,
+    };
+    ctx.utimensat(AT_FDCWD, b"/f", [Some(walkfs_vfs::TimeSet::At(when)); 2], 0)
+        .expect("utimensat");
+    let fd2 = create(&ctx, b"/g", b"small");
+    let before = waits(&a);
+    ctx.ftruncate(fd2, 2).expect("ftruncate");
+    assert_eq!(waits(&a) - before, 0, "a truncation waited for a reply");
+    assert_eq!(ctx.fstat(fd2).expect("fstat").st_size, 2);
+    assert_eq!(ctx.close(fd), Ok(()));
+    assert_eq!(ctx.close(fd2), Ok(()));
+    assert_eq!(a.sync(), Ok(()));
+    let md = std::fs::metadata(t.path().join("f")).expect("f");
+    assert_eq!(
+        md.mtime(),
+        1_000_000_000,
+        "the write landed after the times"
+    );
+    assert_eq!(std::fs::read(t.path().join("g")).expect("g"), b"sm");
+}

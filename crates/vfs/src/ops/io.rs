@@ -324,14 +324,30 @@ impl Ctx {
         let inner = self.inner();
         let ino = IIdx(file.inode.load(Relaxed));
         self.kill_privs(ino)?;
+        // What was gathered goes first: the size cuts what was written.
         inner.flush_file(s.sb(), s.node)?;
-        let attr = inner.sb(s.sb())?.setattr(
-            NodeId(s.node),
-            &SetAttr {
-                size: Some(len as u64),
-                ..SetAttr::default()
-            },
-        )?;
+        let set = SetAttr {
+            size: Some(len as u64),
+            ..SetAttr::default()
+        };
+        let fs = inner.sb(s.sb())?;
+        // Behind the caller where the write-back runs and the file's
+        // attributes are cached (its set-id bits were dealt with above):
+        // the outcome is the new size and the current time.
+        let cur = inner.dc.inode_snap(ino).ok_or(Errno::EAGAIN)?;
+        if inner.defers(&*fs) && cur.fresh() && cur.node == s.node {
+            let d = DIdx(file.dentry.load(Relaxed));
+            inner.setattr_behind(&*fs, s.sb(), s.node, set, d)?;
+            let now = Ctx::now();
+            let mut attr = cur.attr();
+            attr.size = len as u64;
+            attr.blocks = (len as u64).div_ceil(4096) * 8;
+            attr.mtime = now;
+            attr.ctime = now;
+            inner.changed_attrs(ino, s.node, &attr);
+            return Ok(());
+        }
+        let attr = fs.setattr(NodeId(s.node), &set)?;
         inner.changed_attrs(ino, s.node, &attr);
         Ok(())
     }
