@@ -16,24 +16,33 @@ use walkfs_vfs::{Creds, Ctx, Errno, Vfs, AT_FDCWD};
 /// The first number a server grants (crates/server/src/inos.rs).
 const GRANTED: u64 = 0x7f00_0000_0000_0000;
 
-/// One server over a host directory, replying `delay` late.
+/// One server over a fresh host directory, replying `delay` late; its
+/// clients cache with `cache=loose,negtimeout=-1`.
 struct Served {
     server: Arc<walkfs_server::Server>,
     opts: SourceOptions,
+    export: tempfile::TempDir,
 }
 
 impl Served {
-    fn new(dir: &Path, client_opts: &str, delay: Duration) -> Served {
-        let vfs = walkfs_source::open(dir.to_str().expect("utf8"), &SourceOptions::default())
-            .expect("export");
+    fn new(delay: Duration) -> Served {
+        let export = tempfile::tempdir().expect("tempdir");
+        let dir = export.path().to_str().expect("utf8");
+        let vfs = walkfs_source::open(dir, &SourceOptions::default()).expect("export");
         let cfg = ServerConfig {
             reply_delay: delay,
             ..Default::default()
         };
         Served {
             server: walkfs_server::Server::new(vfs, cfg),
-            opts: SourceOptions::parse(client_opts).expect("options"),
+            opts: SourceOptions::parse("cache=loose,negtimeout=-1").expect("options"),
+            export,
         }
+    }
+
+    /// The exported host directory.
+    fn path(&self) -> &Path {
+        self.export.path()
     }
 
     /// A new client: a connection of its own, a vfs of its own.
@@ -92,12 +101,7 @@ fn create(ctx: &Ctx, path: &[u8], data: &[u8]) -> i32 {
 /// hard-linked file) sees the same number, which is not the host's.
 #[test]
 fn nodes_are_made_without_waiting_and_numbered_alike_everywhere() {
-    let t = tempfile::tempdir().expect("tempdir");
-    let srv = Served::new(
-        t.path(),
-        "cache=loose,negtimeout=-1",
-        Duration::from_millis(5),
-    );
+    let srv = Served::new(Duration::from_millis(5));
     let a = srv.client();
     let ctx = a.context(Creds::root());
     // The one round trip: is the name free?
@@ -128,7 +132,7 @@ fn nodes_are_made_without_waiting_and_numbered_alike_everywhere() {
     assert_eq!(a.sync(), Ok(()));
 
     // The host has it all; its own numbers differ.
-    let host = t.path().join("d");
+    let host = srv.path().join("d");
     assert_eq!(std::fs::read(host.join("f7")).expect("f7"), b"data");
     assert_eq!(
         std::fs::read_link(host.join("l")).expect("l"),
@@ -171,12 +175,7 @@ fn nodes_are_made_without_waiting_and_numbered_alike_everywhere() {
 /// directory for its entries; sync for everything.
 #[test]
 fn fsync_waits_for_what_it_covers() {
-    let t = tempfile::tempdir().expect("tempdir");
-    let srv = Served::new(
-        t.path(),
-        "cache=loose,negtimeout=-1",
-        Duration::from_millis(20),
-    );
+    let srv = Served::new(Duration::from_millis(20));
     let a = srv.client();
     let ctx = a.context(Creds::root());
     // (The server makes the file as soon as it reads the request; only
@@ -185,7 +184,10 @@ fn fsync_waits_for_what_it_covers() {
     assert!(a.write_back_stats().inflight >= 1, "the create runs behind");
     ctx.fsync(fd).expect("fsync");
     assert_eq!(a.write_back_stats().inflight, 0);
-    assert_eq!(std::fs::read(t.path().join("one")).expect("one"), b"first");
+    assert_eq!(
+        std::fs::read(srv.path().join("one")).expect("one"),
+        b"first"
+    );
     ctx.close(fd).expect("close");
 
     ctx.mkdirat(AT_FDCWD, b"/d", 0o755).expect("mkdir");
@@ -196,7 +198,7 @@ fn fsync_waits_for_what_it_covers() {
         .expect("open d");
     ctx.fsync(d).expect("fsync d");
     assert!(
-        t.path().join("d/inner").exists(),
+        srv.path().join("d/inner").exists(),
         "the entry is on the server"
     );
     ctx.close(d).expect("close");
@@ -207,24 +209,19 @@ fn fsync_waits_for_what_it_covers() {
 /// showed for the host's.
 #[test]
 fn a_name_taken_first_on_the_host_fails_the_late_create() {
-    let t = tempfile::tempdir().expect("tempdir");
-    let srv = Served::new(
-        t.path(),
-        "cache=loose,negtimeout=-1",
-        Duration::from_millis(2),
-    );
+    let srv = Served::new(Duration::from_millis(2));
     let a = srv.client();
     let ctx = a.context(Creds::root());
     // The client caches that the name is free...
     assert_eq!(ctx.faccessat(AT_FDCWD, b"/x", 0, 0), Err(Errno::ENOENT));
     // ...the host takes it...
-    std::fs::write(t.path().join("x"), b"host").expect("host write");
+    std::fs::write(srv.path().join("x"), b"host").expect("host write");
     // ...and the client's create is answered from its cache.
     let fd = create(&ctx, b"/x", b"client");
     assert_eq!(ctx.fsync(fd), Err(Errno::EEXIST));
     assert_eq!(ctx.close(fd), Ok(()));
-    assert_eq!(std::fs::read(t.path().join("x")).expect("x"), b"host");
-    let host_ino = std::fs::metadata(t.path().join("x")).expect("x").ino();
+    assert_eq!(std::fs::read(srv.path().join("x")).expect("x"), b"host");
+    let host_ino = std::fs::metadata(srv.path().join("x")).expect("x").ino();
     assert!(
         eventually(|| ino(&ctx, b"/x") == host_ino),
         "the cache shows the host's file"
@@ -235,22 +232,17 @@ fn a_name_taken_first_on_the_host_fails_the_late_create() {
 /// creates fail on the server and are reported; nothing lands elsewhere.
 #[test]
 fn the_host_deleting_a_directory_fails_the_creates_in_it() {
-    let t = tempfile::tempdir().expect("tempdir");
-    let srv = Served::new(
-        t.path(),
-        "cache=loose,negtimeout=-1",
-        Duration::from_millis(2),
-    );
+    let srv = Served::new(Duration::from_millis(2));
     let a = srv.client();
     let ctx = a.context(Creds::root());
     ctx.mkdirat(AT_FDCWD, b"/d", 0o755).expect("mkdir");
     assert_eq!(a.sync(), Ok(()));
-    std::fs::remove_dir(t.path().join("d")).expect("host rmdir");
+    std::fs::remove_dir(srv.path().join("d")).expect("host rmdir");
     let fd = create(&ctx, b"/d/f", b"lost");
     assert_eq!(ctx.fsync(fd), Err(Errno::ENOENT));
     ctx.close(fd).expect("close");
-    assert!(!t.path().join("d").exists());
-    assert!(!t.path().join("f").exists());
+    assert!(!srv.path().join("d").exists());
+    assert!(!srv.path().join("f").exists());
 }
 
 /// Two clients race to create the same names: each name is made once,
@@ -258,12 +250,7 @@ fn the_host_deleting_a_directory_fails_the_creates_in_it() {
 /// the winner's data and both clients agree on its number at the end.
 #[test]
 fn two_clients_racing_for_names_each_name_made_once() {
-    let t = tempfile::tempdir().expect("tempdir");
-    let srv = Served::new(
-        t.path(),
-        "cache=loose,negtimeout=-1",
-        Duration::from_millis(1),
-    );
+    let srv = Served::new(Duration::from_millis(1));
     let clients = [srv.client(), srv.client()];
     const N: usize = 100;
     let won: Vec<Vec<bool>> = std::thread::scope(|s| {
@@ -311,7 +298,7 @@ fn two_clients_racing_for_names_each_name_made_once() {
             .map(|(c, _)| c)
             .collect();
         assert_eq!(winners.len(), 1, "n{i} made by exactly one client");
-        let data = std::fs::read(t.path().join(format!("n{i}"))).expect("on host");
+        let data = std::fs::read(srv.path().join(format!("n{i}"))).expect("on host");
         assert_eq!(data, format!("client{}", winners[0]).as_bytes(), "n{i}");
     }
     for vfs in &clients {
@@ -338,18 +325,13 @@ fn two_clients_racing_for_names_each_name_made_once() {
 /// the directories empty).
 #[test]
 fn a_directory_the_cache_knows_empty_is_removed_without_waiting() {
-    let t = tempfile::tempdir().expect("tempdir");
+    let srv = Served::new(Duration::from_millis(5));
     for d in ["r", "r/sub"] {
-        std::fs::create_dir(t.path().join(d)).expect("mkdir");
+        std::fs::create_dir(srv.path().join(d)).expect("mkdir");
     }
     for f in ["r/a", "r/b", "r/sub/c"] {
-        std::fs::write(t.path().join(f), b"x").expect("write");
+        std::fs::write(srv.path().join(f), b"x").expect("write");
     }
-    let srv = Served::new(
-        t.path(),
-        "cache=loose,negtimeout=-1",
-        Duration::from_millis(5),
-    );
     let a = srv.client();
     let ctx = a.context(Creds::root());
     for d in [&b"/r"[..], b"/r/sub"] {
@@ -373,7 +355,7 @@ fn a_directory_the_cache_knows_empty_is_removed_without_waiting() {
     assert_eq!(waits(&a) - before, 0, "an rmdir waited for a reply");
     assert_eq!(ctx.faccessat(AT_FDCWD, b"/r", 0, 0), Err(Errno::ENOENT));
     assert_eq!(a.sync(), Ok(()));
-    assert!(!t.path().join("r").exists());
+    assert!(!srv.path().join("r").exists());
 
     // A directory the cache does not know empty asks the server.
     ctx.mkdirat(AT_FDCWD, b"/full", 0o755).expect("mkdir");
@@ -390,20 +372,15 @@ fn a_directory_the_cache_knows_empty_is_removed_without_waiting() {
 /// found again.
 #[test]
 fn an_rmdir_the_host_made_wrong_is_reported_and_undone() {
-    let t = tempfile::tempdir().expect("tempdir");
-    let srv = Served::new(
-        t.path(),
-        "cache=loose,negtimeout=-1",
-        Duration::from_millis(2),
-    );
+    let srv = Served::new(Duration::from_millis(2));
     let a = srv.client();
     let ctx = a.context(Creds::root());
     ctx.mkdirat(AT_FDCWD, b"/s", 0o755).expect("mkdir");
     assert_eq!(a.sync(), Ok(()));
-    std::fs::write(t.path().join("s/host"), b"h").expect("host write");
+    std::fs::write(srv.path().join("s/host"), b"h").expect("host write");
     assert_eq!(ctx.unlinkat(AT_FDCWD, b"/s", libc::AT_REMOVEDIR), Ok(()));
     assert_eq!(a.sync(), Err(Errno::ENOTEMPTY));
-    assert!(t.path().join("s/host").exists());
+    assert!(srv.path().join("s/host").exists());
     assert!(
         eventually(|| ctx.faccessat(AT_FDCWD, b"/s/host", 0, 0).is_ok()),
         "the directory and its file are found again"
@@ -414,19 +391,14 @@ fn an_rmdir_the_host_made_wrong_is_reported_and_undone() {
 /// that read cost one round trip together.
 #[test]
 fn open_and_first_read_cost_one_round_trip() {
-    let t = tempfile::tempdir().expect("tempdir");
+    let srv = Served::new(Duration::from_millis(2));
     let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-    std::fs::write(t.path().join("r"), &data).expect("write");
-    let srv = Served::new(
-        t.path(),
-        "cache=loose,negtimeout=-1",
-        Duration::from_millis(2),
-    );
+    std::fs::write(srv.path().join("r"), &data).expect("write");
     let a = srv.client();
     let ctx = a.context(Creds::root());
     assert_eq!(
         ino(&ctx, b"/r"),
-        std::fs::metadata(t.path().join("r")).expect("r").ino()
+        std::fs::metadata(srv.path().join("r")).expect("r").ino()
     );
     let before = waits(&a);
     let fd = ctx
@@ -457,12 +429,7 @@ fn open_and_first_read_cost_one_round_trip() {
 /// both names are shown as the server has them.
 #[test]
 fn renames_run_behind_and_a_refused_one_is_undone() {
-    let t = tempfile::tempdir().expect("tempdir");
-    let srv = Served::new(
-        t.path(),
-        "cache=loose,negtimeout=-1",
-        Duration::from_millis(5),
-    );
+    let srv = Served::new(Duration::from_millis(5));
     let a = srv.client();
     let ctx = a.context(Creds::root());
     ctx.mkdirat(AT_FDCWD, b"/d", 0o755).expect("mkdir");
@@ -491,12 +458,12 @@ fn renames_run_behind_and_a_refused_one_is_undone() {
     );
     assert_eq!(ctx.faccessat(AT_FDCWD, b"/a", 0, 0), Err(Errno::ENOENT));
     assert_eq!(a.sync(), Ok(()));
-    assert_eq!(std::fs::read(t.path().join("d/a2")).expect("a2"), b"/a");
-    assert_eq!(std::fs::read(t.path().join("c")).expect("c"), b"/b");
-    assert!(!t.path().join("b").exists());
+    assert_eq!(std::fs::read(srv.path().join("d/a2")).expect("a2"), b"/a");
+    assert_eq!(std::fs::read(srv.path().join("c")).expect("c"), b"/b");
+    assert!(!srv.path().join("b").exists());
 
     // The host takes the source away first.
-    std::fs::remove_file(t.path().join("c")).expect("host rm");
+    std::fs::remove_file(srv.path().join("c")).expect("host rm");
     ctx.renameat2(AT_FDCWD, b"/c", AT_FDCWD, b"/e", 0)
         .expect("answered from the cache");
     assert_eq!(a.sync(), Err(Errno::ENOENT));
@@ -504,7 +471,7 @@ fn renames_run_behind_and_a_refused_one_is_undone() {
         eventually(|| ctx.faccessat(AT_FDCWD, b"/e", 0, 0) == Err(Errno::ENOENT)),
         "the new name is gone again"
     );
-    assert!(!t.path().join("e").exists());
+    assert!(!srv.path().join("e").exists());
 }
 
 /// Times set after small writes (gathered, not yet sent) land after them:
@@ -512,12 +479,7 @@ fn renames_run_behind_and_a_refused_one_is_undone() {
 /// truncation runs behind the caller, after the writes it cuts.
 #[test]
 fn times_set_after_gathered_writes_are_kept() {
-    let t = tempfile::tempdir().expect("tempdir");
-    let srv = Served::new(
-        t.path(),
-        "cache=loose,negtimeout=-1",
-        Duration::from_millis(2),
-    );
+    let srv = Served::new(Duration::from_millis(2));
     let a = srv.client();
     let ctx = a.context(Creds::root());
     let fd = create(&ctx, b"/f", b"small");
@@ -535,11 +497,11 @@ fn times_set_after_gathered_writes_are_kept() {
     assert_eq!(ctx.close(fd), Ok(()));
     assert_eq!(ctx.close(fd2), Ok(()));
     assert_eq!(a.sync(), Ok(()));
-    let md = std::fs::metadata(t.path().join("f")).expect("f");
+    let md = std::fs::metadata(srv.path().join("f")).expect("f");
     assert_eq!(
         md.mtime(),
         1_000_000_000,
         "the write landed after the times"
     );
-    assert_eq!(std::fs::read(t.path().join("g")).expect("g"), b"sm");
+    assert_eq!(std::fs::read(srv.path().join("g")).expect("g"), b"sm");
 }

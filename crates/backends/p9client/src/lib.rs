@@ -265,15 +265,7 @@ impl P9Fs {
         if owner.uid == attr.uid || self.attach_uid != 0 {
             return;
         }
-        // Set-id bits the new file was made with go along (a chown alone
-        // would clear them); a symlink's mode cannot be set at all.
-        let keep_mode = attr.mode & 0o6000 != 0 && attr.mode & libc::S_IFMT != libc::S_IFLNK;
-        let set = p9::SetAttr {
-            valid: p9::SETATTR_UID | if keep_mode { p9::SETATTR_MODE } else { 0 },
-            uid: owner.uid,
-            mode: attr.mode & 0o7777,
-            ..Default::default()
-        };
+        let set = handover(owner, attr.mode);
         match self.simple(Fcall::Tsetattr { fid, attr: set }) {
             Ok(()) => attr.uid = owner.uid,
             Err(e) => tracing::debug!("chown of a new file to {}: {e}", owner.uid),
@@ -1114,6 +1106,19 @@ fn p9_setattr(set: &SetAttr) -> p9::SetAttr {
     a
 }
 
+/// The `Tsetattr` that gives a file just made (mode `mode`) to `owner`:
+/// its set-id bits go along (a chown alone would clear them); a symlink's
+/// mode cannot be set at all.
+fn handover(owner: Owner, mode: u32) -> p9::SetAttr {
+    let keep_mode = mode & 0o6000 != 0 && mode & libc::S_IFMT != libc::S_IFLNK;
+    p9::SetAttr {
+        valid: p9::SETATTR_UID | if keep_mode { p9::SETATTR_MODE } else { 0 },
+        uid: owner.uid,
+        mode: mode & 0o7777,
+        ..Default::default()
+    }
+}
+
 fn kind_of_dtype(t: u8) -> Option<FileType> {
     FileType::from_mode((t as u32) << 12)
 }
@@ -1419,18 +1424,11 @@ impl FileSystem for P9Fs {
             names: one(name),
         });
         if owner.uid != self.attach_uid {
-            // As `own`: set-id bits go along with the chown (which alone
-            // would clear them); a symlink's mode cannot be set.
+            // What `own` sends.
             let mode = what.attr(ino, owner, Timespec::default()).mode;
-            let keep_mode = mode & 0o6000 != 0 && mode & libc::S_IFMT != libc::S_IFLNK;
             reqs.push(Fcall::Tsetattr {
                 fid: pf,
-                attr: p9::SetAttr {
-                    valid: p9::SETATTR_UID | if keep_mode { p9::SETATTR_MODE } else { 0 },
-                    uid: owner.uid,
-                    mode: mode & 0o7777,
-                    ..Default::default()
-                },
+                attr: handover(owner, mode),
             });
         }
         let join = Join::new(done, reqs.len());
