@@ -125,15 +125,9 @@ impl Inner {
         if refetch.is_empty() {
             return;
         }
-        let Ok(fs) = self.sb(sb) else { return };
         for (ino, node) in refetch {
-            let _ = self.flush_file(sb, node.0);
-            let Ok(attr) = fs.getattr(node) else { continue };
-            let mut w = self.writer();
-            if dc.inode(ino).map(|i| i.node.load(Ordering::Relaxed)) == Some(node.0) {
-                w.refresh(dc, ino, &attr);
-            }
-            drop(w);
+            // A failure leaves the attributes stale: the next use asks.
+            let _ = self.refetch_attrs(sb, ino, node.0);
         }
     }
 

@@ -68,6 +68,7 @@ impl Inner {
                 .dentry(d)
                 .is_some_and(|x| x.flags.load(Relaxed) & D_DEAD == 0);
         let fresh = self.attr_gen.load(Acquire) == gen;
+
         let links = self.sw.cache_symlinks.load(Relaxed);
         let mut out = Vec::with_capacity(plus.len());
         for p in plus {

@@ -975,6 +975,15 @@ impl WriterGuard<'_> {
     pub fn changed(&mut self) {
         self.w.ns_dirty = true;
     }
+
+    /// [`Writer::mark_stale`], moving the attribute generation too: an
+    /// answer the backend gave before this and cached after it would
+    /// otherwise clear the mark with attributes older than the change
+    /// that set it (a write that waited for its server, say).
+    pub fn mark_stale(&mut self, dc: &Dcache, idx: IIdx) {
+        self.w.mark_stale(dc, idx);
+        self.inner.attr_gen.fetch_add(1, Release);
+    }
 }
 
 impl std::ops::Deref for WriterGuard<'_> {

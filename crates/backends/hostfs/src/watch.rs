@@ -80,6 +80,21 @@ enum Kind {
     Data,
 }
 
+impl Kind {
+    /// What an event mask says, entry first (a name that went is dropped
+    /// before its inode is looked for).
+    fn of(entry: bool, data: bool) -> Vec<Kind> {
+        let mut v = Vec::with_capacity(2);
+        if entry {
+            v.push(Kind::Entry);
+        }
+        if data {
+            v.push(Kind::Data);
+        }
+        v
+    }
+}
+
 struct Fan {
     fd: OwnedFd,
     /// Devices whose file system is marked, and those that could not be.
@@ -303,10 +318,8 @@ impl Watcher {
             let Some(key) = self.wds.lock().get(&wd).copied() else {
                 continue;
             };
-            if mask & IN_ENTRY != 0 {
-                self.dir_event(key, Kind::Entry, name, &mut out);
-            } else if mask & IN_DATA != 0 {
-                self.dir_event(key, Kind::Data, name, &mut out);
+            for kind in Kind::of(mask & IN_ENTRY != 0, mask & IN_DATA != 0) {
+                self.dir_event(key, kind, name, &mut out);
             }
         }
         out.changes
@@ -332,13 +345,13 @@ impl Watcher {
                 out.push(Change::All);
                 continue;
             }
-            let kind = if mask & FAN_ENTRY != 0 {
-                Kind::Entry
-            } else if mask & FAN_DATA != 0 {
-                Kind::Data
-            } else {
+            // fanotify merges an unread event into a later one on the same
+            // name, masks or'ed: a create and the write after it arrive as
+            // one event, and both halves must be reported.
+            let kinds = Kind::of(mask & FAN_ENTRY != 0, mask & FAN_DATA != 0);
+            if kinds.is_empty() {
                 continue;
-            };
+            }
             // Info records: type u8, pad u8, len u16; a DFID_NAME one then
             // has fsid[8], handle_bytes u32, handle_type i32, the handle,
             // and the name, NUL-terminated.
@@ -366,7 +379,9 @@ impl Watcher {
                 let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
                 // An event on the directory itself is named ".".
                 let name: &[u8] = if name == b"." { b"" } else { name };
-                self.dir_event(dir, kind, name, &mut out);
+                for &kind in &kinds {
+                    self.dir_event(dir, kind, name, &mut out);
+                }
             }
         }
         out.changes

@@ -4,6 +4,28 @@
 
 use super::prelude::*;
 
+impl crate::Inner {
+    /// Ask the backend for the attributes of `node` (at `ino`) and cache
+    /// them, after sending what was gathered for it (the backend runs a
+    /// connection's requests after the changes sent before them). Not over
+    /// attributes a change of ours cached meanwhile: those are newer (a
+    /// write gathered while the question was out grew the size past the
+    /// answer), and stay until the next question.
+    pub(crate) fn refetch_attrs(&self, sb: usize, ino: IIdx, node: u64) -> Result<()> {
+        // Sending a piece moves the generation: read it after.
+        self.flush_file(sb, node)?;
+        let gen = self.attr_gen.load(AtomicOrdering::Acquire);
+        let attr = self.sb(sb)?.getattr(NodeId(node))?;
+        let mut w = self.writer();
+        if self.dc.inode(ino).map(|i| i.node.load(Relaxed)) == Some(node)
+            && self.attr_gen.load(AtomicOrdering::Acquire) == gen
+        {
+            w.refresh(&self.dc, ino, &attr);
+        }
+        Ok(())
+    }
+}
+
 impl Ctx {
     /// Attributes of the inode of `c`, refreshed from the backend when a
     /// change made them stale.
@@ -23,14 +45,11 @@ impl Ctx {
     #[inline(never)]
     pub(super) fn refresh_attrs(&self, ino: IIdx, s: InodeSnap) -> Res<InodeSnap> {
         let inner = self.inner();
-        let gen = inner.attr_gen.load(AtomicOrdering::Acquire);
-        // The backend must have what was gathered before it is asked.
-        inner.flush_file(s.sb(), s.node)?;
-        let attr = match inner.sb(s.sb())?.getattr(NodeId(s.node)) {
-            Ok(a) => a,
+        match inner.refetch_attrs(s.sb(), ino, s.node) {
+            Ok(()) => {}
             // The inode was retired under us (a concurrent unlink released
             // it): walk again rather than report the backend's ESTALE.
-            Err(e)
+            Err(_)
                 if inner.dc.inode(ino).map(|i| i.node.load(Relaxed)) != Some(s.node)
                     || inner
                         .dc
@@ -38,20 +57,10 @@ impl Ctx {
                         .map(|i| i.flags.load(Relaxed) & I_ALLOCATED)
                         == Some(0) =>
             {
-                let _ = e;
                 return Err(Step::Restart);
             }
             Err(e) => return Err(e.into()),
-        };
-        let mut w = inner.writer();
-        // Not over attributes a change of ours cached meanwhile: those
-        // are newer.
-        if inner.dc.inode(ino).map(|i| i.node.load(Relaxed)) == Some(s.node)
-            && inner.attr_gen.load(AtomicOrdering::Acquire) == gen
-        {
-            w.refresh(&inner.dc, ino, &attr);
         }
-        drop(w);
         inner.dc.inode_snap(ino).ok_or(Step::Restart)
     }
 

@@ -45,7 +45,7 @@ use walkfs_fsapi::{
     Granted, Make, NodeId, Owner, Result, SetAttr, TimeSet, Timespec,
 };
 
-use crate::dcache::DIdx;
+use crate::dcache::{DIdx, IIdx};
 use crate::Inner;
 
 mod ledger;
@@ -151,6 +151,11 @@ struct Piece {
 #[derive(Default)]
 struct Pieces {
     by_key: HashMap<Key, Piece>,
+    /// Files whose piece was sent after a refresh that may have set their
+    /// cached size back (see [`Inner::send_piece`]), until they are marked
+    /// stale: meanwhile [`Inner::flushed_file`] says so, as it did while
+    /// the piece was here.
+    unsure: std::collections::HashSet<Key>,
     /// The flusher thread is running.
     flusher: bool,
 }
@@ -163,6 +168,17 @@ pub(crate) struct WriteBack {
     gathering: AtomicBool,
     /// The sequence number [`crate::Vfs::sync`] has reported up to.
     vfs_seen: AtomicU64,
+}
+
+/// A file whose cached attributes a piece's sending left unsure: the
+/// dentry it was written through, and its backend node.
+type Unsure = Option<(usize, DIdx, u64)>;
+
+impl Pieces {
+    /// Whether [`Inner::flushed_file`] must look here.
+    fn any(&self) -> bool {
+        !self.by_key.is_empty() || !self.unsure.is_empty()
+    }
 }
 
 /// What a [`Done`] updates: shared with the backends' threads.
@@ -483,19 +499,33 @@ impl Inner {
                 return Ok(());
             }
             let piece = p.by_key.remove(&key).expect("just found");
-            self.send_piece(fs, key, piece)?;
+            let (r, unsure) = self.send_piece(&mut p, fs, key, piece);
+            if unsure.is_some() || r.is_err() {
+                wb.gathering.store(p.any(), Relaxed);
+                drop(p);
+                self.mark_unsure([unsure]);
+                r?;
+                return self.write_behind(fs, sb, node, fh, off, data, dentry);
+            }
         }
         if data.len() >= DIRECT {
-            wb.gathering.store(!p.by_key.is_empty(), Relaxed);
+            wb.gathering.store(p.any(), Relaxed);
             return self.submit_write(fs, key, fh, off, data, dentry);
         }
         if p.by_key.len() >= MAX_FILES {
             let all: Vec<(Key, Piece)> = p.by_key.drain().collect();
+            let mut unsure = Vec::new();
             for (k, piece) in all {
                 if let Ok(fs) = self.sb(k.0) {
                     // A failure is recorded against its file.
-                    let _ = self.send_piece(&*fs, k, piece);
+                    unsure.push(self.send_piece(&mut p, &*fs, k, piece).1);
                 }
+            }
+            if unsure.iter().any(Option::is_some) {
+                wb.gathering.store(p.any(), Relaxed);
+                drop(p);
+                self.mark_unsure(unsure);
+                return self.write_behind(fs, sb, node, fh, off, data, dentry);
             }
         }
         p.by_key.insert(
@@ -542,9 +572,72 @@ impl Inner {
         )
     }
 
-    /// Submit a piece (the pieces' lock held: see [`Piece`]).
-    fn send_piece(&self, fs: &dyn FileSystem, key: Key, p: Piece) -> Result<()> {
-        self.submit_write(fs, key, p.fh, p.off, &p.buf, p.dentry)
+    /// Submit a piece (the pieces' lock held: see [`Piece`]). Returns,
+    /// with the outcome, the file whose cached attributes must be asked
+    /// for again (see [`Inner::mark_unsure`]), if any.
+    ///
+    /// Two answers of the backend can be older than the cache here, and
+    /// both are caught:
+    /// - one asked before the piece was submitted and cached after it:
+    ///   the attribute generation moves once the piece is on its way, and
+    ///   whoever compares it (namei, listings, [`Inner::refetch_attrs`])
+    ///   keeps the cached attributes. (After the submission: a question
+    ///   sent later is answered after the write, the backend keeping a
+    ///   connection's order.)
+    /// - one cached while the piece was still gathered (`refreshes`
+    ///   moved): it may have set the size back below what the piece
+    ///   writes, and nothing would ask again once the piece is gone.
+    fn send_piece(
+        &self,
+        pieces: &mut Pieces,
+        fs: &dyn FileSystem,
+        key: Key,
+        p: Piece,
+    ) -> (Result<()>, Unsure) {
+        // Before (a question asked until now is answered without the
+        // piece) and after the submission (one asked while it was on its
+        // way may be too).
+        self.attr_gen
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+        let r = self.submit_write(fs, key, p.fh, p.off, &p.buf, p.dentry);
+        self.attr_gen
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+        let refreshed = self.dc.refreshes.load(std::sync::atomic::Ordering::Acquire) != p.refreshes;
+        if refreshed {
+            pieces.unsure.insert(key);
+        }
+        (r, refreshed.then_some((key.0, p.dentry, key.1)))
+    }
+
+    /// Make the next stat of the files `unsure` names ask the backend
+    /// (called without the pieces' lock: the writer's lock is taken
+    /// first elsewhere).
+    fn mark_unsure(&self, unsure: impl IntoIterator<Item = Unsure>) {
+        let mut w = None;
+        let mut done = Vec::new();
+        for (sb, d, node) in unsure.into_iter().flatten() {
+            done.push((sb, node));
+            let Some(ino) = self.dc.dentry(d).map(|d| IIdx(d.target.load(Relaxed))) else {
+                continue;
+            };
+            if self
+                .dc
+                .inode(ino)
+                .is_some_and(|i| i.node.load(Relaxed) == node)
+            {
+                w.get_or_insert_with(|| self.writer())
+                    .mark_stale(&self.dc, ino);
+            }
+        }
+        drop(w);
+        if done.is_empty() {
+            return;
+        }
+        let mut p = self.wb.pieces.lock();
+        for k in done {
+            p.unsure.remove(&k);
+        }
+        self.wb.gathering.store(p.any(), Relaxed);
     }
 
     /// Send the piece of file `(sb, node)`, if any: before anything asks
@@ -572,17 +665,19 @@ impl Inner {
     fn flush_file_slow(&self, sb: usize, node: u64) -> Result<bool> {
         let mut p = self.wb.pieces.lock();
         let Some(piece) = p.by_key.remove(&(sb, node)) else {
-            return Ok(false);
+            return Ok(p.unsure.contains(&(sb, node)));
         };
-        let refreshed =
-            self.dc.refreshes.load(std::sync::atomic::Ordering::Acquire) != piece.refreshes;
-        let sent = self
-            .sb(sb)
-            .and_then(|fs| self.send_piece(&*fs, (sb, node), piece));
+        let (sent, unsure) = match self.sb(sb) {
+            Ok(fs) => self.send_piece(&mut p, &*fs, (sb, node), piece),
+            Err(e) => (Err(e), None),
+        };
         // Cleared only once the piece is submitted: a caller that reads
         // the flag unset without the lock (the fast path) must find every
         // piece counted in flight, never one half-way.
-        self.wb.gathering.store(!p.by_key.is_empty(), Relaxed);
+        self.wb.gathering.store(p.any(), Relaxed);
+        drop(p);
+        let refreshed = unsure.is_some();
+        self.mark_unsure([unsure]);
         sent.map(|()| refreshed)
     }
 
@@ -590,13 +685,16 @@ impl Inner {
     pub(crate) fn flush_all(&self) {
         let mut p = self.wb.pieces.lock();
         let all: Vec<(Key, Piece)> = p.by_key.drain().collect();
+        let mut unsure = Vec::new();
         for (k, piece) in all {
             if let Ok(fs) = self.sb(k.0) {
-                let _ = self.send_piece(&*fs, k, piece);
+                unsure.push(self.send_piece(&mut p, &*fs, k, piece).1);
             }
         }
         // After the sends (see flush_file_slow).
-        self.wb.gathering.store(false, Relaxed);
+        self.wb.gathering.store(p.any(), Relaxed);
+        drop(p);
+        self.mark_unsure(unsure);
     }
 
     /// Start the thread that sends pieces older than [`MAX_AGE`]; it ends
@@ -619,15 +717,18 @@ impl Inner {
                     .filter(|(_, piece)| now.duration_since(piece.since) >= MAX_AGE)
                     .map(|(k, _)| *k)
                     .collect();
+                let mut unsure = Vec::new();
                 for k in due {
                     let Some(piece) = p.by_key.remove(&k) else {
                         continue;
                     };
                     if let Ok(fs) = inner.sb(k.0) {
-                        let _ = inner.send_piece(&*fs, k, piece);
+                        unsure.push(inner.send_piece(&mut p, &*fs, k, piece).1);
                     }
                 }
-                inner.wb.gathering.store(!p.by_key.is_empty(), Relaxed);
+                inner.wb.gathering.store(p.any(), Relaxed);
+                drop(p);
+                inner.mark_unsure(unsure);
             })
             .map_err(|e| tracing::error!("cannot start the write-back thread: {e}"))
             .is_ok()
