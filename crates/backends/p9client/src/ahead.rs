@@ -141,7 +141,12 @@ impl ListAhead for Ahead {
     fn wait(mut self: Box<Self>) -> Option<Result<Vec<DirPlus>>> {
         let l = self.listing.take()?;
         let buf = l.finish(&self.rpc, &self.fids)?;
-        Some(crate::decode_listing(&self.nodes, self.dir, &buf))
+        let mut released = Vec::new();
+        let r = crate::decode_listing(&self.nodes, self.dir, &buf, &mut released);
+        for fid in released {
+            self.fids.clunk(&self.rpc, fid);
+        }
+        Some(r)
     }
 }
 

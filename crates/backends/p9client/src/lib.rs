@@ -197,6 +197,7 @@ pub(crate) fn decode_listing(
     nodes: &Mutex<Nodes>,
     dir: NodeId,
     buf: &[u8],
+    released: &mut Vec<u32>,
 ) -> Result<Vec<walkfs_fsapi::DirPlus>> {
     let mut out = Vec::new();
     for rec in p9::dirplus::decode(buf) {
@@ -212,9 +213,10 @@ pub(crate) fn decode_listing(
         });
     }
     let mut n = nodes.lock();
-    for p in &out {
-        n.adopt_listed(p.entry.node.0, dir.0, &p.name);
-    }
+    released.extend(
+        out.iter()
+            .filter_map(|p| n.adopt_listed(p.entry.node.0, dir.0, &p.name)),
+    );
     Ok(out)
 }
 
@@ -883,7 +885,12 @@ impl P9Fs {
             Some(buf) => buf,
             None => self.list_now(node)?,
         };
-        decode_listing(&self.nodes, node, &buf)
+        let mut released = Vec::new();
+        let r = decode_listing(&self.nodes, node, &buf, &mut released);
+        for fid in released {
+            self.fids.clunk(&self.rpc, fid);
+        }
+        r
     }
 
     /// Can a listing go in one write with the walk to its directory (the
@@ -1322,7 +1329,10 @@ impl FileSystem for P9Fs {
                 )?;
                 // The reference the entry of a link counts (`link`'s walk
                 // to the new name adopts the node).
-                self.nodes.lock().adopt_listed(node.0, newparent.0, newname);
+                let old = self.nodes.lock().adopt_listed(node.0, newparent.0, newname);
+                if let Some(fid) = old {
+                    self.fids.clunk(&self.rpc, fid);
+                }
                 Ok(())
             }
         }

@@ -170,8 +170,15 @@ impl Nodes {
     }
 
     /// A lookup or create found `id` at `name` in `parent` with the new
-    /// fid `fid`: count the reference, remember the place, keep the fid
-    /// unless the node has one (then it is returned, to be clunked).
+    /// fid `fid`: count the reference, remember the place, and keep the
+    /// new fid; a fid the node held is returned, to be clunked (the new
+    /// one, when the held one is in use).
+    ///
+    /// Why the new one: a qid path is a host inode number, and a host
+    /// may reuse one at once (ext4 does): the fid held may name an
+    /// earlier file of that number, deleted since, while the one just
+    /// walked names the file now at `name`. For a hard link, or the same
+    /// file found again, both name the same file.
     pub fn adopt(&mut self, id: u64, parent: u64, name: &[u8], fid: u32) -> Option<u32> {
         if id == self.root {
             return Some(fid);
@@ -185,7 +192,10 @@ impl Nodes {
                     n.name = name.into();
                 }
                 if n.fid != NOFID {
-                    return Some(fid);
+                    if n.busy > 0 {
+                        return Some(fid);
+                    }
+                    return Some(std::mem::replace(&mut n.fid, fid));
                 }
                 n.fid = fid;
             }
@@ -222,8 +232,22 @@ impl Nodes {
 
     /// A listing found `id` at `name` in `parent`: count the reference and
     /// remember the place; no fid (a call that needs one walks by name).
-    pub fn adopt_listed(&mut self, id: u64, parent: u64, name: &[u8]) {
-        self.adopt_fidless(id, parent, name);
+    /// Found somewhere else than remembered, the node lets go of a fid it
+    /// holds and is not using (returned, to be clunked): it may name an
+    /// earlier file of the same number (see [`Nodes::adopt`]); the next
+    /// call walks to the file by its new name.
+    pub fn adopt_listed(&mut self, id: u64, parent: u64, name: &[u8]) -> Option<u32> {
+        let moved = self
+            .by_id
+            .get(&id)
+            .is_some_and(|n| n.parent != parent || *n.name != *name);
+        let n = self.adopt_fidless(id, parent, name)?;
+        if !moved || n.fid == NOFID || n.busy > 0 {
+            return None;
+        }
+        let fid = std::mem::replace(&mut n.fid, NOFID);
+        self.held -= 1;
+        Some(fid)
     }
 
     /// Count a reference to `id` at `name` in `parent`, making the node
@@ -324,7 +348,8 @@ mod tests {
         assert_eq!(gone.len(), 1);
         assert_eq!(n.held(), 2);
         assert_eq!(n.by_id[&12].fid, 102);
-        // A second lookup of a node with a fid hands the new fid back.
+        // A second lookup of a node whose fid is in use hands the new fid
+        // back.
         assert_eq!(n.adopt(12, 11, b"c", 103), Some(103));
         assert_eq!(n.unpin(12), None);
         // Release everything but one, then walk back to the deepest.
