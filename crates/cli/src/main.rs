@@ -205,6 +205,26 @@ enum Cmd {
     /// failure is also logged by the mount with its path). sync(2) does
     /// not reach a FUSE daemon; this does.
     Sync { mountpoint: String },
+    /// Print the changes made under DIR by anyone (other processes on the
+    /// host, or other clients of its server) as JSON lines, one per
+    /// change: {"path", "kind", "dir", "cookie", "time"}. `kind` is
+    /// inotify's name for it: create, delete, modify, attrib, moved_from
+    /// and moved_to (a rename's halves share a nonzero `cookie` where the
+    /// host's inotify pairs them), or changed when the source cannot
+    /// tell; `time` is when walkfs learned of it (Unix seconds). When
+    /// changes were lost (a queue overflowed) a line with kind
+    /// "overflow" says so: rescan. DIR is watched whole, directories made
+    /// later included (as `inotifywait -r` does); paths are relative to
+    /// DIR. Runs until killed. For scripts and tools that do not use
+    /// inotify.
+    Watch {
+        /// A host directory (or unix:PATH / tcp:HOST:PORT of a walkfs
+        /// server, which reports changes without their kind).
+        dir: String,
+        /// Source options (cache=coherent is implied).
+        #[arg(short, long, default_value = "")]
+        options: String,
+    },
     /// Print a walkfs mount's counters: every request the kernel sent,
     /// by opcode, with the time spent answering it; the vfs cache's
     /// misses; calls into the backend and how many were waited for; 9P
@@ -949,6 +969,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
         } => mount_cmd(&source, &mountpoint, &options, foreground, via_9p),
         Cmd::Stats { mountpoint, json } => stats_cmd(&mountpoint, json),
         Cmd::Sync { mountpoint } => sync_cmd(&mountpoint),
+        Cmd::Watch { dir, options } => watch::run(&dir, &options),
         Cmd::NineP {
             addr,
             op,
@@ -1092,6 +1113,8 @@ fn mount_cmd(
 
 /// Running in the background: the parent waits on a pipe for the child's
 /// word that the mount is up.
+mod watch;
+
 mod daemon {
     use std::io::{Read, Write};
     use std::os::fd::FromRawFd;

@@ -246,15 +246,75 @@ pub enum Change {
         dir: NodeId,
         dir_ino: u64,
         name: Vec<u8>,
+        how: How,
     },
-    /// The attributes, data or symlink body of a file changed.
-    Inode { node: NodeId, ino: u64 },
+    /// The attributes, data or symlink body of a file changed; `at` is
+    /// where the change was seen (a directory and a name in it), when the
+    /// backend knows.
+    Inode {
+        node: NodeId,
+        ino: u64,
+        how: How,
+        at: Option<(NodeId, Vec<u8>)>,
+    },
     /// Changes were lost (a queue overflowed): anything cached may be
     /// stale.
     All,
     /// From now on some changes may go unseen (a directory could not be
     /// watched): whatever is cached must be revalidated before use.
     Degraded,
+}
+
+/// What a [`Change`] was, as far as the backend can tell: for watchers
+/// (`walkfs watch`, inotify on a mount). The caches act on every kind of
+/// change alike, so a backend that cannot tell says [`What::Unknown`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum What {
+    #[default]
+    Unknown,
+    Created,
+    Deleted,
+    /// The name was renamed away; the matching [`What::MovedTo`] carries
+    /// the same cookie.
+    MovedFrom,
+    MovedTo,
+    /// Data written or truncated.
+    Modified,
+    /// Mode, owner, times or link count.
+    Attrib,
+}
+
+impl What {
+    /// The name `walkfs watch` prints (inotify's, lower case).
+    pub fn name(self) -> &'static str {
+        match self {
+            What::Unknown => "changed",
+            What::Created => "create",
+            What::Deleted => "delete",
+            What::MovedFrom => "moved_from",
+            What::MovedTo => "moved_to",
+            What::Modified => "modify",
+            What::Attrib => "attrib",
+        }
+    }
+}
+
+/// A change's kind, whether it was a directory, and the cookie pairing
+/// the two halves of a rename (0: none known).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct How {
+    pub what: What,
+    pub is_dir: bool,
+    pub cookie: u32,
+}
+
+impl How {
+    pub fn of(what: What) -> How {
+        How {
+            what,
+            ..How::default()
+        }
+    }
 }
 
 /// One entry of a directory listed with attributes

@@ -162,14 +162,22 @@ impl Hub {
     /// `c` with its inode numbers as clients know them.
     fn on_wire(&self, c: &Change) -> Change {
         match c {
-            Change::Entry { dir, dir_ino, name } => Change::Entry {
+            Change::Entry {
+                dir,
+                dir_ino,
+                name,
+                how,
+            } => Change::Entry {
                 dir: *dir,
                 dir_ino: self.inos.shown(*dir_ino),
                 name: name.clone(),
+                how: *how,
             },
-            Change::Inode { node, ino } => Change::Inode {
+            Change::Inode { node, ino, how, at } => Change::Inode {
                 node: *node,
                 ino: self.inos.shown(*ino),
+                how: *how,
+                at: at.clone(),
             },
             other => other.clone(),
         }

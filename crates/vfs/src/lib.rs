@@ -68,7 +68,8 @@ pub use options::{CachePolicy, NegPolicy, Options};
 pub use perm::Creds;
 pub use stat::{Statx, StatxTimestamp};
 pub use walkfs_fsapi::{
-    Change, ChangeSink, Errno, FidStats, FileSystem, FileType, Result, RpcStats, StatFs, TimeSet,
+    Change, ChangeSink, Errno, FidStats, FileSystem, FileType, How, Result, RpcStats, StatFs,
+    TimeSet, What,
     Timespec, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
 pub use writeback::WriteBackStats;
@@ -364,6 +365,20 @@ impl Vfs {
     /// dropped what it names (`cache=coherent` only).
     pub fn add_change_listener(&self, l: Arc<dyn walkfs_fsapi::ChangeSink>) {
         self.inner.listeners.write().push(l);
+    }
+
+    /// The path, from the vfs root, at which the directory that is node
+    /// `node` of superblock `sb` is cached; `None` when it is not (for a
+    /// watcher naming where a reported change happened: a watched
+    /// directory is one the cache holds). Best effort: a rename racing
+    /// with the call may give the old path.
+    pub fn dir_path(&self, sb: usize, node: u64) -> Option<String> {
+        let inner = &self.inner;
+        let w = inner.writer();
+        let ino = w.find_inode(&inner.dc, sb, node)?;
+        let d = *w.dir_alias.get(&ino)?;
+        drop(w);
+        Some(inner.path_of(d))
     }
 
     /// Send everything gathered, wait for every change running behind

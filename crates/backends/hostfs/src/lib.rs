@@ -732,7 +732,7 @@ mod tests {
         expect(&rx, entry(e.node, b"new"));
         expect(&rx, entry(d.node, b"moved"));
         std::fs::write(tmp.path().join("d/f"), b"longer").unwrap();
-        let inode = |node: NodeId, ino: u64| move |c: &Change| matches!(c, Change::Inode { node: n, ino: i } if *n == node && *i == ino);
+        let inode = |node: NodeId, ino: u64| move |c: &Change| matches!(c, Change::Inode { node: n, ino: i, .. } if *n == node && *i == ino);
         expect(&rx, inode(f.node, f.attr.ino));
         std::os::unix::fs::symlink("t", tmp.path().join("d/l")).unwrap();
         expect(&rx, entry(d.node, b"l"));

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use walkfs_fsapi::{Change, ChangeSink, Errno, NodeId, Result};
+use walkfs_fsapi::{Change, ChangeSink, Errno, How, NodeId, Result, What};
 
 use crate::sys;
 use crate::table::Table;
@@ -80,18 +80,32 @@ enum Kind {
     Data,
 }
 
+/// The event bits, in the order their events happen when merged into
+/// one (a create before the write after it, a name's arrival before its
+/// departure), with what each is.
+const BITS: [(u32, u64, Kind, What); 6] = [
+    (libc::IN_CREATE, libc::FAN_CREATE, Kind::Entry, What::Created),
+    (libc::IN_MOVED_TO, libc::FAN_MOVED_TO, Kind::Entry, What::MovedTo),
+    (libc::IN_MODIFY, libc::FAN_MODIFY, Kind::Data, What::Modified),
+    (libc::IN_ATTRIB, libc::FAN_ATTRIB, Kind::Data, What::Attrib),
+    (libc::IN_MOVED_FROM, libc::FAN_MOVED_FROM, Kind::Entry, What::MovedFrom),
+    (libc::IN_DELETE, libc::FAN_DELETE, Kind::Entry, What::Deleted),
+];
+
 impl Kind {
-    /// What an event mask says, entry first (a name that went is dropped
-    /// before its inode is looked for).
-    fn of(entry: bool, data: bool) -> Vec<Kind> {
-        let mut v = Vec::with_capacity(2);
-        if entry {
-            v.push(Kind::Entry);
-        }
-        if data {
-            v.push(Kind::Data);
-        }
-        v
+    /// What an event mask says: one (kind, what) per event bit set.
+    /// fanotify merges an unread event into a later one on the same name,
+    /// masks or'ed (a create and the write after it arrive as one), and
+    /// every half must be reported.
+    fn of_inotify(mask: u32) -> impl Iterator<Item = (Kind, What)> {
+        BITS.into_iter()
+            .filter(move |b| mask & b.0 != 0)
+            .map(|b| (b.2, b.3))
+    }
+    fn of_fanotify(mask: u64) -> impl Iterator<Item = (Kind, What)> {
+        BITS.into_iter()
+            .filter(move |b| mask & b.1 != 0)
+            .map(|b| (b.2, b.3))
     }
 }
 
@@ -299,6 +313,7 @@ impl Watcher {
         while buf.len() >= HEADER {
             let wd = word(buf, 0) as i32;
             let mask = word(buf, 4);
+            let cookie = word(buf, 8);
             let len = word(buf, 12) as usize;
             let Some(raw) = buf.get(HEADER..HEADER + len) else {
                 break;
@@ -318,8 +333,14 @@ impl Watcher {
             let Some(key) = self.wds.lock().get(&wd).copied() else {
                 continue;
             };
-            for kind in Kind::of(mask & IN_ENTRY != 0, mask & IN_DATA != 0) {
-                self.dir_event(key, kind, name, &mut out);
+            let is_dir = mask & libc::IN_ISDIR != 0;
+            for (kind, what) in Kind::of_inotify(mask & (IN_ENTRY | IN_DATA)) {
+                let how = How {
+                    what,
+                    is_dir,
+                    cookie,
+                };
+                self.dir_event(key, kind, how, name, &mut out);
             }
         }
         out.changes
@@ -345,13 +366,11 @@ impl Watcher {
                 out.push(Change::All);
                 continue;
             }
-            // fanotify merges an unread event into a later one on the same
-            // name, masks or'ed: a create and the write after it arrive as
-            // one event, and both halves must be reported.
-            let kinds = Kind::of(mask & FAN_ENTRY != 0, mask & FAN_DATA != 0);
+            let kinds: Vec<(Kind, What)> = Kind::of_fanotify(mask & (FAN_ENTRY | FAN_DATA)).collect();
             if kinds.is_empty() {
                 continue;
             }
+            let is_dir = mask & libc::FAN_ONDIR != 0;
             // Info records: type u8, pad u8, len u16; a DFID_NAME one then
             // has fsid[8], handle_bytes u32, handle_type i32, the handle,
             // and the name, NUL-terminated.
@@ -379,8 +398,15 @@ impl Watcher {
                 let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
                 // An event on the directory itself is named ".".
                 let name: &[u8] = if name == b"." { b"" } else { name };
-                for &kind in &kinds {
-                    self.dir_event(dir, kind, name, &mut out);
+                for &(kind, what) in &kinds {
+                    // fanotify pairs no renames: the halves come in order,
+                    // unpaired (cookie 0).
+                    let how = How {
+                        what,
+                        is_dir,
+                        cookie: 0,
+                    };
+                    self.dir_event(dir, kind, how, name, &mut out);
                 }
             }
         }
@@ -389,13 +415,15 @@ impl Watcher {
 
     /// An event on `name` in the directory `dir` (or on the directory
     /// itself when `name` is empty).
-    fn dir_event(&self, dir: (u64, u64), kind: Kind, name: &[u8], out: &mut Batch) {
+    fn dir_event(&self, dir: (u64, u64), kind: Kind, how: How, name: &[u8], out: &mut Batch) {
         let node = self.table.nodes.read().find(dir).unwrap_or(0);
         if name.is_empty() {
             if let Kind::Data = kind {
                 out.push(Change::Inode {
                     node: NodeId(node),
                     ino: dir.1,
+                    how,
+                    at: None,
                 });
             }
             return;
@@ -404,6 +432,7 @@ impl Watcher {
             dir: NodeId(node),
             dir_ino: dir.1,
             name: name.to_vec(),
+            how,
         };
         if let Kind::Entry = kind {
             out.push(entry);
@@ -421,6 +450,8 @@ impl Watcher {
             Some((dev, ino)) => out.push(Change::Inode {
                 node: NodeId(self.table.nodes.read().find((dev, ino)).unwrap_or(0)),
                 ino,
+                how,
+                at: Some((NodeId(node), name.to_vec())),
             }),
             None => out.push(entry),
         }

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use walkfs_fsapi::{Change, ChangeSink, Errno, NodeId, Result};
+use walkfs_fsapi::{Change, ChangeSink, Errno, How, NodeId, Result};
 use walkfs_p9::notify::{ALL, DEGRADED, ENTRY, INODE, NAME as NOTIFY_NAME, VERSION};
 use walkfs_p9::{Fcall, Str, IOHDRSZ};
 
@@ -114,12 +114,18 @@ fn decode(buf: &[u8], nodes: &Nodes, root_ino: u64) -> Vec<Change> {
                         dir,
                         dir_ino: ino,
                         name: name.to_vec(),
+                        how: How::default(),
                     });
                 }
             }
             INODE => {
                 if let Some(node) = node(ino) {
-                    out.push(Change::Inode { node, ino });
+                    out.push(Change::Inode {
+                        node,
+                        ino,
+                        how: How::default(),
+                        at: None,
+                    });
                 }
             }
             ALL => out.push(Change::All),

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use walkfs_fsapi::{
     Attr, Change, ChangeSink, Completion, Deferred, Done, Entry, Errno, FileHandle, FileSystem,
-    Granted, Make, NodeId, Owner, Result, SetAttr, TimeSet, Timespec,
+    Granted, How, Make, NodeId, Owner, Result, SetAttr, TimeSet, Timespec,
 };
 
 use crate::dcache::{DIdx, IIdx};
@@ -430,12 +430,15 @@ impl Inner {
         let mut changes = vec![Change::Inode {
             node: NodeId(f.node),
             ino: f.node,
+            how: How::default(),
+            at: None,
         }];
         for (dir, name) in f.entries {
             changes.push(Change::Entry {
                 dir: NodeId(dir),
                 dir_ino: dir,
                 name,
+                how: How::default(),
             });
         }
         crate::coherent::Invalidator {
@@ -450,7 +453,7 @@ impl Inner {
     pub(crate) fn path_of(&self, mut d: DIdx) -> String {
         let dc = &self.dc;
         let mut names = Vec::new();
-        for _ in 0..64 {
+        for _ in 0..4096 {
             if d == self.root || d.is_none() {
                 break;
             }

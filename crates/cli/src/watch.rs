@@ -1,0 +1,151 @@
+//! `walkfs watch DIR`: the change stream of a source, as JSON lines.
+//!
+//! The source is opened with `cache=coherent`, so its backend reports
+//! every change made behind the vfs's back (hostfs: fanotify or inotify on
+//! the host; a 9P source: the server's notifications). A backend watches
+//! the directories the cache holds, so the whole tree is walked first,
+//! and each directory created later is walked when its creation is
+//! reported (what `inotifywait -r` does: what is made inside it before
+//! the walk reaches it is found by the walk, not reported).
+//!
+//! Every line is printed from the backend's reporting thread, in the
+//! order the backend saw the changes; a lost queue prints one
+//! `"overflow"` line, never a silent gap.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use walkfs_source::SourceOptions;
+use walkfs_vfs::{Change, ChangeSink, Creds, Ctx, How, Vfs, What, AT_FDCWD};
+
+/// Directories deeper than this are not walked (a loop of bind mounts
+/// cannot hold the walk for ever).
+const MAX_DEPTH: usize = 256;
+
+pub fn run(dir: &str, options: &str) -> Result<(), String> {
+    let options = if options.is_empty() {
+        "cache=coherent".to_string()
+    } else {
+        format!("{options},cache=coherent")
+    };
+    let opts =
+        SourceOptions::parse(&options).map_err(|e| format!("bad options {options:?}: {e}"))?;
+    let vfs = walkfs_source::open(dir, &opts).map_err(|e| format!("cannot open {dir}: {e}"))?;
+    if !vfs.is_coherent() {
+        return Err(format!(
+            "{dir} cannot report its changes (a server without walkfs notifications, \
+             or the host's watch limit): nothing to watch"
+        ));
+    }
+    let ctx = vfs.context(Creds::current());
+    let printer = Arc::new(Printer {
+        vfs: vfs.clone(),
+        ctx: vfs.context(Creds::current()),
+    });
+    vfs.add_change_listener(printer);
+    walk(&ctx, b"/", 0);
+    // Ready: a script may start changing things once it reads this.
+    eprintln!("walkfs watch: watching {dir}");
+    loop {
+        std::thread::park();
+    }
+}
+
+/// Look up every directory under `path` (the backend then watches it).
+fn walk(ctx: &Ctx, path: &[u8], depth: usize) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    let Ok(fd) = ctx.openat(AT_FDCWD, path, libc::O_RDONLY | libc::O_DIRECTORY, 0) else {
+        return;
+    };
+    let entries = ctx.getdents(fd).unwrap_or_default();
+    let _ = ctx.close(fd);
+    for e in entries {
+        if e.name == b"." || e.name == b".." || e.kind != walkfs_vfs::FileType::Directory {
+            continue;
+        }
+        let mut sub = path.to_vec();
+        if sub.last() != Some(&b'/') {
+            sub.push(b'/');
+        }
+        sub.extend_from_slice(&e.name);
+        walk(ctx, &sub, depth + 1);
+    }
+}
+
+struct Printer {
+    vfs: Vfs,
+    ctx: Ctx,
+}
+
+impl Printer {
+    fn line(&self, path: &str, how: How) -> String {
+        let time = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        serde_json::json!({
+            "path": path,
+            "kind": how.what.name(),
+            "dir": how.is_dir,
+            "cookie": how.cookie,
+            "time": time,
+        })
+        .to_string()
+    }
+
+    /// `dir`'s path and `name` joined, relative to the watched directory.
+    fn join(&self, dir: u64, name: &[u8]) -> Option<String> {
+        // Superblock 0: the source's own (nothing is mounted under it).
+        let d = self.vfs.dir_path(0, dir)?;
+        let d = d.trim_start_matches('/');
+        let name = String::from_utf8_lossy(name);
+        Some(if d.is_empty() {
+            name.into_owned()
+        } else if name.is_empty() {
+            d.to_string()
+        } else {
+            format!("{d}/{name}")
+        })
+    }
+}
+
+impl ChangeSink for Printer {
+    fn changed(&self, changes: &[Change]) {
+        let mut out = std::io::stdout().lock();
+        for c in changes {
+            let line = match c {
+                Change::Entry { dir, name, how, .. } => {
+                    let Some(path) = self.join(dir.0, name) else {
+                        continue;
+                    };
+                    if how.is_dir && matches!(how.what, What::Created | What::MovedTo) {
+                        walk(&self.ctx, format!("/{path}").as_bytes(), 0);
+                    }
+                    self.line(&path, *how)
+                }
+                Change::Inode { node, how, at, .. } => {
+                    let path = match at {
+                        Some((dir, name)) => self.join(dir.0, name),
+                        None => self.join(node.0, b""),
+                    };
+                    let Some(path) = path else { continue };
+                    self.line(&path, *how)
+                }
+                Change::All | Change::Degraded => serde_json::json!({
+                    "path": "",
+                    "kind": "overflow",
+                    "time": SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64()),
+                })
+                .to_string(),
+            };
+            // A closed stdout (the reader went) ends the watch.
+            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                std::process::exit(0);
+            }
+        }
+    }
+}
