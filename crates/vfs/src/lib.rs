@@ -69,8 +69,7 @@ pub use perm::Creds;
 pub use stat::{Statx, StatxTimestamp};
 pub use walkfs_fsapi::{
     Change, ChangeSink, Errno, FidStats, FileSystem, FileType, How, Result, RpcStats, StatFs,
-    TimeSet, What,
-    Timespec, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE,
+    TimeSet, Timespec, What, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
 pub use writeback::WriteBackStats;
 

@@ -84,12 +84,37 @@ enum Kind {
 /// one (a create before the write after it, a name's arrival before its
 /// departure), with what each is.
 const BITS: [(u32, u64, Kind, What); 6] = [
-    (libc::IN_CREATE, libc::FAN_CREATE, Kind::Entry, What::Created),
-    (libc::IN_MOVED_TO, libc::FAN_MOVED_TO, Kind::Entry, What::MovedTo),
-    (libc::IN_MODIFY, libc::FAN_MODIFY, Kind::Data, What::Modified),
+    (
+        libc::IN_CREATE,
+        libc::FAN_CREATE,
+        Kind::Entry,
+        What::Created,
+    ),
+    (
+        libc::IN_MOVED_TO,
+        libc::FAN_MOVED_TO,
+        Kind::Entry,
+        What::MovedTo,
+    ),
+    (
+        libc::IN_MODIFY,
+        libc::FAN_MODIFY,
+        Kind::Data,
+        What::Modified,
+    ),
     (libc::IN_ATTRIB, libc::FAN_ATTRIB, Kind::Data, What::Attrib),
-    (libc::IN_MOVED_FROM, libc::FAN_MOVED_FROM, Kind::Entry, What::MovedFrom),
-    (libc::IN_DELETE, libc::FAN_DELETE, Kind::Entry, What::Deleted),
+    (
+        libc::IN_MOVED_FROM,
+        libc::FAN_MOVED_FROM,
+        Kind::Entry,
+        What::MovedFrom,
+    ),
+    (
+        libc::IN_DELETE,
+        libc::FAN_DELETE,
+        Kind::Entry,
+        What::Deleted,
+    ),
 ];
 
 impl Kind {
@@ -366,7 +391,8 @@ impl Watcher {
                 out.push(Change::All);
                 continue;
             }
-            let kinds: Vec<(Kind, What)> = Kind::of_fanotify(mask & (FAN_ENTRY | FAN_DATA)).collect();
+            let kinds: Vec<(Kind, What)> =
+                Kind::of_fanotify(mask & (FAN_ENTRY | FAN_DATA)).collect();
             if kinds.is_empty() {
                 continue;
             }
