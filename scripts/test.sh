@@ -13,6 +13,8 @@ command -v make >/dev/null || need_apt+=(make)
 # FUSE mounts (fusermount3), and the workloads run on them.
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v git >/dev/null || need_apt+=(git)
+# A real watcher for the tests of change events on mounts.
+command -v inotifywait >/dev/null || need_apt+=(inotify-tools)
 # The plot test draws text.
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
 if [ ${#need_apt[@]} -gt 0 ]; then

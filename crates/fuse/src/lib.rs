@@ -32,6 +32,7 @@ pub mod mount;
 mod ops;
 pub mod options;
 pub mod passthrough;
+mod replay;
 mod stats;
 
 use std::collections::HashMap;
@@ -123,6 +124,9 @@ pub struct WalkFuse {
     /// flush and fsync).
     writes_behind: bool,
     pub counters: Arc<FuseCounters>,
+    /// Other writers' changes replayed for watchers (replay.rs;
+    /// cache=coherent with events=1).
+    replay: Option<Arc<replay::Replayer>>,
 }
 
 /// Split a timeout into the wire's seconds and nanoseconds.
@@ -218,6 +222,11 @@ impl WalkFuse {
         let pt = Arc::new(passthrough::Backings::new(
             local && keeps && opts.passthrough && passthrough::permitted(),
         ));
+        let replay = if opts.cache == CachePolicy::Coherent && opts.events {
+            Some(Arc::new(replay::Replayer::new(&vfs, Arc::clone(&pt))?))
+        } else {
+            None
+        };
         let closer = Arc::new(fds::Closer {
             ctx: base.with_creds(Creds::root()),
         });
@@ -238,6 +247,7 @@ impl WalkFuse {
             opts,
             writes_behind,
             counters: Arc::new(FuseCounters::default()),
+            replay,
         })
     }
 
@@ -253,7 +263,16 @@ impl WalkFuse {
             return None;
         }
         self.vfs.add_change_listener(self.kc.clone());
+        // After the kernel's caches: a replay must find them invalidated.
+        if let Some(r) = &self.replay {
+            self.vfs.add_change_listener(r.clone());
+        }
         Some(self.kc.clone())
+    }
+
+    /// The replayer of other writers' changes, to start once mounted.
+    pub(crate) fn replayer(&self) -> Option<Arc<replay::Replayer>> {
+        self.replay.clone()
     }
 
     /// Changes may go unseen (the backend cannot report them all): the

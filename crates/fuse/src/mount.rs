@@ -80,6 +80,7 @@ pub fn mount(
     let fs = WalkFuse::new(vfs, opts).map_err(|e| format!("root of the source: {e}"))?;
     let stats = Arc::clone(&fs.counters);
     let kernel_cache = fs.kernel_cache();
+    let replayer = fs.replayer();
     let backings = Arc::clone(&fs.pt);
     let fd = kmount::mount(mountpoint, &spec)?;
     let session = match Session::new(fs, fd, cfg) {
@@ -93,6 +94,9 @@ pub fn mount(
     backings.set_kernel(session.backing());
     if let Some(kc) = kernel_cache {
         let _ = kc.notifier.set(session.notifier());
+    }
+    if let Some(r) = replayer {
+        r.start(mountpoint.to_path_buf());
     }
     let ended = Arc::new(AtomicBool::new(false));
     let ended2 = Arc::clone(&ended);

@@ -120,6 +120,12 @@ impl Filesystem for WalkFuse {
     fn handle(&self, req: &Request, op: Operation<'_>, out: &mut Vec<u8>) -> Result<(), i32> {
         let _t = counted(&op).map(|o| self.counters.start(o));
         let ino = req.nodeid;
+        if self.replay.is_some() {
+            if let Some(r) = self.replayed(req, &op, out) {
+                return r.map_err(|e| e.0);
+            }
+            self.mine(ino, &op);
+        }
         let r = match op {
             Operation::Lookup { name } => self.lookup(req, ino, name, out),
             Operation::Forget { nlookup } => {
@@ -331,8 +337,40 @@ impl Filesystem for WalkFuse {
 }
 
 impl WalkFuse {
+    /// Record what `op` (a request on node `ino`) is about to change, so
+    /// that the backend's report of it is not replayed (replay.rs).
+    fn mine(&self, ino: u64, op: &Operation<'_>) {
+        match *op {
+            Operation::Mkdir { name, .. }
+            | Operation::Mknod { name, .. }
+            | Operation::Symlink { name, .. }
+            | Operation::Unlink { name }
+            | Operation::Rmdir { name }
+            | Operation::Create { name, .. } => self.mine_entry(ino, name),
+            Operation::Link {
+                oldnodeid, newname, ..
+            } => {
+                self.mine_entry(ino, newname);
+                self.mine_inode(oldnodeid);
+            }
+            Operation::Rename {
+                newdir,
+                name,
+                newname,
+                ..
+            } => {
+                self.mine_entry(ino, name);
+                self.mine_entry(newdir, newname);
+            }
+            Operation::Write { .. } | Operation::Setattr(_) => self.mine_inode(ino),
+            // An open that truncates.
+            Operation::Open { flags } if flags & libc::O_TRUNC != 0 => self.mine_inode(ino),
+            _ => {}
+        }
+    }
+
     /// An ENTRY reply: the node with attributes `a`.
-    fn put_entry(&self, out: &mut Vec<u8>, a: abi::Attr) {
+    pub(crate) fn put_entry(&self, out: &mut Vec<u8>, a: abi::Attr) {
         put(out, &self.entry_out(a));
     }
 

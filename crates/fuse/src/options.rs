@@ -43,6 +43,10 @@ pub struct MountOptions {
     /// the default; `0`: each write(2) goes to the daemon as it comes,
     /// and the vfs gathers small ones).
     pub writeback_cache: bool,
+    /// In `cache=coherent`, other writers' changes are replayed through
+    /// the mount so that inotify and fanotify watchers of it see them
+    /// (`events=1`, the default; docs/watchers.md).
+    pub events: bool,
     /// The options of the vfs (switches, `cache`, `negtimeout`, ...) and
     /// of its backend (`msize`, `host_fds`, ...).
     pub source: SourceOptions,
@@ -61,7 +65,7 @@ impl MountOptions {
     /// Parse `name[=value],...`. FUSE options: `allow_other`,
     /// `default_permissions` (on unless `no_default_permissions`),
     /// `ro`/`rw`, `threads=N`, `transport=auto|dev|uring`, `bare=0|1`,
-    /// `passthrough=0|1`, `writeback_cache=0|1`,
+    /// `passthrough=0|1`, `writeback_cache=0|1`, `events=0|1`,
     /// `entry_timeout=S`, `attr_timeout=S` (seconds; defaults follow the
     /// cache mode). Everything else is a vfs option (`cache`,
     /// `negtimeout`/`ndentrytmo`, `msize`, `fastpath`, ...). Mount-command
@@ -79,6 +83,7 @@ impl MountOptions {
         let mut bare_listings = true;
         let mut passthrough = true;
         let mut writeback_cache = true;
+        let mut events = true;
         let secs = |v: &str| -> Result<Duration, String> {
             v.parse::<f64>()
                 .ok()
@@ -114,6 +119,13 @@ impl MountOptions {
                         "1" | "" => true,
                         "0" => false,
                         _ => return Err(format!("bad passthrough {v:?}: 0 or 1")),
+                    }
+                }
+                "events" => {
+                    events = match v {
+                        "0" => false,
+                        "1" => true,
+                        _ => return Err(format!("bad events {v:?}: 0 or 1")),
                     }
                 }
                 "writeback_cache" => {
@@ -164,6 +176,7 @@ impl MountOptions {
             bare_listings,
             passthrough,
             writeback_cache,
+            events,
             source,
             text: text.to_string(),
         })

@@ -1,0 +1,564 @@
+//! Other writers' changes replayed through the mount, so that inotify and
+//! fanotify watchers of the mount see them (docs/watchers.md).
+//!
+//! No FUSE notification makes the kernel emit an fsnotify event (only a
+//! `FUSE_NOTIFY_DELETE` gives the victim's own watchers `IN_DELETE_SELF`),
+//! but the kernel emits events for every operation it performs. So each
+//! change the backend reports is carried out again, on the mount, by a
+//! thread of our own that serves no FUSE request: a create as `mknodat`,
+//! `mkdirat` or `symlinkat`, a delete as `unlinkat`, a rename as
+//! `renameat`, a write or truncate as a truncate to the current size, an
+//! attribute change as a chmod to the current mode. The daemon knows that
+//! thread's requests by the caller's thread id the kernel puts in each
+//! request (`fuse_in_header.pid`) and answers them from what the host
+//! already holds, touching nothing ([`WalkFuse::replayed`]).
+//!
+//! Invariants:
+//! - the replay thread makes one call at a time; [`Replayer::plan`] says
+//!   what that call's lookups must find: the name a create makes is absent,
+//!   the name a delete removes is present (a *ghost*: a node id of a range
+//!   no file has, which the kernel forgets after the unlink), the old name
+//!   of a rename is the file now at the new name, which is absent;
+//! - the plan is keyed by (parent node id, name): the replay thread opens
+//!   the parent directories first (ordinary lookups), then sets the plan,
+//!   so only the final names are planned;
+//! - a change made through the mount itself comes back from the backend
+//!   too (the host's watcher sees the daemon's own calls): the front end
+//!   records what it changed ([`Replayer::own`]), and reports of those
+//!   names and inodes within [`OWN_FOR`] are not replayed, so watchers see
+//!   such a change once, from the kernel's own operation.
+//!
+//! What is lost, and said: past [`QUEUE`] replays waiting the rest are
+//! dropped (counted, logged once); a backend that lost its own queue
+//! (`Change::All`) cannot be replayed. The kernel's caches are invalidated
+//! either way (coherent.rs), so what a watcher then reads is current.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use walkfs_fusewire::abi;
+use walkfs_fusewire::{Operation, Request};
+use walkfs_vfs::{Change, ChangeSink, Creds, Ctx, Errno, Handle, Vfs, What};
+
+use crate::WalkFuse;
+
+/// Replays waiting at most.
+const QUEUE: usize = 16 * 1024;
+/// How long a change made through the mount keeps the backend's report
+/// of it from being replayed.
+const OWN_FOR: Duration = Duration::from_secs(2);
+/// Node ids of ghosts (see the module comment): a range no file has.
+const GHOST_BASE: u64 = 0xfff0_0000_0000_0000;
+
+/// One change to carry out on the mount; paths are relative to its root.
+#[derive(Debug)]
+enum Step {
+    Create(Vec<u8>),
+    Delete { path: Vec<u8>, is_dir: bool },
+    Modify(Vec<u8>),
+    Attrib(Vec<u8>),
+    Move { from: Vec<u8>, to: Vec<u8> },
+}
+
+/// What the replay thread's current call must find at a name.
+#[derive(Clone, Debug)]
+enum Expect {
+    Absent,
+    Ghost {
+        is_dir: bool,
+    },
+    /// The file now at `name` in the directory with node id `parent`.
+    Is {
+        parent: u64,
+        name: Vec<u8>,
+    },
+}
+
+/// What the front end changed itself, recently.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Own {
+    Entry(u64, Vec<u8>),
+    Inode(u64),
+}
+
+pub(crate) struct Replayer {
+    vfs: Vfs,
+    /// Files the kernel writes straight to the host (passthrough): their
+    /// data changes are the mount's own while they are open.
+    pt: Arc<crate::passthrough::Backings>,
+    /// Root credentials: the replay reads what the host holds.
+    base: Ctx,
+    root: Handle,
+    mountpoint: OnceLock<PathBuf>,
+    tx: Mutex<Option<SyncSender<Step>>>,
+    /// The replay thread's id (0 until it runs).
+    tid: AtomicU32,
+    plan: Mutex<HashMap<(u64, Vec<u8>), Expect>>,
+    own: Mutex<HashMap<Own, Instant>>,
+    /// A `moved_from` waiting for its `moved_to`: (path, cookie, is_dir).
+    from: Mutex<Option<(Vec<u8>, u32, bool)>>,
+    next_ghost: AtomicU64,
+    pub dropped: AtomicU64,
+    pub replayed: AtomicU64,
+    warned: AtomicBool,
+}
+
+impl Replayer {
+    pub fn new(vfs: &Vfs, pt: Arc<crate::passthrough::Backings>) -> Result<Replayer, Errno> {
+        let base = vfs.context(Creds::root());
+        let root = base.handle(walkfs_vfs::AT_FDCWD, b"/")?;
+        Ok(Replayer {
+            vfs: vfs.clone(),
+            pt,
+            base,
+            root,
+            mountpoint: OnceLock::new(),
+            tx: Mutex::new(None),
+            tid: AtomicU32::new(0),
+            plan: Mutex::new(HashMap::new()),
+            own: Mutex::new(HashMap::new()),
+            from: Mutex::new(None),
+            next_ghost: AtomicU64::new(GHOST_BASE),
+            dropped: AtomicU64::new(0),
+            replayed: AtomicU64::new(0),
+            warned: AtomicBool::new(false),
+        })
+    }
+
+    /// Start replaying on `mountpoint` (mounted, its session running).
+    pub fn start(self: &Arc<Self>, mountpoint: PathBuf) {
+        let _ = self.mountpoint.set(mountpoint);
+        let (tx, rx) = sync_channel(QUEUE);
+        *self.tx.lock() = Some(tx);
+        let me = Arc::clone(self);
+        let r = std::thread::Builder::new()
+            .name("fuse-replay".into())
+            .spawn(move || me.run(rx));
+        if let Err(e) = r {
+            tracing::warn!("no replay of other writers' changes to watchers: {e}");
+        }
+    }
+
+    /// The front end changed `what` itself: its report is not replayed.
+    #[inline]
+    pub fn mine(&self, what: Own) {
+        if self.tid.load(Relaxed) == 0 {
+            return;
+        }
+        let mut own = self.own.lock();
+        if own.len() > 64 * 1024 {
+            let now = Instant::now();
+            own.retain(|_, t| now.duration_since(*t) < OWN_FOR);
+        }
+        own.insert(what, Instant::now());
+    }
+
+    fn is_mine(&self, what: &Own) -> bool {
+        self.own
+            .lock()
+            .get(what)
+            .is_some_and(|t| t.elapsed() < OWN_FOR)
+    }
+
+    fn send(&self, s: Step) {
+        let tx = self.tx.lock();
+        let Some(tx) = tx.as_ref() else { return };
+        match tx.try_send(s) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.dropped.fetch_add(1, Relaxed);
+                if !self.warned.swap(true, Relaxed) {
+                    tracing::warn!(
+                        "more than {QUEUE} changes waiting to be replayed: \
+                         watchers of the mount miss some (the caches are invalidated)"
+                    );
+                }
+            }
+        }
+    }
+
+    fn flush_from(&self) {
+        if let Some((path, _, is_dir)) = self.from.lock().take() {
+            self.send(Step::Delete { path, is_dir });
+        }
+    }
+
+    /// The replay thread: one step at a time.
+    fn run(self: Arc<Self>, rx: Receiver<Step>) {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        self.tid.store(tid, Relaxed);
+        let Some(mnt) = self.mountpoint.get() else {
+            return;
+        };
+        for step in rx {
+            // Opened for each step, never held: an idle replayer must not
+            // keep the mount busy (umount would refuse).
+            let r = open_dir(None, mnt.as_os_str().as_bytes())
+                .and_then(|root| self.replay(&root, &step));
+            self.plan.lock().clear();
+            match r {
+                Ok(()) => {
+                    self.replayed.fetch_add(1, Relaxed);
+                }
+                // The change was overtaken by another (the file went, or
+                // the kernel already holds the name): nothing to show.
+                Err(e) => tracing::debug!("replay of {step:?}: {e}"),
+            }
+        }
+    }
+
+    fn replay(&self, root: &OwnedFd, step: &Step) -> Result<(), Errno> {
+        let fs = self;
+        match step {
+            Step::Create(path) => {
+                let x = fs.host_stat(path)?;
+                let (dir, name) = self.parent(root, path)?;
+                self.expect(&dir, name, Expect::Absent)?;
+                let mode = u32::from(x.stx_mode);
+                let c = cstr(name)?;
+                // SAFETY: `dir` is an open descriptor and `c` a C string,
+                // both alive across each call.
+                let r = match mode & libc::S_IFMT {
+                    libc::S_IFDIR => unsafe {
+                        libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode & 0o7777)
+                    },
+                    libc::S_IFLNK => {
+                        let target = cstr(&fs.host_readlink(path)?)?;
+                        // SAFETY: as above.
+                        unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), c.as_ptr()) }
+                    }
+                    _ => {
+                        let rdev = libc::makedev(x.stx_rdev_major, x.stx_rdev_minor);
+                        // SAFETY: as above.
+                        unsafe { libc::mknodat(dir.as_raw_fd(), c.as_ptr(), mode, rdev) }
+                    }
+                };
+                check(r)
+            }
+            Step::Delete { path, is_dir } => {
+                let (dir, name) = self.parent(root, path)?;
+                self.expect(&dir, name, Expect::Ghost { is_dir: *is_dir })?;
+                let c = cstr(name)?;
+                let flags = if *is_dir { libc::AT_REMOVEDIR } else { 0 };
+                // SAFETY: `dir` is open, `c` a C string.
+                check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), flags) })
+            }
+            Step::Modify(path) => {
+                let x = fs.host_stat(path)?;
+                if u32::from(x.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+                    return Ok(());
+                }
+                let p = self.absolute(path)?;
+                // SAFETY: `p` is a C string.
+                check(unsafe { libc::truncate(p.as_ptr(), x.stx_size as libc::off_t) })
+            }
+            Step::Attrib(path) => {
+                let x = fs.host_stat(path)?;
+                if u32::from(x.stx_mode) & libc::S_IFMT == libc::S_IFLNK {
+                    return Ok(());
+                }
+                let (dir, name) = self.parent(root, path)?;
+                let c = cstr(name)?;
+                let mode = u32::from(x.stx_mode) & 0o7777;
+                // SAFETY: `dir` is open, `c` a C string.
+                check(unsafe { libc::fchmodat(dir.as_raw_fd(), c.as_ptr(), mode, 0) })
+            }
+            Step::Move { from, to } => {
+                let (fdir, fname) = self.parent(root, from)?;
+                let (tdir, tname) = self.parent(root, to)?;
+                let tparent = node_of(&tdir)?;
+                self.expect(
+                    &fdir,
+                    fname,
+                    Expect::Is {
+                        parent: tparent,
+                        name: tname.to_vec(),
+                    },
+                )?;
+                self.expect(&tdir, tname, Expect::Absent)?;
+                let (a, b) = (cstr(fname)?, cstr(tname)?);
+                // SAFETY: both descriptors open, both C strings alive.
+                check(unsafe {
+                    libc::renameat(fdir.as_raw_fd(), a.as_ptr(), tdir.as_raw_fd(), b.as_ptr())
+                })
+            }
+        }
+    }
+
+    /// The parent directory of `path` on the mount, opened (ordinary
+    /// lookups), and the last name.
+    fn parent<'p>(&self, root: &OwnedFd, path: &'p [u8]) -> Result<(OwnedFd, &'p [u8]), Errno> {
+        let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&path[..i], &path[i + 1..]),
+            None => (&b"."[..], path),
+        };
+        if name.is_empty() {
+            return Err(Errno::EINVAL);
+        }
+        Ok((open_dir(Some(root), dir)?, name))
+    }
+
+    fn expect(&self, dir: &OwnedFd, name: &[u8], e: Expect) -> Result<(), Errno> {
+        let parent = node_of(dir)?;
+        self.plan.lock().insert((parent, name.to_vec()), e);
+        Ok(())
+    }
+
+    /// The path, relative to the mount's root, of `name` in the directory
+    /// that is backend node `dir` (superblock 0: nothing is mounted under
+    /// a FUSE mount's source).
+    fn rel_path(&self, dir: u64, name: &[u8]) -> Option<Vec<u8>> {
+        let d = self.vfs.dir_path(0, dir)?;
+        let mut p = d.trim_start_matches('/').as_bytes().to_vec();
+        if !p.is_empty() {
+            p.push(b'/');
+        }
+        p.extend_from_slice(name);
+        Some(p)
+    }
+
+    /// What the host holds at `path` now (the vfs was told of the change
+    /// before the replay was queued).
+    fn host_stat(&self, path: &[u8]) -> Result<walkfs_vfs::Statx, Errno> {
+        self.base.statx(
+            &self.root,
+            path,
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS,
+        )
+    }
+
+    fn host_readlink(&self, path: &[u8]) -> Result<Vec<u8>, Errno> {
+        self.base.readlinkat(&self.root, path)
+    }
+
+    fn absolute(&self, path: &[u8]) -> Result<CString, Errno> {
+        let mnt = self.mountpoint.get().ok_or(Errno::ENOENT)?;
+        let mut p = mnt.as_os_str().as_bytes().to_vec();
+        p.push(b'/');
+        p.extend_from_slice(path);
+        cstr(&p)
+    }
+}
+
+impl ChangeSink for Replayer {
+    fn changed(&self, changes: &[Change]) {
+        let fs = self;
+        for c in changes {
+            match c {
+                Change::Entry {
+                    dir,
+                    dir_ino,
+                    name,
+                    how,
+                } => {
+                    if self.is_mine(&Own::Entry(*dir_ino, name.clone())) {
+                        continue;
+                    }
+                    let Some(path) = fs.rel_path(dir.0, name) else {
+                        continue;
+                    };
+                    match how.what {
+                        What::MovedFrom => {
+                            self.flush_from();
+                            *self.from.lock() = Some((path, how.cookie, how.is_dir));
+                        }
+                        What::MovedTo => {
+                            let from = self.from.lock().take();
+                            match from {
+                                Some((f, cookie, _)) if cookie == how.cookie => {
+                                    self.send(Step::Move { from: f, to: path })
+                                }
+                                other => {
+                                    if let Some((f, _, d)) = other {
+                                        self.send(Step::Delete { path: f, is_dir: d });
+                                    }
+                                    self.send(Step::Create(path));
+                                }
+                            }
+                        }
+                        What::Created => {
+                            self.flush_from();
+                            self.send(Step::Create(path));
+                        }
+                        What::Deleted => {
+                            self.flush_from();
+                            self.send(Step::Delete {
+                                path,
+                                is_dir: how.is_dir,
+                            });
+                        }
+                        // A source that cannot tell (9P): the name is there
+                        // now or it is not.
+                        _ => {
+                            self.flush_from();
+                            match fs.host_stat(&path) {
+                                Ok(_) => self.send(Step::Create(path)),
+                                Err(_) => self.send(Step::Delete {
+                                    path,
+                                    is_dir: false,
+                                }),
+                            }
+                        }
+                    }
+                }
+                Change::Inode { ino, how, at, .. } => {
+                    // (A file open with a backing file is written by the
+                    // kernel itself: what the host reports of it while it
+                    // is open is taken for the mount's own. Node ids are
+                    // inode numbers where they can be.)
+                    if self.is_mine(&Own::Inode(*ino)) || self.pt.backed(*ino) {
+                        continue;
+                    }
+                    let Some((dir, name)) = at else { continue };
+                    let Some(path) = fs.rel_path(dir.0, name) else {
+                        continue;
+                    };
+                    self.flush_from();
+                    match how.what {
+                        What::Attrib => self.send(Step::Attrib(path)),
+                        _ => self.send(Step::Modify(path)),
+                    }
+                }
+                Change::All | Change::Degraded => self.flush_from(),
+            }
+        }
+    }
+}
+
+impl WalkFuse {
+    /// A request of the replay thread, answered from what the host holds
+    /// (see the module comment); `None` for anyone else's, and for what
+    /// the replay needs served as usual (the lookups of its parents).
+    pub(crate) fn replayed(
+        &self,
+        req: &Request,
+        op: &Operation<'_>,
+        out: &mut Vec<u8>,
+    ) -> Option<Result<(), Errno>> {
+        let rp = self.replay.as_ref()?;
+        let tid = rp.tid.load(Relaxed);
+        if tid == 0 || req.pid != tid {
+            return None;
+        }
+        let ino = req.nodeid;
+        Some(match *op {
+            Operation::Lookup { name } => {
+                let e = rp.plan.lock().get(&(ino, name.to_vec())).cloned()?;
+                match e {
+                    Expect::Absent => Err(Errno::ENOENT),
+                    Expect::Ghost { is_dir } => {
+                        let id = rp.next_ghost.fetch_add(1, Relaxed);
+                        let a = abi::Attr {
+                            ino: id,
+                            mode: if is_dir {
+                                libc::S_IFDIR | 0o755
+                            } else {
+                                libc::S_IFREG | 0o644
+                            },
+                            nlink: if is_dir { 2 } else { 1 },
+                            blksize: 4096,
+                            ..Default::default()
+                        };
+                        walkfs_fusewire::reply::put(
+                            out,
+                            &abi::EntryOut {
+                                nodeid: id,
+                                attr: a,
+                                ..Default::default()
+                            },
+                        );
+                        Ok(())
+                    }
+                    Expect::Is { parent, name } => self
+                        .lookup_node(&self.base, parent, &name)
+                        .map(|a| self.put_entry(out, a)),
+                }
+            }
+            Operation::Mknod { name, .. }
+            | Operation::Mkdir { name, .. }
+            | Operation::Symlink { name, .. } => self
+                .lookup_node(&self.base, ino, name)
+                .map(|a| self.put_entry(out, a)),
+            Operation::Setattr(_) => self.attr(ino).map(|a| self.put_attr(out, a)),
+            Operation::Unlink { .. } | Operation::Rmdir { .. } | Operation::Rename { .. } => Ok(()),
+            _ => return None,
+        })
+    }
+
+    /// The inode number the backend knows node `id` by (what change
+    /// reports name).
+    pub(crate) fn ino_of(&self, id: u64) -> Option<u64> {
+        let nodes = self.nodes.read();
+        if id == crate::ROOT {
+            return Some(nodes.root_ino);
+        }
+        nodes.by_id.get(&id).map(|n| n.key.1)
+    }
+
+    /// Record that this request changes `name` in `parent` (node ids).
+    pub(crate) fn mine_entry(&self, parent: u64, name: &[u8]) {
+        if let (Some(rp), Some(ino)) = (&self.replay, self.ino_of(parent)) {
+            rp.mine(Own::Entry(ino, name.to_vec()));
+        }
+    }
+
+    /// Record that this request changes node `id`'s data or attributes.
+    pub(crate) fn mine_inode(&self, id: u64) {
+        if let (Some(rp), Some(ino)) = (&self.replay, self.ino_of(id)) {
+            rp.mine(Own::Inode(ino));
+        }
+    }
+}
+
+fn cstr(b: &[u8]) -> Result<CString, Errno> {
+    CString::new(b).map_err(|_| Errno::EINVAL)
+}
+
+fn check(r: libc::c_int) -> Result<(), Errno> {
+    if r < 0 {
+        Err(Errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// Open directory `path` (relative to `at`, or absolute) as `O_PATH`.
+fn open_dir(at: Option<&OwnedFd>, path: &[u8]) -> Result<OwnedFd, Errno> {
+    let c = cstr(path)?;
+    let dirfd = at.map_or(libc::AT_FDCWD, |f| f.as_raw_fd());
+    // SAFETY: `c` is a C string; `dirfd` is open or AT_FDCWD.
+    let fd = unsafe {
+        libc::openat(
+            dirfd,
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    check(fd)?;
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The FUSE node id of an open directory on the mount (its st_ino: node
+/// ids are what the kernel reports as inode numbers).
+fn node_of(fd: &OwnedFd) -> Result<u64, Errno> {
+    // SAFETY: all-zero is a valid `struct stat`; `fd` is open.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok(st.st_ino)
+}
