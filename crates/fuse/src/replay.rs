@@ -29,7 +29,7 @@
 //!   such a change once, from the kernel's own operation.
 //!
 //! What is lost, and said: past [`QUEUE`] replays waiting the rest are
-//! dropped (counted, logged once); a backend that lost its own queue
+//! dropped (logged once); a backend that lost its own queue
 //! (`Change::All`) cannot be replayed. The kernel's caches are invalidated
 //! either way (coherent.rs), so what a watcher then reads is current.
 
@@ -106,8 +106,6 @@ pub(crate) struct Replayer {
     /// A `moved_from` waiting for its `moved_to`: (path, cookie, is_dir).
     from: Mutex<Option<(Vec<u8>, u32, bool)>>,
     next_ghost: AtomicU64,
-    pub dropped: AtomicU64,
-    pub replayed: AtomicU64,
     warned: AtomicBool,
 }
 
@@ -127,8 +125,6 @@ impl Replayer {
             own: Mutex::new(HashMap::new()),
             from: Mutex::new(None),
             next_ghost: AtomicU64::new(GHOST_BASE),
-            dropped: AtomicU64::new(0),
-            replayed: AtomicU64::new(0),
             warned: AtomicBool::new(false),
         })
     }
@@ -174,7 +170,6 @@ impl Replayer {
         match tx.try_send(s) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.dropped.fetch_add(1, Relaxed);
                 if !self.warned.swap(true, Relaxed) {
                     tracing::warn!(
                         "more than {QUEUE} changes waiting to be replayed: \
@@ -205,22 +200,18 @@ impl Replayer {
             let r = open_dir(None, mnt.as_os_str().as_bytes())
                 .and_then(|root| self.replay(&root, &step));
             self.plan.lock().clear();
-            match r {
-                Ok(()) => {
-                    self.replayed.fetch_add(1, Relaxed);
-                }
-                // The change was overtaken by another (the file went, or
-                // the kernel already holds the name): nothing to show.
-                Err(e) => tracing::debug!("replay of {step:?}: {e}"),
+            // A failure: the change was overtaken by another (the file
+            // went, or the kernel already holds the name), nothing to show.
+            if let Err(e) = r {
+                tracing::debug!("replay of {step:?}: {e}");
             }
         }
     }
 
     fn replay(&self, root: &OwnedFd, step: &Step) -> Result<(), Errno> {
-        let fs = self;
         match step {
             Step::Create(path) => {
-                let x = fs.host_stat(path)?;
+                let x = self.host_stat(path)?;
                 let (dir, name) = self.parent(root, path)?;
                 self.expect(&dir, name, Expect::Absent)?;
                 let mode = u32::from(x.stx_mode);
@@ -232,7 +223,7 @@ impl Replayer {
                         libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode & 0o7777)
                     },
                     libc::S_IFLNK => {
-                        let target = cstr(&fs.host_readlink(path)?)?;
+                        let target = cstr(&self.host_readlink(path)?)?;
                         // SAFETY: as above.
                         unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), c.as_ptr()) }
                     }
@@ -253,7 +244,7 @@ impl Replayer {
                 check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), flags) })
             }
             Step::Modify(path) => {
-                let x = fs.host_stat(path)?;
+                let x = self.host_stat(path)?;
                 if u32::from(x.stx_mode) & libc::S_IFMT != libc::S_IFREG {
                     return Ok(());
                 }
@@ -262,7 +253,7 @@ impl Replayer {
                 check(unsafe { libc::truncate(p.as_ptr(), x.stx_size as libc::off_t) })
             }
             Step::Attrib(path) => {
-                let x = fs.host_stat(path)?;
+                let x = self.host_stat(path)?;
                 if u32::from(x.stx_mode) & libc::S_IFMT == libc::S_IFLNK {
                     return Ok(());
                 }
@@ -352,7 +343,6 @@ impl Replayer {
 
 impl ChangeSink for Replayer {
     fn changed(&self, changes: &[Change]) {
-        let fs = self;
         for c in changes {
             match c {
                 Change::Entry {
@@ -364,7 +354,7 @@ impl ChangeSink for Replayer {
                     if self.is_mine(&Own::Entry(*dir_ino, name.clone())) {
                         continue;
                     }
-                    let Some(path) = fs.rel_path(dir.0, name) else {
+                    let Some(path) = self.rel_path(dir.0, name) else {
                         continue;
                     };
                     match how.what {
@@ -401,7 +391,7 @@ impl ChangeSink for Replayer {
                         // now or it is not.
                         _ => {
                             self.flush_from();
-                            match fs.host_stat(&path) {
+                            match self.host_stat(&path) {
                                 Ok(_) => self.send(Step::Create(path)),
                                 Err(_) => self.send(Step::Delete {
                                     path,
@@ -420,7 +410,7 @@ impl ChangeSink for Replayer {
                         continue;
                     }
                     let Some((dir, name)) = at else { continue };
-                    let Some(path) = fs.rel_path(dir.0, name) else {
+                    let Some(path) = self.rel_path(dir.0, name) else {
                         continue;
                     };
                     self.flush_from();
