@@ -225,6 +225,30 @@ enum Cmd {
         #[arg(short, long, default_value = "")]
         options: String,
     },
+    /// git's core.fsmonitor hook (protocol version 2), answered from the
+    /// change stream: `git config core.fsmonitor "walkfs fsmonitor"` in a
+    /// work tree (on a walkfs mount, or any host directory), and `git
+    /// status` stats only what changed since its last run. git runs the
+    /// hook as `walkfs fsmonitor 2 TOKEN` in the tree's root; the hook asks
+    /// a daemon that follows the tree (started on the first call, whose
+    /// answer is "everything changed"; it leaves after an hour unasked,
+    /// or at --stop) and prints the paths changed since TOKEN. Whenever
+    /// it cannot be sure (a change queue overflowed, a token of another
+    /// daemon, a change not yet come through) it answers "everything
+    /// changed", so git looks at the whole tree, as without it.
+    Fsmonitor {
+        /// The protocol version git speaks (2).
+        version: Option<String>,
+        /// The token of git's last query ("" at first).
+        token: Option<String>,
+        /// Be the daemon of the current directory's tree (the hook starts
+        /// it).
+        #[arg(long, conflicts_with = "stop")]
+        daemon: bool,
+        /// Stop the daemon of the current directory's tree.
+        #[arg(long)]
+        stop: bool,
+    },
     /// Print a walkfs mount's counters: every request the kernel sent,
     /// by opcode, with the time spent answering it; the vfs cache's
     /// misses; calls into the backend and how many were waited for; 9P
@@ -970,6 +994,19 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Stats { mountpoint, json } => stats_cmd(&mountpoint, json),
         Cmd::Sync { mountpoint } => sync_cmd(&mountpoint),
         Cmd::Watch { dir, options } => watch::run(&dir, &options),
+        Cmd::Fsmonitor {
+            version,
+            token,
+            daemon,
+            stop,
+        } => match (daemon, stop, version) {
+            (true, _, _) => fsmonitor::daemon(),
+            (_, true, _) => fsmonitor::stop(),
+            (_, _, Some(v)) => fsmonitor::hook(&v, token.as_deref().unwrap_or("")),
+            (_, _, None) => Err("fsmonitor: give the protocol version (2) and the token, \
+                 as git does, or --stop"
+                .to_string()),
+        },
         Cmd::NineP {
             addr,
             op,
@@ -1085,9 +1122,17 @@ fn mount_cmd(
         Some(daemon::detach()?)
     };
     mount::block_signals();
+    // A local source is named by its absolute path in the mount table
+    // (what `mount` shows, and how `walkfs fsmonitor` finds the host's
+    // copy of a tree on the mount).
+    let fsname = std::fs::canonicalize(source)
+        .ok()
+        .filter(|p| p.is_dir())
+        .and_then(|p| p.to_str().map(str::to_string))
+        .unwrap_or_else(|| source.to_string());
     let up = (|| {
         let vfs = mount::open_source(source, &opts, via_9p)?;
-        mount::mount(vfs, source, mp, opts, mount::wake_waiter)
+        mount::mount(vfs, &fsname, mp, opts, mount::wake_waiter)
     })();
     let m = match (up, ready) {
         (Ok(m), Some(r)) => {
@@ -1113,6 +1158,7 @@ fn mount_cmd(
 
 /// Running in the background: the parent waits on a pipe for the child's
 /// word that the mount is up.
+mod fsmonitor;
 mod watch;
 
 mod daemon {

@@ -23,7 +23,23 @@ use walkfs_vfs::{Change, ChangeSink, Creds, Ctx, How, Vfs, What, AT_FDCWD};
 /// cannot hold the walk for ever).
 const MAX_DEPTH: usize = 256;
 
-pub fn run(dir: &str, options: &str) -> Result<(), String> {
+/// One change under the followed directory.
+pub enum Event<'a> {
+    /// `path` (relative to the directory, "" for itself) changed as `how` says.
+    Path { path: &'a str, how: How },
+    /// Changes were lost (a queue overflowed): rescan.
+    Overflow,
+}
+
+/// Follow `dir`'s changes: `each` is called for every one, in the order
+/// the backend saw them, on its reporting thread. Returns once the whole
+/// tree is watched (what changes after that is reported); the returned
+/// vfs must be kept for as long as the changes are wanted.
+pub fn follow(
+    dir: &str,
+    options: &str,
+    each: impl Fn(Event<'_>) + Send + Sync + 'static,
+) -> Result<Vfs, String> {
     let options = if options.is_empty() {
         "cache=coherent".to_string()
     } else {
@@ -39,12 +55,36 @@ pub fn run(dir: &str, options: &str) -> Result<(), String> {
         ));
     }
     let ctx = vfs.context(Creds::current());
-    let printer = Arc::new(Printer {
+    vfs.add_change_listener(Arc::new(Follower {
         vfs: vfs.clone(),
         ctx: vfs.context(Creds::current()),
-    });
-    vfs.add_change_listener(printer);
+        each,
+    }));
     walk(&ctx, b"/", 0);
+    Ok(vfs)
+}
+
+pub fn run(dir: &str, options: &str) -> Result<(), String> {
+    let _vfs = follow(dir, options, |e| {
+        let time = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let line = match e {
+            Event::Path { path, how } => serde_json::json!({
+                "path": path,
+                "kind": how.what.name(),
+                "dir": how.is_dir,
+                "cookie": how.cookie,
+                "time": time,
+            }),
+            Event::Overflow => serde_json::json!({"path": "", "kind": "overflow", "time": time}),
+        };
+        // A closed stdout (the reader went) ends the watch.
+        let mut out = std::io::stdout().lock();
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+            std::process::exit(0);
+        }
+    })?;
     // Ready: a script may start changing things once it reads this.
     eprintln!("walkfs watch: watching {dir}");
     loop {
@@ -75,26 +115,13 @@ fn walk(ctx: &Ctx, path: &[u8], depth: usize) {
     }
 }
 
-struct Printer {
+struct Follower<F> {
     vfs: Vfs,
     ctx: Ctx,
+    each: F,
 }
 
-impl Printer {
-    fn line(&self, path: &str, how: How) -> String {
-        let time = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        serde_json::json!({
-            "path": path,
-            "kind": how.what.name(),
-            "dir": how.is_dir,
-            "cookie": how.cookie,
-            "time": time,
-        })
-        .to_string()
-    }
-
+impl<F> Follower<F> {
     /// `dir`'s path and `name` joined, relative to the watched directory.
     fn join(&self, dir: u64, name: &[u8]) -> Option<String> {
         // Superblock 0: the source's own (nothing is mounted under it).
@@ -111,11 +138,10 @@ impl Printer {
     }
 }
 
-impl ChangeSink for Printer {
+impl<F: Fn(Event<'_>) + Send + Sync> ChangeSink for Follower<F> {
     fn changed(&self, changes: &[Change]) {
-        let mut out = std::io::stdout().lock();
         for c in changes {
-            let line = match c {
+            match c {
                 Change::Entry { dir, name, how, .. } => {
                     let Some(path) = self.join(dir.0, name) else {
                         continue;
@@ -123,7 +149,10 @@ impl ChangeSink for Printer {
                     if how.is_dir && matches!(how.what, What::Created | What::MovedTo) {
                         walk(&self.ctx, format!("/{path}").as_bytes(), 0);
                     }
-                    self.line(&path, *how)
+                    (self.each)(Event::Path {
+                        path: &path,
+                        how: *how,
+                    });
                 }
                 Change::Inode { node, how, at, .. } => {
                     let path = match at {
@@ -131,20 +160,12 @@ impl ChangeSink for Printer {
                         None => self.join(node.0, b""),
                     };
                     let Some(path) = path else { continue };
-                    self.line(&path, *how)
+                    (self.each)(Event::Path {
+                        path: &path,
+                        how: *how,
+                    });
                 }
-                Change::All | Change::Degraded => serde_json::json!({
-                    "path": "",
-                    "kind": "overflow",
-                    "time": SystemTime::now()
-                        .duration_since(UNIX_EPOCH)
-                        .map_or(0.0, |d| d.as_secs_f64()),
-                })
-                .to_string(),
-            };
-            // A closed stdout (the reader went) ends the watch.
-            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
-                std::process::exit(0);
+                Change::All | Change::Degraded => (self.each)(Event::Overflow),
             }
         }
     }

@@ -340,18 +340,20 @@ impl WalkFuse {
     /// Record what `op` (a request on node `ino`) is about to change, so
     /// that the backend's report of it is not replayed (replay.rs).
     fn mine(&self, ino: u64, op: &Operation<'_>) {
+        use walkfs_vfs::What::{Attrib, Created, Deleted, Modified, MovedFrom, MovedTo};
         match *op {
             Operation::Mkdir { name, .. }
             | Operation::Mknod { name, .. }
             | Operation::Symlink { name, .. }
-            | Operation::Unlink { name }
-            | Operation::Rmdir { name }
-            | Operation::Create { name, .. } => self.mine_entry(ino, name),
+            | Operation::Create { name, .. } => self.mine_entry(ino, name, Created),
+            Operation::Unlink { name } | Operation::Rmdir { name } => {
+                self.mine_entry(ino, name, Deleted)
+            }
             Operation::Link {
                 oldnodeid, newname, ..
             } => {
-                self.mine_entry(ino, newname);
-                self.mine_inode(oldnodeid);
+                self.mine_entry(ino, newname, Created);
+                self.mine_inode(oldnodeid, Attrib);
             }
             Operation::Rename {
                 newdir,
@@ -359,12 +361,23 @@ impl WalkFuse {
                 newname,
                 ..
             } => {
-                self.mine_entry(ino, name);
-                self.mine_entry(newdir, newname);
+                self.mine_entry(ino, name, MovedFrom);
+                self.mine_entry(newdir, newname, MovedTo);
             }
-            Operation::Write { .. } | Operation::Setattr(_) => self.mine_inode(ino),
+            Operation::Write { .. } => self.mine_inode(ino, Modified),
+            Operation::Setattr(ref a) => {
+                if a.size.is_some() {
+                    self.mine_inode(ino, Modified);
+                }
+                let attrib = a.mode.is_some() || a.uid.is_some() || a.gid.is_some();
+                if attrib || a.atime.is_some() || a.mtime.is_some() {
+                    self.mine_inode(ino, Attrib);
+                }
+            }
             // An open that truncates.
-            Operation::Open { flags } if flags & libc::O_TRUNC != 0 => self.mine_inode(ino),
+            Operation::Open { flags } if flags & libc::O_TRUNC != 0 => {
+                self.mine_inode(ino, Modified)
+            }
             _ => {}
         }
     }

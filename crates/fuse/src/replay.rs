@@ -24,9 +24,14 @@
 //!   so only the final names are planned;
 //! - a change made through the mount itself comes back from the backend
 //!   too (the host's watcher sees the daemon's own calls): the front end
-//!   records what it changed ([`Replayer::own`]), and reports of those
-//!   names and inodes within [`OWN_FOR`] are not replayed, so watchers see
-//!   such a change once, from the kernel's own operation.
+//!   records what it changed and how ([`Replayer::mine`]), and a report
+//!   of that kind of change of that name within [`OWN_FOR`] is taken for
+//!   its echo and not replayed, so watchers see such a change once, from
+//!   the kernel's own operation. Each record of a name's change answers
+//!   one report (someone else may change the name right after: that is
+//!   replayed); a record of an inode's data or attributes answers all of
+//!   that kind within [`OWN_FOR`] (the host merges a run of writes into
+//!   one report, or not).
 //!
 //! What is lost, and said: past [`QUEUE`] replays waiting the rest are
 //! dropped (logged once); a backend that lost its own queue
@@ -82,7 +87,8 @@ enum Expect {
     },
 }
 
-/// What the front end changed itself, recently.
+/// What the front end changed itself, recently: a name of a directory
+/// (inode numbers), or an inode.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) enum Own {
     Entry(u64, Vec<u8>),
@@ -102,7 +108,8 @@ pub(crate) struct Replayer {
     /// The replay thread's id (0 until it runs).
     tid: AtomicU32,
     plan: Mutex<HashMap<(u64, Vec<u8>), Expect>>,
-    own: Mutex<HashMap<Own, Instant>>,
+    /// What each recent change of the front end's own was, and when.
+    own: Mutex<HashMap<Own, Vec<(What, Instant)>>>,
     /// A `moved_from` waiting for its `moved_to`: (path, cookie, is_dir).
     from: Mutex<Option<(Vec<u8>, u32, bool)>>,
     next_ghost: AtomicU64,
@@ -143,25 +150,48 @@ impl Replayer {
         }
     }
 
-    /// The front end changed `what` itself: its report is not replayed.
+    /// The front end changed `what` itself, as `how` says: the backend's
+    /// report of it is not replayed.
     #[inline]
-    pub fn mine(&self, what: Own) {
+    pub fn mine(&self, what: Own, how: What) {
         if self.tid.load(Relaxed) == 0 {
             return;
         }
         let mut own = self.own.lock();
+        let now = Instant::now();
         if own.len() > 64 * 1024 {
-            let now = Instant::now();
-            own.retain(|_, t| now.duration_since(*t) < OWN_FOR);
+            own.retain(|_, v| {
+                v.retain(|(_, t)| now.duration_since(*t) < OWN_FOR);
+                !v.is_empty()
+            });
         }
-        own.insert(what, Instant::now());
+        own.entry(what).or_default().push((how, now));
     }
 
-    fn is_mine(&self, what: &Own) -> bool {
-        self.own
-            .lock()
-            .get(what)
-            .is_some_and(|t| t.elapsed() < OWN_FOR)
+    /// Whether a report of `what` changed as `how` is the echo of a
+    /// change of the front end's own (module comment). A source that
+    /// cannot tell the kind (`Unknown`) matches any.
+    fn is_mine(&self, what: &Own, how: What) -> bool {
+        let mut own = self.own.lock();
+        let Some(v) = own.get_mut(what) else {
+            return false;
+        };
+        v.retain(|(_, t)| t.elapsed() < OWN_FOR);
+        let hit = v
+            .iter()
+            .position(|&(w, _)| w == how || how == What::Unknown || w == What::Unknown);
+        let mine = match (hit, what) {
+            (None, _) => false,
+            (Some(_), Own::Inode(_)) => true,
+            (Some(i), Own::Entry(..)) => {
+                v.remove(i);
+                true
+            }
+        };
+        if v.is_empty() {
+            own.remove(what);
+        }
+        mine
     }
 
     fn send(&self, s: Step) {
@@ -351,7 +381,7 @@ impl ChangeSink for Replayer {
                     name,
                     how,
                 } => {
-                    if self.is_mine(&Own::Entry(*dir_ino, name.clone())) {
+                    if self.is_mine(&Own::Entry(*dir_ino, name.clone()), how.what) {
                         continue;
                     }
                     let Some(path) = self.rel_path(dir.0, name) else {
@@ -406,7 +436,7 @@ impl ChangeSink for Replayer {
                     // kernel itself: what the host reports of it while it
                     // is open is taken for the mount's own. Node ids are
                     // inode numbers where they can be.)
-                    if self.is_mine(&Own::Inode(*ino)) || self.pt.backed(*ino) {
+                    if self.is_mine(&Own::Inode(*ino), how.what) || self.pt.backed(*ino) {
                         continue;
                     }
                     let Some((dir, name)) = at else { continue };
@@ -495,17 +525,19 @@ impl WalkFuse {
         nodes.by_id.get(&id).map(|n| n.key.1)
     }
 
-    /// Record that this request changes `name` in `parent` (node ids).
-    pub(crate) fn mine_entry(&self, parent: u64, name: &[u8]) {
+    /// Record that this request changes `name` in `parent` (node ids) as
+    /// `how` says.
+    pub(crate) fn mine_entry(&self, parent: u64, name: &[u8], how: What) {
         if let (Some(rp), Some(ino)) = (&self.replay, self.ino_of(parent)) {
-            rp.mine(Own::Entry(ino, name.to_vec()));
+            rp.mine(Own::Entry(ino, name.to_vec()), how);
         }
     }
 
-    /// Record that this request changes node `id`'s data or attributes.
-    pub(crate) fn mine_inode(&self, id: u64) {
+    /// Record that this request changes node `id`'s data (`Modified`) or
+    /// attributes (`Attrib`).
+    pub(crate) fn mine_inode(&self, id: u64, how: What) {
         if let (Some(rp), Some(ino)) = (&self.replay, self.ino_of(id)) {
-            rp.mine(Own::Inode(ino));
+            rp.mine(Own::Inode(ino), how);
         }
     }
 }

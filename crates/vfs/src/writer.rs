@@ -593,7 +593,14 @@ impl Writer {
             if stale {
                 d.flags.fetch_or(D_STALE, Relaxed);
             } else {
-                d.flags.fetch_and(!D_STALE, Relaxed);
+                let flags = d.flags.fetch_and(!D_STALE, Relaxed);
+                // A directory has one name: the one just found current
+                // is its name now (renamed away and back behind our
+                // back, its alias may be the other name's dentry).
+                if flags & D_DIR != 0 {
+                    self.dir_alias
+                        .insert(IIdx(d.target.load(Relaxed)), idx);
+                }
             }
         }
     }

@@ -1,0 +1,412 @@
+//! `walkfs fsmonitor`: git's `core.fsmonitor` hook (protocol version 2),
+//! answered from walkfs's change stream.
+//!
+//! git runs the hook in the work tree's root as `HOOK 2 TOKEN` and reads
+//! `NEW_TOKEN NUL PATH NUL PATH NUL ...`: the paths changed since TOKEN
+//! (a trailing `/` means a directory and all below it), or the single
+//! path `/`, "everything may have changed, look at all of it". git trusts
+//! the list: an entry not listed is not even stat'ed. So a wrong answer
+//! is a stale `git status` until that file changes again; when in doubt
+//! this answers `/`.
+//!
+//! A hook lives for one call, but the changes must be gathered between
+//! calls, so the hook asks a daemon, one per work tree, over a Unix
+//! socket, and starts it when none answers (its first answer is then `/`).
+//! The daemon follows the tree with [`watch::follow`] (on a walkfs mount,
+//! the mount's own inotify events, which include other writers' changes
+//! replayed: see fuse/src/replay.rs) and numbers each change.
+//!
+//! Invariants:
+//! - a token is `walkfs:<daemon id>:<sequence number>`: a token of
+//!   another daemon (restarted, or never seen) answers `/`;
+//! - a change numbered `n` is listed by every query whose token is below
+//!   `n`; the log keeps at most [`MAX_PATHS`] names, and when it drops
+//!   them (or the stream lost changes) every token from before answers `/`;
+//! - before answering, the daemon makes a cookie file and waits until the
+//!   stream reports it: changes are reported in order, so every change
+//!   made before the query is then in the log. On a mount of a local
+//!   directory the cookie is made beside the host's copy, so it queues
+//!   behind the host's own changes still being replayed, and the kernel's
+//!   caches of the mount have been invalidated for all of them (the
+//!   replay runs after the invalidation). A cookie not seen within
+//!   [`COOKIE_WAIT`] answers `/`.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use walkfs_vfs::What;
+
+use crate::watch::{self, Event};
+
+/// Names the log keeps at most (a burst past it answers `/` once).
+const MAX_PATHS: usize = 100_000;
+/// How long a query waits for its cookie to come through the stream.
+const COOKIE_WAIT: Duration = Duration::from_secs(5);
+/// How long the hook waits for a daemon it started to watch the tree.
+const START_WAIT: Duration = Duration::from_secs(120);
+/// A daemon nobody asked for this long goes away.
+const IDLE: Duration = Duration::from_secs(3600);
+/// The cookies' names start so (in the git directory, which is listed
+/// to nobody: git ignores what changes in it).
+const COOKIE: &str = "walkfs-fsmonitor-cookie-";
+
+/// The hook: answer git's query for the work tree that is the current
+/// directory.
+pub fn hook(version: &str, token: &str) -> Result<(), String> {
+    if version != "2" {
+        return Err(format!(
+            "fsmonitor protocol version {version} is not spoken here (only 2)"
+        ));
+    }
+    let tree = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;
+    let sock = socket_path(&tree)?;
+    let answer = match ask(&sock, token) {
+        Ok(a) => a,
+        Err(_) => {
+            start_daemon(&tree)?;
+            let deadline = Instant::now() + START_WAIT;
+            loop {
+                match ask(&sock, token) {
+                    Ok(a) => break a,
+                    Err(e) if Instant::now() > deadline => {
+                        tracing::warn!("fsmonitor daemon for {}: {e}", tree.display());
+                        // A token no daemon gives: the next query is a
+                        // full one too.
+                        break b"walkfs:none:0\0/\0".to_vec();
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(&answer)
+        .and_then(|()| out.flush())
+        .map_err(|e| format!("stdout: {e}"))
+}
+
+/// Stop the daemon of the work tree that is the current directory.
+pub fn stop() -> Result<(), String> {
+    let tree = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;
+    match ask(&socket_path(&tree)?, "\u{1}quit") {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
+        Err(e) => Err(format!("fsmonitor daemon of {}: {e}", tree.display())),
+    }
+}
+
+fn ask(sock: &Path, token: &str) -> std::io::Result<Vec<u8>> {
+    let mut s = UnixStream::connect(sock)?;
+    s.write_all(token.as_bytes())?;
+    s.write_all(b"\n")?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer)?;
+    if answer.is_empty() {
+        return Err(std::io::Error::other("the daemon closed without answering"));
+    }
+    Ok(answer)
+}
+
+/// Where the daemon of `tree` listens: a private directory of the
+/// user's (a socket on the tree itself could be on a file system that
+/// has none), named by a hash of the tree's path.
+fn socket_path(tree: &Path) -> Result<PathBuf, String> {
+    let tree = tree
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", tree.display()))?;
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("walkfs"),
+        _ => PathBuf::from(format!("/tmp/walkfs-{uid}")),
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    // FNV-1a: stable across builds, unlike the std hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in tree.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+    }
+    Ok(dir.join(format!("fsmonitor-{h:016x}.sock")))
+}
+
+fn start_daemon(tree: &Path) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["fsmonitor", "--daemon"])
+        .current_dir(tree)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setsid is async-signal-safe; the child leaves git's session
+    // so that it outlives the hook and takes none of its signals.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .map(drop)
+        .map_err(|e| format!("starting the fsmonitor daemon: {e}"))
+}
+
+/// The daemon's log of changes.
+struct Log {
+    /// Changes seen (the last one's number).
+    seq: u64,
+    /// Tokens below this answer `/`: changes before it were lost.
+    since: u64,
+    /// Each changed path (directories with a trailing `/`) with the
+    /// number of its last change.
+    paths: HashMap<String, u64>,
+    /// Cookies made and not yet seen come back.
+    waiting: HashMap<String, bool>,
+}
+
+struct Daemon {
+    id: String,
+    log: Mutex<Log>,
+    seen: Condvar,
+}
+
+impl Daemon {
+    fn record(&self, e: Event<'_>) {
+        let mut log = self.log.lock();
+        log.seq += 1;
+        let seq = log.seq;
+        let (path, how) = match e {
+            Event::Overflow => {
+                log.paths.clear();
+                log.since = seq;
+                return;
+            }
+            Event::Path { path, how } => (path, how),
+        };
+        if let Some(rest) = path.strip_prefix(".git/") {
+            if rest.starts_with(COOKIE) && how.what == What::Created {
+                if let Some(seen) = log.waiting.get_mut(rest) {
+                    *seen = true;
+                    self.seen.notify_all();
+                }
+            }
+            return;
+        }
+        if path == ".git" || path.is_empty() {
+            // The git directory itself, or the root's own attributes:
+            // no entry of the index.
+            return;
+        }
+        if log.paths.len() >= MAX_PATHS && !log.paths.contains_key(path) {
+            log.paths.clear();
+            log.since = seq;
+            return;
+        }
+        // A directory made, removed or renamed: all below it may differ.
+        let name = if how.is_dir && how.what != What::Modified && how.what != What::Attrib {
+            format!("{path}/")
+        } else {
+            path.to_string()
+        };
+        log.paths.insert(name, seq);
+    }
+
+    /// git's answer for `token`.
+    fn answer(&self, token: &str, cookie: &Cookie) -> Vec<u8> {
+        let from = token
+            .strip_prefix("walkfs:")
+            .and_then(|t| t.rsplit_once(':'))
+            .filter(|(id, _)| *id == self.id)
+            .and_then(|(_, n)| n.parse::<u64>().ok());
+        let synced = cookie.sync(self);
+        let log = self.log.lock();
+        let mut out = format!("walkfs:{}:{}", self.id, log.seq).into_bytes();
+        out.push(0);
+        match from {
+            Some(n) if synced && n >= log.since => {
+                for (p, _) in log.paths.iter().filter(|(_, &s)| s > n) {
+                    out.extend_from_slice(p.as_bytes());
+                    out.push(0);
+                }
+            }
+            _ => out.extend_from_slice(b"/\0"),
+        }
+        out
+    }
+}
+
+/// Where the daemon makes its cookies, and how many it made.
+struct Cookie {
+    /// The git directory as the stream sees it (to make the cookie in
+    /// when no host copy is known), and as the host has it.
+    dirs: Option<(PathBuf, Option<PathBuf>)>,
+    made: u64,
+}
+
+impl Cookie {
+    fn new(tree: &Path) -> Cookie {
+        let git = tree.join(".git");
+        let dirs = git.is_dir().then(|| {
+            let host = host_copy(tree).map(|t| t.join(".git")).filter(|d| d.is_dir());
+            (git, host)
+        });
+        Cookie { dirs, made: 0 }
+    }
+
+    /// Make a cookie and wait until the stream reports it: false if it
+    /// could not be made or did not come in time.
+    fn sync(&self, d: &Daemon) -> bool {
+        let Some((git, host)) = &self.dirs else {
+            return false;
+        };
+        let name = format!("{COOKIE}{}-{}", std::process::id(), self.made);
+        let at = host.as_ref().unwrap_or(git).join(&name);
+        d.log.lock().waiting.insert(name.clone(), false);
+        let made = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&at)
+            .is_ok();
+        let mut log = d.log.lock();
+        let deadline = Instant::now() + COOKIE_WAIT;
+        while made && log.waiting.get(&name) == Some(&false) {
+            if d.seen.wait_until(&mut log, deadline).timed_out() {
+                break;
+            }
+        }
+        let seen = log.waiting.remove(&name) == Some(true);
+        drop(log);
+        let _ = std::fs::remove_file(&at);
+        seen
+    }
+}
+
+/// The host directory behind `tree` when `tree` is on a walkfs mount of
+/// a local directory (the mount's source, in /proc/self/mountinfo).
+fn host_copy(tree: &Path) -> Option<PathBuf> {
+    let tree = tree.canonicalize().ok()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // The innermost mount holding the tree is the last one listed.
+    let mut found = None;
+    for line in info.lines() {
+        let (left, right) = line.split_once(" - ")?;
+        let point = unescape(left.split(' ').nth(4)?);
+        let mut r = right.split(' ');
+        let (fstype, source) = (r.next()?, unescape(r.next()?));
+        if let Ok(rest) = tree.strip_prefix(&point) {
+            found = (fstype == "fuse.walkfs" && source.is_absolute() && source.is_dir())
+                .then(|| source.join(rest));
+        }
+    }
+    found
+}
+
+/// mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> PathBuf {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b.get(i + 1..i + 4).and_then(|o| {
+            std::str::from_utf8(o)
+                .ok()
+                .and_then(|o| u8::from_str_radix(o, 8).ok())
+        });
+        match (b[i], oct) {
+            (b'\\', Some(c)) => {
+                out.push(c);
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from(
+        String::from_utf8_lossy(&out).into_owned(),
+    ))
+}
+
+/// The daemon of the work tree that is the current directory.
+pub fn daemon() -> Result<(), String> {
+    let tree = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;
+    let sock = socket_path(&tree)?;
+    // One daemon per tree: the one holding the lock.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(sock.with_extension("lock"))
+        .map_err(|e| format!("{}: {e}", sock.display()))?;
+    // SAFETY: flock on a file we own, with no pointers.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Ok(());
+    }
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let d = Arc::new(Daemon {
+        id: format!("{}-{started:x}", std::process::id()),
+        log: Mutex::new(Log {
+            seq: 0,
+            since: 0,
+            paths: HashMap::new(),
+            waiting: HashMap::new(),
+        }),
+        seen: Condvar::new(),
+    });
+    let each = Arc::clone(&d);
+    let dir = tree.to_string_lossy().into_owned();
+    let _vfs = watch::follow(&dir, "", move |e| each.record(e))?;
+    let mut cookie = Cookie::new(&tree);
+    let _ = std::fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock).map_err(|e| format!("{}: {e}", sock.display()))?;
+    tracing::info!("fsmonitor for {dir} on {}", sock.display());
+    let idle = Arc::new(Mutex::new(Instant::now()));
+    {
+        let idle = Arc::clone(&idle);
+        let sock = sock.clone();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(60));
+            if idle.lock().elapsed() > IDLE {
+                let _ = std::fs::remove_file(&sock);
+                std::process::exit(0);
+            }
+        });
+    }
+    // One query at a time: git asks once per command.
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        *idle.lock() = Instant::now();
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut token = String::new();
+        if BufReader::new(&conn).read_line(&mut token).is_err() {
+            continue;
+        }
+        let token = token.trim_end_matches('\n');
+        if token == "\u{1}quit" {
+            let _ = conn.write_all(b"bye");
+            break;
+        }
+        let answer = d.answer(token, &cookie);
+        cookie.made += 1;
+        let _ = conn.write_all(&answer);
+    }
+    let _ = std::fs::remove_file(&sock);
+    Ok(())
+}

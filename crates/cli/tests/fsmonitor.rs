@@ -1,0 +1,216 @@
+//! `walkfs fsmonitor`, git's core.fsmonitor hook, on a coherent mount
+//! whose host copy is edited beside it: the hook lists exactly what
+//! changed, and `git status` with it answers as `git status` without it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Tree {
+    dir: PathBuf,
+    run: PathBuf,
+}
+
+impl Tree {
+    fn git(&self) -> Command {
+        let mut c = Command::new("git");
+        c.current_dir(&self.dir)
+            .env("XDG_RUNTIME_DIR", &self.run)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", &self.run)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"]);
+        c
+    }
+
+    fn hook(&self, token: &str) -> (String, Vec<String>) {
+        let o = common::run(
+            common::walkfs()
+                .current_dir(&self.dir)
+                .env("XDG_RUNTIME_DIR", &self.run)
+                .args(["fsmonitor", "2", token]),
+        );
+        let mut parts = o.stdout.split(|&b| b == 0).map(|p| {
+            String::from_utf8(p.to_vec()).expect("utf8 answer")
+        });
+        let token = parts.next().expect("a token");
+        let mut paths: Vec<String> = parts.filter(|p| !p.is_empty()).collect();
+        paths.sort();
+        (token, paths)
+    }
+
+    /// `git status` with the hook, then without it (its own index, so
+    /// neither run changes what the other keeps).
+    fn statuses(&self) -> (String, String) {
+        let with = common::run(self.git().args(["status", "--porcelain=v2", "-uall"]));
+        let plain = common::run(
+            self.git()
+                .env("GIT_INDEX_FILE", self.dir.join(".git/index.plain"))
+                .args(["-c", "core.fsmonitor=", "-c", "core.untrackedCache=false"])
+                .args(["status", "--porcelain=v2", "-uall"]),
+        );
+        (
+            String::from_utf8_lossy(&with.stdout).into_owned(),
+            String::from_utf8_lossy(&plain.stdout).into_owned(),
+        )
+    }
+}
+
+/// Stops the tree's daemon (it keeps the mount busy) before the mount
+/// goes.
+struct StopDaemon<'a>(&'a Tree);
+impl Drop for StopDaemon<'_> {
+    fn drop(&mut self) {
+        let _ = common::walkfs()
+            .current_dir(&self.0.dir)
+            .env("XDG_RUNTIME_DIR", &self.0.run)
+            .args(["fsmonitor", "--stop"])
+            .status();
+    }
+}
+
+fn setup(tmp: &Path) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    if Command::new("git").arg("--version").output().is_err() {
+        eprintln!("SKIP: git is not installed");
+        return None;
+    }
+    let (src, mnt, run) = (tmp.join("src"), tmp.join("mnt"), tmp.join("run"));
+    for d in [&src, &mnt, &run] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    Some((src, mnt, run))
+}
+
+fn write(p: &Path, s: &str) {
+    std::fs::write(p, s).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+}
+
+/// A repository made through the mount: files in the root and in two
+/// directories, committed.
+fn repo(t: &Tree) {
+    common::run(t.git().args(["init", "-q", "."]));
+    write(&t.dir.join("a"), "a\n");
+    write(&t.dir.join("b"), "b\n");
+    std::fs::create_dir_all(t.dir.join("d/e")).expect("mkdir");
+    for (p, s) in [("d/x", "x\n"), ("d/y", "y\n"), ("d/e/z", "z\n")] {
+        write(&t.dir.join(p), s);
+    }
+    common::run(t.git().args(["add", "."]));
+    common::run(t.git().args(["commit", "-q", "-m", "init"]));
+    std::fs::copy(t.dir.join(".git/index"), t.dir.join(".git/index.plain")).expect("copy index");
+    common::run(t.git().args(["config", "core.untrackedCache", "true"]));
+    let hook = format!("{} fsmonitor", env!("CARGO_BIN_EXE_walkfs"));
+    common::run(t.git().args(["config", "core.fsmonitor", &hook]));
+}
+
+#[test]
+fn the_hook_lists_exactly_the_host_edits() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some((src, mnt, run)) = setup(tmp.path()) else {
+        return;
+    };
+    let _m = common::Mount::new(&src, &mnt, "cache=coherent");
+    let t = Tree {
+        dir: mnt.clone(),
+        run,
+    };
+    let _stop = StopDaemon(&t);
+    repo(&t);
+    // The first query starts the daemon: "everything".
+    let (t0, first) = t.hook("");
+    assert!(t0.starts_with("walkfs:"), "token {t0:?}");
+    assert_eq!(first, ["/"], "a new daemon knows nothing yet");
+    // Nothing changed: nothing listed.
+    let (t1, none) = t.hook(&t0);
+    assert!(none.is_empty(), "nothing changed, yet {none:?}");
+    // Edits on the host, beside the mount.
+    write(&src.join("a"), "A\n");
+    write(&src.join("new"), "n\n");
+    std::fs::remove_file(src.join("d/x")).expect("unlink");
+    std::fs::rename(src.join("d/e"), src.join("f")).expect("rename dir");
+    let (t2, got) = t.hook(&t1);
+    assert_eq!(got, ["a", "d/e/", "d/x", "f/", "new"], "answer for {t1}");
+    // Only what changed since t2; an old token still gets all since it.
+    write(&mnt.join("b"), "through the mount\n");
+    let (_, got) = t.hook(&t2);
+    assert_eq!(got, ["b"]);
+    let (_, got) = t.hook(&t1);
+    assert_eq!(got, ["a", "b", "d/e/", "d/x", "f/", "new"]);
+    // A token of another daemon: everything.
+    let (_, got) = t.hook("walkfs:1-2:3");
+    assert_eq!(got, ["/"]);
+}
+
+#[test]
+fn git_status_with_the_hook_equals_git_status_without() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some((src, mnt, run)) = setup(tmp.path()) else {
+        return;
+    };
+    let _m = common::Mount::new(&src, &mnt, "cache=coherent");
+    let t = Tree {
+        dir: mnt.clone(),
+        run,
+    };
+    let _stop = StopDaemon(&t);
+    repo(&t);
+    type Edit = fn(&Path);
+    let rounds: [(&str, Edit); 8] = [
+        ("nothing", |_| {}),
+        ("same-size rewrite of a tracked file", |s| write(&s.join("a"), "Z\n")),
+        ("append, untracked files, a new directory", |s| {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(s.join("d/y"))
+                .and_then(|mut f| std::io::Write::write_all(&mut f, b"more\n"))
+                .expect("append");
+            write(&s.join("u1"), "u\n");
+            std::fs::create_dir(s.join("nd")).expect("mkdir");
+            write(&s.join("nd/u2"), "u\n");
+        }),
+        ("delete, chmod", |s| {
+            std::fs::remove_file(s.join("b")).expect("unlink");
+            std::fs::set_permissions(s.join("d/x"), std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+        }),
+        ("renames within and across directories", |s| {
+            std::fs::rename(s.join("d/y"), s.join("d/y2")).expect("rename");
+            std::fs::rename(s.join("d/e/z"), s.join("z")).expect("rename across");
+        }),
+        ("a tracked directory renamed, a symlink, a hard link", |s| {
+            std::fs::rename(s.join("d"), s.join("dd")).expect("rename dir");
+            std::os::unix::fs::symlink("a", s.join("l")).expect("symlink");
+            std::fs::hard_link(s.join("a"), s.join("h")).expect("link");
+        }),
+        ("undo: back to the commit's content", |s| {
+            std::fs::rename(s.join("dd"), s.join("d")).expect("rename back");
+            write(&s.join("a"), "a\n");
+            write(&s.join("b"), "b\n");
+            std::fs::rename(s.join("z"), s.join("d/e/z")).expect("rename back");
+            std::fs::rename(s.join("d/y2"), s.join("d/y")).expect("rename back");
+            write(&s.join("d/y"), "y\n");
+            std::fs::set_permissions(s.join("d/x"), std::fs::Permissions::from_mode(0o644))
+                .expect("chmod");
+            for p in ["u1", "l", "h", "nd/u2"] {
+                std::fs::remove_file(s.join(p)).expect("unlink");
+            }
+            std::fs::remove_dir(s.join("nd")).expect("rmdir");
+        }),
+        ("an edit through the mount", |_| {}),
+    ];
+    for (what, edit) in rounds {
+        edit(&src);
+        if what == "an edit through the mount" {
+            write(&mnt.join("d/e/z"), "zz\n");
+        }
+        let (with, plain) = t.statuses();
+        eprintln!("{what}:\n{with}");
+        assert_eq!(with, plain, "after {what}: git status with the hook differs");
+    }
+    let (with, _) = t.statuses();
+    assert!(
+        with.contains("d/e/z"),
+        "the last edit is not in the status: {with}"
+    );
+}
