@@ -96,12 +96,29 @@ pub fn hook(version: &str, token: &str) -> Result<(), String> {
 /// Stop the daemon of the work tree that is the current directory.
 pub fn stop() -> Result<(), String> {
     let tree = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;
-    match ask(&socket_path(&tree)?, "\u{1}quit") {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(()),
-        Err(e) => Err(format!("fsmonitor daemon of {}: {e}", tree.display())),
+    let sock = socket_path(&tree)?;
+    match ask(&sock, "\u{1}quit") {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Ok(()),
+        Err(e) => return Err(format!("fsmonitor daemon of {}: {e}", tree.display())),
     }
+    // Gone when its lock is free: it no longer holds the tree (an
+    // unmount right after must not find it busy).
+    let lock = std::fs::File::open(sock.with_extension("lock"))
+        .map_err(|e| format!("{}: {e}", sock.display()))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // SAFETY: flock on a file we opened, with no pointers.
+    while unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the fsmonitor daemon of {} did not stop",
+                tree.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
 }
 
 fn ask(sock: &Path, token: &str) -> std::io::Result<Vec<u8>> {
@@ -259,7 +276,9 @@ impl Cookie {
     fn new(tree: &Path) -> Cookie {
         let git = tree.join(".git");
         let dirs = git.is_dir().then(|| {
-            let host = host_copy(tree).map(|t| t.join(".git")).filter(|d| d.is_dir());
+            let host = host_copy(tree)
+                .map(|t| t.join(".git"))
+                .filter(|d| d.is_dir());
             (git, host)
         });
         Cookie { dirs, made: 0 }
@@ -400,8 +419,11 @@ pub fn daemon() -> Result<(), String> {
         }
         let token = token.trim_end_matches('\n');
         if token == "\u{1}quit" {
+            let _ = std::fs::remove_file(&sock);
+            let canon = tree.canonicalize().unwrap_or_else(|_| tree.clone());
+            release(&canon);
             let _ = conn.write_all(b"bye");
-            break;
+            std::process::exit(0);
         }
         let answer = d.answer(token, &cookie);
         cookie.made += 1;
@@ -409,4 +431,29 @@ pub fn daemon() -> Result<(), String> {
     }
     let _ = std::fs::remove_file(&sock);
     Ok(())
+}
+
+/// Let go of everything held in `tree` (the current directory, the
+/// source's open directories), so that whoever asked the daemon to stop
+/// finds the tree free once it answers: what an exiting process holds is
+/// let go only after its lock, in the kernel's order.
+fn release(tree: &Path) {
+    let _ = std::env::set_current_dir("/");
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let held: Vec<i32> = fds
+        .flatten()
+        .filter_map(|e| {
+            let fd = e.file_name().to_str()?.parse().ok()?;
+            std::fs::read_link(e.path())
+                .ok()
+                .filter(|p| p.starts_with(tree))
+                .map(|_| fd)
+        })
+        .collect();
+    for fd in held {
+        // SAFETY: the daemon exits right after; nothing uses these again.
+        unsafe { libc::close(fd) };
+    }
 }

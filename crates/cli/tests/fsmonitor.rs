@@ -30,9 +30,10 @@ impl Tree {
                 .env("XDG_RUNTIME_DIR", &self.run)
                 .args(["fsmonitor", "2", token]),
         );
-        let mut parts = o.stdout.split(|&b| b == 0).map(|p| {
-            String::from_utf8(p.to_vec()).expect("utf8 answer")
-        });
+        let mut parts = o
+            .stdout
+            .split(|&b| b == 0)
+            .map(|p| String::from_utf8(p.to_vec()).expect("utf8 answer"));
         let token = parts.next().expect("a token");
         let mut paths: Vec<String> = parts.filter(|p| !p.is_empty()).collect();
         paths.sort();
@@ -158,7 +159,9 @@ fn git_status_with_the_hook_equals_git_status_without() {
     type Edit = fn(&Path);
     let rounds: [(&str, Edit); 8] = [
         ("nothing", |_| {}),
-        ("same-size rewrite of a tracked file", |s| write(&s.join("a"), "Z\n")),
+        ("same-size rewrite of a tracked file", |s| {
+            write(&s.join("a"), "Z\n")
+        }),
         ("append, untracked files, a new directory", |s| {
             std::fs::OpenOptions::new()
                 .append(true)
@@ -206,7 +209,10 @@ fn git_status_with_the_hook_equals_git_status_without() {
         }
         let (with, plain) = t.statuses();
         eprintln!("{what}:\n{with}");
-        assert_eq!(with, plain, "after {what}: git status with the hook differs");
+        assert_eq!(
+            with, plain,
+            "after {what}: git status with the hook differs"
+        );
     }
     let (with, _) = t.statuses();
     assert!(

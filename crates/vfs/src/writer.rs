@@ -598,8 +598,7 @@ impl Writer {
                 // is its name now (renamed away and back behind our
                 // back, its alias may be the other name's dentry).
                 if flags & D_DIR != 0 {
-                    self.dir_alias
-                        .insert(IIdx(d.target.load(Relaxed)), idx);
+                    self.dir_alias.insert(IIdx(d.target.load(Relaxed)), idx);
                 }
             }
         }
