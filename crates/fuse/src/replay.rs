@@ -33,10 +33,14 @@
 //!   that kind within [`OWN_FOR`] (the host merges a run of writes into
 //!   one report, or not).
 //!
-//! What is lost, and said: past [`QUEUE`] replays waiting the rest are
-//! dropped (logged once); a backend that lost its own queue
-//! (`Change::All`) cannot be replayed. The kernel's caches are invalidated
-//! either way (coherent.rs), so what a watcher then reads is current.
+//! Nothing is dropped here: past [`QUEUE`] replays waiting, the backend's
+//! reporting thread waits (hostfs: the host's fanotify queue, unlimited,
+//! holds the rest; a 9P server merges what waits in its own). Watchers of
+//! the mount that read too slowly get the kernel's own `IN_Q_OVERFLOW`.
+//! What cannot be replayed, and is logged: a backend that lost its own
+//! queue (`Change::All`: inotify's limit on the host, a 9P server's), or a
+//! step whose call failed. The kernel's caches are invalidated either way
+//! (coherent.rs), so what a watcher then reads is current.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -44,7 +48,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -55,8 +59,11 @@ use walkfs_vfs::{Change, ChangeSink, Creds, Ctx, Errno, Handle, Vfs, What};
 
 use crate::WalkFuse;
 
-/// Replays waiting at most.
-const QUEUE: usize = 16 * 1024;
+/// Replays waiting at most (some 100 bytes each). Large: while the
+/// reporting thread waits, a host's fanotify queue grows, and each new
+/// event there is compared with those queued (to merge repeats), which
+/// slows the host's own writers.
+const QUEUE: usize = 256 * 1024;
 /// How long a change made through the mount keeps the backend's report
 /// of it from being replayed.
 const OWN_FOR: Duration = Duration::from_secs(2);
@@ -66,7 +73,7 @@ const GHOST_BASE: u64 = 0xfff0_0000_0000_0000;
 /// One change to carry out on the mount; paths are relative to its root.
 #[derive(Debug)]
 enum Step {
-    Create(Vec<u8>),
+    Create { path: Vec<u8>, is_dir: bool },
     Delete { path: Vec<u8>, is_dir: bool },
     Modify(Vec<u8>),
     Attrib(Vec<u8>),
@@ -194,20 +201,39 @@ impl Replayer {
         mine
     }
 
+    /// An ENTRY reply of a ghost (module comment): no timeouts, so the
+    /// kernel asks again before anyone else uses the name.
+    fn put_ghost(&self, out: &mut Vec<u8>, is_dir: bool) {
+        let id = self.next_ghost.fetch_add(1, Relaxed);
+        let a = abi::Attr {
+            ino: id,
+            mode: if is_dir {
+                libc::S_IFDIR | 0o755
+            } else {
+                libc::S_IFREG | 0o644
+            },
+            nlink: if is_dir { 2 } else { 1 },
+            blksize: 4096,
+            ..Default::default()
+        };
+        walkfs_fusewire::reply::put(
+            out,
+            &abi::EntryOut {
+                nodeid: id,
+                attr: a,
+                ..Default::default()
+            },
+        );
+    }
+
+    /// Queue a step; waits while [`QUEUE`] are waiting (the replay thread
+    /// needs nothing of the caller's: it is a reporting thread, never a
+    /// request's).
     fn send(&self, s: Step) {
-        let tx = self.tx.lock();
-        let Some(tx) = tx.as_ref() else { return };
-        match tx.try_send(s) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                if !self.warned.swap(true, Relaxed) {
-                    tracing::warn!(
-                        "more than {QUEUE} changes waiting to be replayed: \
-                         watchers of the mount miss some (the caches are invalidated)"
-                    );
-                }
-            }
-        }
+        let tx = self.tx.lock().clone();
+        let Some(tx) = tx else { return };
+        // Disconnected: the replay thread ended (the mount is going).
+        let _ = tx.send(s);
     }
 
     fn flush_from(&self) {
@@ -240,11 +266,22 @@ impl Replayer {
 
     fn replay(&self, root: &OwnedFd, step: &Step) -> Result<(), Errno> {
         match step {
-            Step::Create(path) => {
-                let x = self.host_stat(path)?;
+            Step::Create { path, is_dir } => {
+                // Gone again already (a burst of creates and deletes): the
+                // create is still shown, of a ghost, which the delete
+                // that follows removes (the daemon answers a create of a
+                // name the host lacks with a ghost).
+                let (mode, rdev) = match self.host_stat(path) {
+                    Ok(x) => (
+                        u32::from(x.stx_mode),
+                        libc::makedev(x.stx_rdev_major, x.stx_rdev_minor),
+                    ),
+                    Err(Errno::ENOENT) if *is_dir => (libc::S_IFDIR | 0o755, 0),
+                    Err(Errno::ENOENT) => (libc::S_IFREG | 0o644, 0),
+                    Err(e) => return Err(e),
+                };
                 let (dir, name) = self.parent(root, path)?;
                 self.expect(&dir, name, Expect::Absent)?;
-                let mode = u32::from(x.stx_mode);
                 let c = cstr(name)?;
                 // SAFETY: `dir` is an open descriptor and `c` a C string,
                 // both alive across each call.
@@ -253,12 +290,11 @@ impl Replayer {
                         libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode & 0o7777)
                     },
                     libc::S_IFLNK => {
-                        let target = cstr(&self.host_readlink(path)?)?;
+                        let target = cstr(&self.host_readlink(path).unwrap_or_default())?;
                         // SAFETY: as above.
                         unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), c.as_ptr()) }
                     }
                     _ => {
-                        let rdev = libc::makedev(x.stx_rdev_major, x.stx_rdev_minor);
                         // SAFETY: as above.
                         unsafe { libc::mknodat(dir.as_raw_fd(), c.as_ptr(), mode, rdev) }
                     }
@@ -402,13 +438,19 @@ impl ChangeSink for Replayer {
                                     if let Some((f, _, d)) = other {
                                         self.send(Step::Delete { path: f, is_dir: d });
                                     }
-                                    self.send(Step::Create(path));
+                                    self.send(Step::Create {
+                                        path,
+                                        is_dir: how.is_dir,
+                                    });
                                 }
                             }
                         }
                         What::Created => {
                             self.flush_from();
-                            self.send(Step::Create(path));
+                            self.send(Step::Create {
+                                path,
+                                is_dir: how.is_dir,
+                            });
                         }
                         What::Deleted => {
                             self.flush_from();
@@ -422,7 +464,10 @@ impl ChangeSink for Replayer {
                         _ => {
                             self.flush_from();
                             match self.host_stat(&path) {
-                                Ok(_) => self.send(Step::Create(path)),
+                                Ok(x) => self.send(Step::Create {
+                                    path,
+                                    is_dir: u32::from(x.stx_mode) & libc::S_IFMT == libc::S_IFDIR,
+                                }),
                                 Err(_) => self.send(Step::Delete {
                                     path,
                                     is_dir: false,
@@ -449,7 +494,15 @@ impl ChangeSink for Replayer {
                         _ => self.send(Step::Modify(path)),
                     }
                 }
-                Change::All | Change::Degraded => self.flush_from(),
+                Change::All | Change::Degraded => {
+                    self.flush_from();
+                    if !self.warned.swap(true, Relaxed) {
+                        tracing::warn!(
+                            "the source lost changes (its queue overflowed): watchers \
+                             of the mount miss them (the caches are invalidated)"
+                        );
+                    }
+                }
             }
         }
     }
@@ -477,26 +530,7 @@ impl WalkFuse {
                 match e {
                     Expect::Absent => Err(Errno::ENOENT),
                     Expect::Ghost { is_dir } => {
-                        let id = rp.next_ghost.fetch_add(1, Relaxed);
-                        let a = abi::Attr {
-                            ino: id,
-                            mode: if is_dir {
-                                libc::S_IFDIR | 0o755
-                            } else {
-                                libc::S_IFREG | 0o644
-                            },
-                            nlink: if is_dir { 2 } else { 1 },
-                            blksize: 4096,
-                            ..Default::default()
-                        };
-                        walkfs_fusewire::reply::put(
-                            out,
-                            &abi::EntryOut {
-                                nodeid: id,
-                                attr: a,
-                                ..Default::default()
-                            },
-                        );
+                        rp.put_ghost(out, is_dir);
                         Ok(())
                     }
                     Expect::Is { parent, name } => self
@@ -506,9 +540,18 @@ impl WalkFuse {
             }
             Operation::Mknod { name, .. }
             | Operation::Mkdir { name, .. }
-            | Operation::Symlink { name, .. } => self
-                .lookup_node(&self.base, ino, name)
-                .map(|a| self.put_entry(out, a)),
+            | Operation::Symlink { name, .. } => match self.lookup_node(&self.base, ino, name) {
+                Ok(a) => {
+                    self.put_entry(out, a);
+                    Ok(())
+                }
+                // Gone again on the host (see Step::Create).
+                Err(Errno::ENOENT) => {
+                    rp.put_ghost(out, matches!(op, Operation::Mkdir { .. }));
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
             Operation::Setattr(_) => self.attr(ino).map(|a| self.put_attr(out, a)),
             Operation::Unlink { .. } | Operation::Rmdir { .. } | Operation::Rename { .. } => Ok(()),
             _ => return None,
