@@ -15,6 +15,9 @@ command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v git >/dev/null || need_apt+=(git)
 # A real watcher for the tests of change events on mounts.
 command -v inotifywait >/dev/null || need_apt+=(inotify-tools)
+# node and npm: fs.watch and chokidar (installed from npm by the test).
+command -v node >/dev/null || need_apt+=(nodejs)
+command -v npm >/dev/null || need_apt+=(npm)
 # The plot test draws text.
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
 if [ ${#need_apt[@]} -gt 0 ]; then

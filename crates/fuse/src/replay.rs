@@ -73,19 +73,38 @@ const GHOST_BASE: u64 = 0xfff0_0000_0000_0000;
 /// One change to carry out on the mount; paths are relative to its root.
 #[derive(Debug)]
 enum Step {
-    Create { path: Vec<u8>, is_dir: bool },
-    Delete { path: Vec<u8>, is_dir: bool },
+    Create {
+        path: Vec<u8>,
+        is_dir: bool,
+    },
+    /// `was`: the inode number and mode the name had (as the vfs last
+    /// knew it), so that the kernel unlinks the inode it holds, whose own
+    /// watchers (a recursive fs.watch watches every file) then see it go.
+    Delete {
+        path: Vec<u8>,
+        is_dir: bool,
+        was: Option<(u64, u32)>,
+    },
     Modify(Vec<u8>),
     Attrib(Vec<u8>),
-    Move { from: Vec<u8>, to: Vec<u8> },
+    Move {
+        from: Vec<u8>,
+        to: Vec<u8>,
+    },
 }
+
+/// A `moved_from` waiting for its `moved_to`.
+type Pending = (Vec<u8>, u32, bool, Option<(u64, u32)>);
 
 /// What the replay thread's current call must find at a name.
 #[derive(Clone, Debug)]
 enum Expect {
     Absent,
-    Ghost {
+    /// A name the host no longer has: the file the kernel knew there
+    /// (`was`, if it still knows it) or a ghost.
+    Gone {
         is_dir: bool,
+        was: Option<(u64, u32)>,
     },
     /// The file now at `name` in the directory with node id `parent`.
     Is {
@@ -117,8 +136,9 @@ pub(crate) struct Replayer {
     plan: Mutex<HashMap<(u64, Vec<u8>), Expect>>,
     /// What each recent change of the front end's own was, and when.
     own: Mutex<HashMap<Own, Vec<(What, Instant)>>>,
-    /// A `moved_from` waiting for its `moved_to`: (path, cookie, is_dir).
-    from: Mutex<Option<(Vec<u8>, u32, bool)>>,
+    /// A `moved_from` waiting for its `moved_to`: (path, cookie, is_dir,
+    /// what the name was: see [`Step::Delete`]).
+    from: Mutex<Option<Pending>>,
     next_ghost: AtomicU64,
     warned: AtomicBool,
 }
@@ -237,8 +257,8 @@ impl Replayer {
     }
 
     fn flush_from(&self) {
-        if let Some((path, _, is_dir)) = self.from.lock().take() {
-            self.send(Step::Delete { path, is_dir });
+        if let Some((path, _, is_dir, was)) = self.from.lock().take() {
+            self.send(Step::Delete { path, is_dir, was });
         }
     }
 
@@ -301,9 +321,16 @@ impl Replayer {
                 };
                 check(r)
             }
-            Step::Delete { path, is_dir } => {
+            Step::Delete { path, is_dir, was } => {
                 let (dir, name) = self.parent(root, path)?;
-                self.expect(&dir, name, Expect::Ghost { is_dir: *is_dir })?;
+                self.expect(
+                    &dir,
+                    name,
+                    Expect::Gone {
+                        is_dir: *is_dir,
+                        was: *was,
+                    },
+                )?;
                 let c = cstr(name)?;
                 let flags = if *is_dir { libc::AT_REMOVEDIR } else { 0 };
                 // SAFETY: `dir` is open, `c` a C string.
@@ -423,20 +450,31 @@ impl ChangeSink for Replayer {
                     let Some(path) = self.rel_path(dir.0, name) else {
                         continue;
                     };
+                    // Superblock 0: the source's own.
+                    let was = match how.what {
+                        What::Deleted | What::MovedFrom | What::Unknown => {
+                            self.vfs.cached_child(0, dir.0, name)
+                        }
+                        _ => None,
+                    };
                     match how.what {
                         What::MovedFrom => {
                             self.flush_from();
-                            *self.from.lock() = Some((path, how.cookie, how.is_dir));
+                            *self.from.lock() = Some((path, how.cookie, how.is_dir, was));
                         }
                         What::MovedTo => {
                             let from = self.from.lock().take();
                             match from {
-                                Some((f, cookie, _)) if cookie == how.cookie => {
+                                Some((f, cookie, _, _)) if cookie == how.cookie => {
                                     self.send(Step::Move { from: f, to: path })
                                 }
                                 other => {
-                                    if let Some((f, _, d)) = other {
-                                        self.send(Step::Delete { path: f, is_dir: d });
+                                    if let Some((f, _, d, was)) = other {
+                                        self.send(Step::Delete {
+                                            path: f,
+                                            is_dir: d,
+                                            was,
+                                        });
                                     }
                                     self.send(Step::Create {
                                         path,
@@ -457,6 +495,7 @@ impl ChangeSink for Replayer {
                             self.send(Step::Delete {
                                 path,
                                 is_dir: how.is_dir,
+                                was,
                             });
                         }
                         // A source that cannot tell (9P): the name is there
@@ -470,7 +509,9 @@ impl ChangeSink for Replayer {
                                 }),
                                 Err(_) => self.send(Step::Delete {
                                     path,
-                                    is_dir: false,
+                                    is_dir: was
+                                        .is_some_and(|(_, m)| m & libc::S_IFMT == libc::S_IFDIR),
+                                    was,
                                 }),
                             }
                         }
@@ -529,8 +570,11 @@ impl WalkFuse {
                 let e = rp.plan.lock().get(&(ino, name.to_vec())).cloned()?;
                 match e {
                     Expect::Absent => Err(Errno::ENOENT),
-                    Expect::Ghost { is_dir } => {
-                        rp.put_ghost(out, is_dir);
+                    Expect::Gone { is_dir, was } => {
+                        match was.and_then(|(ino, mode)| self.relookup(ino, mode)) {
+                            Some(e) => walkfs_fusewire::reply::put(out, &e),
+                            None => rp.put_ghost(out, is_dir),
+                        }
                         Ok(())
                     }
                     Expect::Is { parent, name } => self
@@ -555,6 +599,28 @@ impl WalkFuse {
             Operation::Setattr(_) => self.attr(ino).map(|a| self.put_attr(out, a)),
             Operation::Unlink { .. } | Operation::Rmdir { .. } | Operation::Rename { .. } => Ok(()),
             _ => return None,
+        })
+    }
+
+    /// An ENTRY of the node the kernel may still hold for inode number
+    /// `ino` (a name the host no longer has): its lookup count goes up,
+    /// as for any entry; no timeouts, so nobody else uses the name
+    /// before the kernel asks again. `None` if no such node is known.
+    fn relookup(&self, ino: u64, mode: u32) -> Option<abi::EntryOut> {
+        let mut nodes = self.nodes.write();
+        let n = nodes.by_id.get_mut(&ino).filter(|n| n.key.1 == ino)?;
+        n.nlookup += 1;
+        let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
+        Some(abi::EntryOut {
+            nodeid: ino,
+            attr: abi::Attr {
+                ino,
+                mode,
+                nlink: if is_dir { 2 } else { 1 },
+                blksize: 4096,
+                ..Default::default()
+            },
+            ..Default::default()
         })
     }
 

@@ -74,7 +74,7 @@ pub use walkfs_fsapi::{
 pub use writeback::WriteBackStats;
 
 use counters::Counters;
-use dcache::{DIdx, Dcache, D_MOUNTROOT};
+use dcache::{DIdx, Dcache, IIdx, D_MOUNTROOT};
 use dirlock::DirLocks;
 use writer::Writer;
 
@@ -378,6 +378,30 @@ impl Vfs {
         let d = *w.dir_alias.get(&ino)?;
         drop(w);
         Some(inner.path_of(d))
+    }
+
+    /// The inode number and mode of what the cache last knew at `name`
+    /// in directory `dir` (a backend node of superblock `sb`), even if it
+    /// was since reported changed; nothing is asked of the backend. (A
+    /// FUSE front end replaying a delete names the file the kernel knew.)
+    pub fn cached_child(&self, sb: usize, dir: u64, name: &[u8]) -> Option<(u64, u32)> {
+        let inner = &self.inner;
+        let dc = &inner.dc;
+        let w = inner.writer();
+        let ino = w.find_inode(dc, sb, dir)?;
+        let d = *w.dir_alias.get(&ino)?;
+        let child = w.d_find(dc, d, name, dcache::hash_name(name))?;
+        let c = dc.dentry(child)?;
+        if c.flags.load(Ordering::Relaxed) & dcache::D_NEGATIVE != 0 {
+            return None;
+        }
+        let i = dc.inode(IIdx(c.target.load(Ordering::Relaxed)))?;
+        let r = (
+            i.ino.load(Ordering::Relaxed),
+            i.mode.load(Ordering::Relaxed),
+        );
+        drop(w);
+        Some(r)
     }
 
     /// Send everything gathered, wait for every change running behind
