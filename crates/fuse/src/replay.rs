@@ -34,13 +34,14 @@
 //!   one report, or not).
 //!
 //! Nothing is dropped here: past [`QUEUE`] replays waiting, the backend's
-//! reporting thread waits (hostfs: the host's fanotify queue, unlimited,
-//! holds the rest; a 9P server merges what waits in its own). Watchers of
-//! the mount that read too slowly get the kernel's own `IN_Q_OVERFLOW`.
-//! What cannot be replayed, and is logged: a backend that lost its own
-//! queue (`Change::All`: inotify's limit on the host, a 9P server's), or a
-//! step whose call failed. The kernel's caches are invalidated either way
-//! (coherent.rs), so what a watcher then reads is current.
+//! reporting thread waits, and the rest of a burst waits in the backend's
+//! own queue (the host's fanotify or inotify queue, 16,384 events by
+//! default; a 9P server's, which merges repeats). Watchers of the mount
+//! that read too slowly get the kernel's own `IN_Q_OVERFLOW`. What cannot
+//! be replayed, and is logged: a backend that lost its own queue
+//! (`Change::All`, a burst past both queues), or a step whose call
+//! failed. The kernel's caches are invalidated either way (coherent.rs),
+//! so what a watcher then reads is current.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -59,10 +60,10 @@ use walkfs_vfs::{Change, ChangeSink, Creds, Ctx, Errno, Handle, Vfs, What};
 
 use crate::WalkFuse;
 
-/// Replays waiting at most (some 100 bytes each). Large: while the
-/// reporting thread waits, a host's fanotify queue grows, and each new
-/// event there is compared with those queued (to merge repeats), which
-/// slows the host's own writers.
+/// Replays waiting at most (some 100 bytes each: 25 MB at most). Large:
+/// beyond it the backend's own queue fills, and is lost when full; and
+/// each new fanotify event is compared with those queued (to merge
+/// repeats), so a full kernel queue slows the host's own writers.
 const QUEUE: usize = 256 * 1024;
 /// How long a change made through the mount keeps the backend's report
 /// of it from being replayed.

@@ -372,18 +372,12 @@ pub fn fstatat_nofollow(dir: BorrowedFd, name: &[u8]) -> Result<(u64, u64)> {
 }
 
 /// A notification-only fanotify group reporting directory fids and names
-/// (needs CAP_SYS_ADMIN and Linux 5.9). Its queue has no limit where
-/// that is allowed: a burst the reader is slow to take (a watcher of the
-/// mount replaying each change) waits in the kernel instead of being
-/// lost; the events of a burst are what it holds, some 100 bytes each.
+/// (needs CAP_SYS_ADMIN and Linux 5.9).
 pub fn fanotify_init() -> Result<OwnedFd> {
     let flags =
         libc::FAN_CLASS_NOTIF | libc::FAN_REPORT_DFID_NAME | libc::FAN_CLOEXEC | libc::FAN_NONBLOCK;
-    let init = |flags| {
-        // SAFETY: plain syscall; the fd returned is ours.
-        owned(unsafe { libc::fanotify_init(flags, libc::O_RDONLY as libc::c_uint) })
-    };
-    init(flags | libc::FAN_UNLIMITED_QUEUE).or_else(|_| init(flags))
+    // SAFETY: plain syscall; the fd returned is ours.
+    owned(unsafe { libc::fanotify_init(flags, libc::O_RDONLY as libc::c_uint) })
 }
 
 /// Mark the whole file system holding `name` (relative to `dir`).
