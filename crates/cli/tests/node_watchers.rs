@@ -128,9 +128,15 @@ fn differential(mode: &str) {
     for d in [&a, &b, &mnt] {
         std::fs::create_dir(d).expect("mkdir");
     }
-    let native = events(&js, mode, &a, &a);
+    // A repeat of the event just before is a matter of timing, on the
+    // host too: whether the write after a create is seen apart from it
+    // depends on when the watcher looks (chokidar stats the file on each
+    // event and throttles changes). Kinds, names and order must agree.
+    let mut native = events(&js, mode, &a, &a);
+    native.dedup();
     let _m = common::Mount::new(&b, &mnt, "cache=coherent");
-    let mounted = events(&js, mode, &mnt, &b);
+    let mut mounted = events(&js, mode, &mnt, &b);
+    mounted.dedup();
     eprintln!("{mode}\nhost:  {native:?}\nmount: {mounted:?}");
     assert!(native.len() >= 8, "the host's own events: {native:?}");
     assert_eq!(mounted, native, "{mode}: events on the mount differ");
