@@ -156,7 +156,7 @@ impl<F: Fn(Event<'_>) + Send + Sync> ChangeSink for Follower<F> {
                 }
                 Change::Inode { node, how, at, .. } => {
                     let path = match at {
-                        Some((dir, name)) => self.join(dir.0, name),
+                        Some(s) => self.join(s.dir.0, &s.name),
                         None => self.join(node.0, b""),
                     };
                     let Some(path) = path else { continue };

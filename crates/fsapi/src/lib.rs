@@ -255,7 +255,7 @@ pub enum Change {
         node: NodeId,
         ino: u64,
         how: How,
-        at: Option<(NodeId, Vec<u8>)>,
+        at: Option<Seen>,
     },
     /// Changes were lost (a queue overflowed): anything cached may be
     /// stale.
@@ -297,6 +297,43 @@ impl What {
             What::Attrib => "attrib",
         }
     }
+
+    /// The number a change record on the wire carries (notify protocol
+    /// version 2): fixed, never reordered.
+    pub fn code(self) -> u8 {
+        match self {
+            What::Unknown => 0,
+            What::Created => 1,
+            What::Deleted => 2,
+            What::MovedFrom => 3,
+            What::MovedTo => 4,
+            What::Modified => 5,
+            What::Attrib => 6,
+        }
+    }
+
+    /// [`What::code`] read back; a number this side does not know is
+    /// [`What::Unknown`] (the caches act on every kind alike).
+    pub fn from_code(c: u8) -> What {
+        match c {
+            1 => What::Created,
+            2 => What::Deleted,
+            3 => What::MovedFrom,
+            4 => What::MovedTo,
+            5 => What::Modified,
+            6 => What::Attrib,
+            _ => What::Unknown,
+        }
+    }
+}
+
+/// Where an inode's change was seen: the directory (its node, its inode
+/// number) and the name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub dir: NodeId,
+    pub dir_ino: u64,
+    pub name: Vec<u8>,
 }
 
 /// A change's kind, whether it was a directory, and the cookie pairing

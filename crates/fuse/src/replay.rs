@@ -526,8 +526,8 @@ impl ChangeSink for Replayer {
                     if self.is_mine(&Own::Inode(*ino), how.what) || self.pt.backed(*ino) {
                         continue;
                     }
-                    let Some((dir, name)) = at else { continue };
-                    let Some(path) = self.rel_path(dir.0, name) else {
+                    let Some(seen) = at else { continue };
+                    let Some(path) = self.rel_path(seen.dir.0, &seen.name) else {
                         continue;
                     };
                     self.flush_from();

@@ -25,6 +25,76 @@ const HEAD: usize = 1 + 8 + 2;
 /// longest name fits.
 pub const MIN_READ: u32 = (HEAD + 255) as u32;
 
+/// The xattr name that opens a notification fid of version 2, whose
+/// records also say what happened. A server that knows only version 1
+/// answers it as any unknown attribute (an error): the client then asks
+/// for [`NAME`].
+pub const NAME_V2: &[u8] = b"walkfs.notify.2";
+/// Version 2, given as the `Rxattrwalk` size.
+pub const VERSION_2: u64 = 2;
+/// Bytes before the name in a version 2 record.
+const HEAD_V2: usize = 1 + 8 + 1 + 1 + 4 + 8 + 2;
+/// [`MIN_READ`] of version 2.
+pub const MIN_READ_V2: u32 = (HEAD_V2 + 255) as u32;
+/// `flags` bit of a version 2 record: the file is a directory.
+pub const IS_DIR: u8 = 1;
+
+/// A version 2 record:
+/// `kind[1] ino[8] what[1] flags[1] cookie[4] dir[8] namelen[2] name`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub kind: u8,
+    /// ENTRY: the directory; INODE: the file.
+    pub ino: u64,
+    /// What happened (`walkfs_fsapi::What::code`; 0: not known).
+    pub what: u8,
+    pub flags: u8,
+    /// Pairs the two halves of a rename (0: none known).
+    pub cookie: u32,
+    /// INODE: the directory where the change was seen (0: not known),
+    /// `name` its name there. ENTRY: 0.
+    pub dir: u64,
+    pub name: &'a [u8],
+}
+
+/// Append one version 2 record to `out`.
+pub fn encode_v2(r: &Record<'_>, out: &mut Vec<u8>) {
+    let name = &r.name[..r.name.len().min(u16::MAX as usize)];
+    out.push(r.kind);
+    out.extend_from_slice(&r.ino.to_le_bytes());
+    out.push(r.what);
+    out.push(r.flags);
+    out.extend_from_slice(&r.cookie.to_le_bytes());
+    out.extend_from_slice(&r.dir.to_le_bytes());
+    out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    out.extend_from_slice(name);
+}
+
+/// The version 2 records in `buf`, up to the first one cut short.
+pub fn decode_v2(mut buf: &[u8]) -> impl Iterator<Item = Record<'_>> {
+    std::iter::from_fn(move || {
+        let h = buf.get(..HEAD_V2)?;
+        let u64_at = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&h[i..i + 8]);
+            u64::from_le_bytes(b)
+        };
+        let len = u16::from_le_bytes([h[23], h[24]]) as usize;
+        let name = buf.get(HEAD_V2..HEAD_V2 + len)?;
+        let r = Record {
+            kind: h[0],
+            ino: u64_at(1),
+            what: h[9],
+            flags: h[10],
+            cookie: u32::from_le_bytes([h[11], h[12], h[13], h[14]]),
+            dir: u64_at(15),
+            name,
+        };
+        buf = &buf[HEAD_V2 + len..];
+        Some(r)
+    })
+}
+
 /// Append one record to `out`.
 pub fn encode(kind: u8, ino: u64, name: &[u8], out: &mut Vec<u8>) {
     let name = &name[..name.len().min(u16::MAX as usize)];
@@ -64,5 +134,44 @@ mod tests {
         let mut long = Vec::new();
         encode(ENTRY, 1, &[b'x'; 255], &mut long);
         assert_eq!(long.len(), MIN_READ as usize);
+    }
+
+    #[test]
+    fn version_2_records_round_trip_and_stop_at_a_short_one() {
+        let a = Record {
+            kind: ENTRY,
+            ino: 7,
+            what: 3,
+            flags: IS_DIR,
+            cookie: 0xdead_beef,
+            dir: 0,
+            name: b"name",
+        };
+        let b = Record {
+            kind: INODE,
+            ino: 9,
+            what: 5,
+            flags: 0,
+            cookie: 0,
+            dir: 7,
+            name: b"f",
+        };
+        let mut buf = Vec::new();
+        encode_v2(&a, &mut buf);
+        encode_v2(&b, &mut buf);
+        let whole = buf.len();
+        encode_v2(&a, &mut buf);
+        buf.truncate(whole + 5);
+        let got: Vec<_> = decode_v2(&buf).collect();
+        assert_eq!(got, vec![a.clone(), b]);
+        let mut long = Vec::new();
+        encode_v2(
+            &Record {
+                name: &[b'x'; 255],
+                ..a
+            },
+            &mut long,
+        );
+        assert_eq!(long.len(), MIN_READ_V2 as usize);
     }
 }

@@ -18,6 +18,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use walkfs_p9::{Data, Fcall};
+use walkfs_p9::notify::{Record, IS_DIR, MIN_READ_V2, NAME_V2, VERSION_2};
 use walkfs_vfs::{Change, ChangeSink, Errno};
 
 use crate::inos::Inos;
@@ -31,6 +32,8 @@ const MAX_QUEUED: usize = 256 * 1024;
 /// One connection's subscription.
 pub(crate) struct Sub {
     fid: u32,
+    /// The protocol version it was opened with (1 or 2).
+    version: u64,
     queue: VecDeque<Vec<u8>>,
     /// The records in `queue`, to queue each at most once: a record still
     /// unsent will be acted on after the repeat happened, so the repeat
@@ -62,29 +65,58 @@ pub(crate) struct Hub {
     inos: Arc<Inos>,
 }
 
-/// Encode one change as a record.
-pub fn encode(c: &Change) -> Vec<u8> {
-    let (kind, ino, name): (u8, u64, &[u8]) = match c {
-        Change::Entry { dir_ino, name, .. } => (ENTRY, *dir_ino, name),
-        Change::Inode { ino, .. } => (INODE, *ino, b""),
-        Change::All => (ALL, 0, b""),
-        Change::Degraded => (DEGRADED, 0, b""),
+/// Encode one change as a record of protocol `version`.
+pub fn encode(c: &Change, version: u64) -> Vec<u8> {
+    let (kind, ino, name, how, dir): (u8, u64, &[u8], _, u64) = match c {
+        Change::Entry {
+            dir_ino, name, how, ..
+        } => (ENTRY, *dir_ino, name, *how, 0),
+        Change::Inode { ino, how, at, .. } => match at {
+            Some(s) => (INODE, *ino, &s.name, *how, s.dir_ino),
+            None => (INODE, *ino, b"", *how, 0),
+        },
+        Change::All => (ALL, 0, b"", Default::default(), 0),
+        Change::Degraded => (DEGRADED, 0, b"", Default::default(), 0),
     };
     let mut r = Vec::new();
-    walkfs_p9::notify::encode(kind, ino, name, &mut r);
+    if version >= VERSION_2 {
+        let rec = Record {
+            kind,
+            ino,
+            what: how.what.code(),
+            flags: if how.is_dir { IS_DIR } else { 0 },
+            cookie: how.cookie,
+            dir,
+            name,
+        };
+        walkfs_p9::notify::encode_v2(&rec, &mut r);
+    } else {
+        // Version 1 names no place for an inode's change.
+        let name = if kind == INODE { &b""[..] } else { name };
+        walkfs_p9::notify::encode(kind, ino, name, &mut r);
+    }
     r
 }
 
 impl Sub {
     fn push(&mut self, rec: &[u8]) {
-        if self.queued_set.contains(rec) {
+        // Version 1 records only say what to drop: one still queued
+        // covers its repeat. Version 2 records are events a watcher sees
+        // in order: only a repeat of the last one is merged (as inotify
+        // does), or a create, delete, create would lose its last create.
+        let repeat = if self.version >= VERSION_2 {
+            self.queue.back().is_some_and(|last| last.as_slice() == rec)
+        } else {
+            self.queued_set.contains(rec)
+        };
+        if repeat {
             return;
         }
         if self.queued + rec.len() > MAX_QUEUED {
             self.queue.clear();
             self.queued_set.clear();
             self.queued = 0;
-            let all = encode(&Change::All);
+            let all = encode(&Change::All, self.version);
             self.queued += all.len();
             self.queued_set.insert(all.clone());
             self.queue.push_back(all);
@@ -127,7 +159,9 @@ fn reply_read(conn: &dyn Peer, tag: u16, data: &[u8]) {
 
 impl ChangeSink for Hub {
     fn changed(&self, changes: &[Change]) {
-        let recs: Vec<Vec<u8>> = changes.iter().map(|c| encode(&self.on_wire(c))).collect();
+        let wire: Vec<Change> = changes.iter().map(|c| self.on_wire(c)).collect();
+        let recs = |v: u64| -> Vec<Vec<u8>> { wire.iter().map(|c| encode(c, v)).collect() };
+        let (v1, v2) = (std::cell::OnceCell::new(), std::cell::OnceCell::new());
         let conns: Vec<Arc<dyn Peer>> = {
             let mut list = self.conns.lock();
             list.retain(|c| c.strong_count() > 0);
@@ -137,7 +171,12 @@ impl ChangeSink for Hub {
             let ready = {
                 let mut n = conn.slot().lock();
                 let Some(sub) = n.as_mut() else { continue };
-                for r in &recs {
+                let recs = if sub.version >= VERSION_2 {
+                    v2.get_or_init(|| recs(VERSION_2))
+                } else {
+                    v1.get_or_init(|| recs(VERSION))
+                };
+                for r in recs {
                     sub.push(r);
                 }
                 sub.ready()
@@ -177,7 +216,11 @@ impl Hub {
                 node: *node,
                 ino: self.inos.shown(*ino),
                 how: *how,
-                at: at.clone(),
+                at: at.as_ref().map(|s| Seen {
+                    dir: s.dir,
+                    dir_ino: self.inos.shown(s.dir_ino),
+                    name: s.name.clone(),
+                }),
             },
             other => other.clone(),
         }
@@ -198,7 +241,11 @@ pub(crate) fn message<P: Peer + 'static>(
 ) -> bool {
     match *f {
         Fcall::Txattrwalk { fid, newfid, name } if name.0 == NOTIFY_NAME => {
-            subscribe(hub, conn, tag, fid, newfid);
+            subscribe(hub, conn, tag, fid, newfid, VERSION);
+            true
+        }
+        Fcall::Txattrwalk { fid, newfid, name } if name.0 == NAME_V2 => {
+            subscribe(hub, conn, tag, fid, newfid, VERSION_2);
             true
         }
         Fcall::Tread { fid, count, .. } => {
@@ -206,7 +253,12 @@ pub(crate) fn message<P: Peer + 'static>(
             let Some(sub) = n.as_mut().filter(|s| s.fid == fid) else {
                 return false;
             };
-            if count < MIN_READ {
+            let least = if sub.version >= VERSION_2 {
+                MIN_READ_V2
+            } else {
+                MIN_READ
+            };
+            if count < least {
                 drop(n);
                 conn.error(tag, Errno::EINVAL);
             } else if sub.parked.is_some() {
@@ -252,7 +304,14 @@ pub(crate) fn flush(conn: &dyn Peer, oldtag: u16) -> bool {
     }
 }
 
-fn subscribe<P: Peer + 'static>(hub: &Hub, conn: &Arc<P>, tag: u16, fid: u32, newfid: u32) {
+fn subscribe<P: Peer + 'static>(
+    hub: &Hub,
+    conn: &Arc<P>,
+    tag: u16,
+    fid: u32,
+    newfid: u32,
+    version: u64,
+) {
     if !conn.may_subscribe(fid, newfid) {
         conn.error(tag, Errno::EBADF);
         return;
@@ -266,6 +325,7 @@ fn subscribe<P: Peer + 'static>(hub: &Hub, conn: &Arc<P>, tag: u16, fid: u32, ne
         }
         let mut sub = Sub {
             fid: newfid,
+            version,
             queue: VecDeque::new(),
             queued_set: HashSet::new(),
             queued: 0,
@@ -274,13 +334,13 @@ fn subscribe<P: Peer + 'static>(hub: &Hub, conn: &Arc<P>, tag: u16, fid: u32, ne
         // A server that cannot see every change says so at once: the
         // client must revalidate rather than trust its cache.
         if !conn.coherent() {
-            sub.push(&encode(&Change::Degraded));
+            sub.push(&encode(&Change::Degraded, version));
         }
         *n = Some(sub);
     }
     let weak: Weak<P> = Arc::downgrade(conn);
     hub.add(weak);
-    conn.send_msg(tag, Fcall::Rxattrwalk { size: VERSION });
+    conn.send_msg(tag, Fcall::Rxattrwalk { size: version });
 }
 
 #[cfg(test)]
@@ -290,6 +350,7 @@ mod tests {
     fn sub() -> Sub {
         Sub {
             fid: 1,
+            version: VERSION,
             queue: VecDeque::new(),
             queued_set: HashSet::new(),
             queued: 0,

@@ -68,7 +68,7 @@ pub use options::{CachePolicy, NegPolicy, Options};
 pub use perm::Creds;
 pub use stat::{Statx, StatxTimestamp};
 pub use walkfs_fsapi::{
-    Change, ChangeSink, Errno, FidStats, FileSystem, FileType, How, Result, RpcStats, StatFs,
+    Change, ChangeSink, Errno, FidStats, FileSystem, FileType, How, Result, RpcStats, Seen, StatFs,
     TimeSet, Timespec, What, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
 pub use writeback::WriteBackStats;

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use walkfs_fsapi::{Change, ChangeSink, Errno, How, NodeId, Result, What};
+use walkfs_fsapi::{Change, ChangeSink, Errno, How, NodeId, Result, Seen, What};
 
 use crate::sys;
 use crate::table::Table;
@@ -477,7 +477,11 @@ impl Watcher {
                 node: NodeId(self.table.nodes.read().find((dev, ino)).unwrap_or(0)),
                 ino,
                 how,
-                at: Some((NodeId(node), name.to_vec())),
+                at: Some(Seen {
+                    dir: NodeId(node),
+                    dir_ino: dir.1,
+                    name: name.to_vec(),
+                }),
             }),
             None => out.push(entry),
         }

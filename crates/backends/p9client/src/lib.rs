@@ -135,8 +135,8 @@ pub struct P9Fs {
     nodes: Arc<Mutex<Nodes>>,
     /// The qid path of the root: its node id.
     root_ino: u64,
-    /// The server agreed to report changes.
-    notify: bool,
+    /// The server agreed to report changes: its protocol version.
+    notify: Option<u64>,
     fids: Arc<Fids>,
     iounit: u32,
     /// The server lists directories with attributes (p9::dirplus); off
@@ -316,7 +316,11 @@ impl P9Fs {
             rpc.send_forget(Fcall::Tclunk { fid: afid });
         }
         let root_ino = attached?;
-        let notify = cfg.notify && notify::subscribe(&rpc);
+        let notify = if cfg.notify {
+            notify::subscribe(&rpc)
+        } else {
+            None
+        };
         let iounit = rpc.msize - IOHDRSZ;
         // Changes go without waiting only to a server that promises to
         // keep their order (diod runs a connection's requests at once).
@@ -1143,10 +1147,11 @@ impl FileSystem for P9Fs {
     /// Changes come from the server (walkfs serve's notification
     /// extension), when it offered them at attach.
     fn watch_changes(&self, sink: Arc<dyn walkfs_fsapi::ChangeSink>) -> Result<()> {
-        if !self.notify {
+        let Some(version) = self.notify else {
             return Err(Errno::EOPNOTSUPP);
-        }
+        };
         notify::start(
+            version,
             Arc::downgrade(&self.rpc),
             self.nodes.clone(),
             self.root_ino,

@@ -6,8 +6,10 @@
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use walkfs_fsapi::{Change, ChangeSink, Errno, How, NodeId, Result};
-use walkfs_p9::notify::{ALL, DEGRADED, ENTRY, INODE, NAME as NOTIFY_NAME, VERSION};
+use walkfs_fsapi::{Change, ChangeSink, Errno, How, NodeId, Result, Seen, What};
+use walkfs_p9::notify::{
+    ALL, DEGRADED, ENTRY, INODE, IS_DIR, NAME as NOTIFY_NAME, NAME_V2, VERSION, VERSION_2,
+};
 use walkfs_p9::{Fcall, Str, IOHDRSZ};
 
 use crate::rpc::Rpc;
@@ -23,35 +25,41 @@ pub(crate) const NOTIFY_FID: u32 = u32::MAX - 2;
 /// 100 ms in which a change must be seen.
 const COALESCE: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// Ask the server for notifications. `false`: it does not offer them (a
+/// Ask the server for notifications: the version it speaks (2, whose
+/// records say what happened, else 1), or `None` if it offers none (a
 /// plain 9P2000.L server answers the unknown xattr with an error).
-pub(crate) fn subscribe(rpc: &Rpc) -> bool {
-    let r = rpc.call(
-        Fcall::Txattrwalk {
-            fid: ROOT_FID,
-            newfid: NOTIFY_FID,
-            name: Str(NOTIFY_NAME),
-        },
-        |r| match r {
-            Fcall::Rxattrwalk { size } => Ok(size),
-            r => Err(err_of(&r)),
-        },
-    );
-    match r {
-        Ok(VERSION) => true,
-        Ok(v) => {
-            // A fid was made: give it back.
-            tracing::warn!("server offers notification protocol {v}, not {VERSION}");
-            rpc.send_forget(Fcall::Tclunk { fid: NOTIFY_FID });
-            false
+pub(crate) fn subscribe(rpc: &Rpc) -> Option<u64> {
+    for (name, want) in [(NAME_V2, VERSION_2), (NOTIFY_NAME, VERSION)] {
+        let r = rpc.call(
+            Fcall::Txattrwalk {
+                fid: ROOT_FID,
+                newfid: NOTIFY_FID,
+                name: Str(name),
+            },
+            |r| match r {
+                Fcall::Rxattrwalk { size } => Ok(size),
+                r => Err(err_of(&r)),
+            },
+        );
+        match r {
+            Ok(v) if v == want => return Some(v),
+            Ok(v) => {
+                // A fid was made: give it back.
+                tracing::warn!("server offers notification protocol {v}, not {want}");
+                rpc.send_forget(Fcall::Tclunk { fid: NOTIFY_FID });
+                return None;
+            }
+            // A server of version 1 does not know the name of version 2.
+            Err(_) => continue,
         }
-        Err(_) => false,
     }
+    None
 }
 
 /// Read notifications until the connection ends, delivering them to
 /// `sink`.
 pub(crate) fn start(
+    version: u64,
     rpc: Weak<Rpc>,
     nodes: Arc<Mutex<Nodes>>,
     root_ino: u64,
@@ -78,7 +86,11 @@ pub(crate) fn start(
                     Ok(recs) if recs.is_empty() => return, // clunked
                     Ok(recs) => {
                         drop(r);
-                        let changes = decode(&recs, &nodes.lock(), root_ino);
+                        let changes = if version >= VERSION_2 {
+                            decode_v2(&recs, &nodes.lock(), root_ino)
+                        } else {
+                            decode(&recs, &nodes.lock(), root_ino)
+                        };
                         if !changes.is_empty() {
                             sink.changed(&changes);
                         }
@@ -132,6 +144,50 @@ fn decode(buf: &[u8], nodes: &Nodes, root_ino: u64) -> Vec<Change> {
             DEGRADED => out.push(Change::Degraded),
             // A later protocol's record: whatever it says, the cache
             // cannot know what to drop.
+            _ => out.push(Change::All),
+        }
+    }
+    out
+}
+
+/// Version 2 records as changes, with what happened. An inode's change
+/// is kept when the file or the directory it was seen in is held (a
+/// watcher of the directory is told of it even if the file was never
+/// looked up here).
+fn decode_v2(buf: &[u8], nodes: &Nodes, root_ino: u64) -> Vec<Change> {
+    let held = |ino: u64| ino == root_ino || nodes.by_id.contains_key(&ino);
+    let mut out = Vec::new();
+    for r in walkfs_p9::notify::decode_v2(buf) {
+        let how = How {
+            what: What::from_code(r.what),
+            is_dir: r.flags & IS_DIR != 0,
+            cookie: r.cookie,
+        };
+        match r.kind {
+            ENTRY if held(r.ino) => out.push(Change::Entry {
+                dir: NodeId(r.ino),
+                dir_ino: r.ino,
+                name: r.name.to_vec(),
+                how,
+            }),
+            INODE => {
+                let at = (r.dir != 0 && held(r.dir)).then(|| Seen {
+                    dir: NodeId(r.dir),
+                    dir_ino: r.dir,
+                    name: r.name.to_vec(),
+                });
+                if held(r.ino) || at.is_some() {
+                    out.push(Change::Inode {
+                        node: NodeId(r.ino),
+                        ino: r.ino,
+                        how,
+                        at,
+                    });
+                }
+            }
+            ENTRY => {}
+            ALL => out.push(Change::All),
+            DEGRADED => out.push(Change::Degraded),
             _ => out.push(Change::All),
         }
     }
