@@ -139,6 +139,43 @@ fn watchers_of_a_coherent_mount_see_host_changes_as_on_the_host() {
 }
 
 #[test]
+fn watchers_of_a_mount_of_a_server_see_its_host_changes_as_on_the_host() {
+    if Command::new("inotifywait").arg("--help").output().is_err() {
+        eprintln!("SKIP: inotifywait (inotify-tools) is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (a, b, mnt) = (
+        tmp.path().join("a"),
+        tmp.path().join("b"),
+        tmp.path().join("mnt"),
+    );
+    for d in [&a, &b, &mnt] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    let w = inotifywait(&a).expect("inotifywait");
+    script(&a);
+    let native = events(&w, &a);
+    drop(w);
+    // The server's notifications (protocol version 2) carry what
+    // happened; the mount replays them.
+    let sock = tmp.path().join("sock");
+    let _server = common::serve(&b, &sock);
+    let src = format!("unix:{}", sock.display());
+    let _m = common::Mount::new(Path::new(&src), &mnt, "cache=coherent,negtimeout=-1");
+    let w = inotifywait(&mnt).expect("inotifywait");
+    script(&b);
+    let mounted = events(&w, &mnt);
+    drop(w);
+    eprintln!("host:  {native:?}\nmount: {mounted:?}");
+    assert!(native.len() >= 14, "the host's own events: {native:?}");
+    assert_eq!(
+        mounted, native,
+        "events on the mount of a server differ from the host's"
+    );
+}
+
+#[test]
 fn changes_made_through_the_mount_are_seen_once() {
     if Command::new("inotifywait").arg("--help").output().is_err() {
         eprintln!("SKIP: inotifywait (inotify-tools) is not installed");
