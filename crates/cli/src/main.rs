@@ -152,6 +152,9 @@ enum Cmd {
     /// sync_metadata=1 (wait for every change rather than let creates,
     /// links, unlinks, rmdirs, writes and attribute changes run behind
     /// the caller on a 9P source), msize=N, fids=N, host_fds=N,
+    /// watch_queue=limited|unlimited (a host directory watched with
+    /// fanotify; always unlimited in cache=coherent with events=1, so that
+    /// no change replayed to watchers is lost),
     /// dir_readahead=N, ro, allow_other, default_permissions,
     /// passthrough=0|1, writeback_cache=0|1, threads=N, entry_timeout=S,
     /// attr_timeout=S, and the vfs switches (fastpath, fastperm,

@@ -329,7 +329,7 @@ impl What {
 
 /// Where an inode's change was seen: the directory (its node, its inode
 /// number) and the name.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Seen {
     pub dir: NodeId,
     pub dir_ino: u64,

@@ -21,7 +21,13 @@ use crate::{MountOptions, WalkFuse};
 /// of a socketpair, the 9P client taking the other end: the whole stack,
 /// for tests and comparisons.
 pub fn open_source(source: &str, opts: &MountOptions, via_9p: bool) -> Result<Vfs, String> {
-    let open = || walkfs_source::open(source, &opts.source).map_err(|e| format!("{source}: {e}"));
+    // Replayed changes must not be lost on the way (replay.rs): a local
+    // source's fanotify queue has no limit.
+    let mut src = opts.source.clone();
+    if opts.cache == walkfs_vfs::CachePolicy::Coherent && opts.events {
+        src.backend.watch_queue_unlimited = true;
+    }
+    let open = || walkfs_source::open(source, &src).map_err(|e| format!("{source}: {e}"));
     let kind = Source::parse(source);
     if !via_9p || matches!(kind, Ok(Source::P9(_))) {
         return open();

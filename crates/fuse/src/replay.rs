@@ -597,7 +597,14 @@ impl WalkFuse {
                 }
                 Err(e) => Err(e),
             },
-            Operation::Setattr(_) => self.attr(ino).map(|a| self.put_attr(out, a)),
+            // Asked of the host now: an answer from attributes cached
+            // before a change the host made meanwhile would be kept by the
+            // kernel after that change's invalidation (already sent).
+            Operation::Setattr(_) => self
+                .node(ino)
+                .and_then(|h| self.base.changed_outside(&h))
+                .and_then(|()| self.attr(ino))
+                .map(|a| self.put_attr(out, a)),
             Operation::Unlink { .. } | Operation::Rmdir { .. } | Operation::Rename { .. } => Ok(()),
             _ => return None,
         })

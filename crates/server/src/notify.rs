@@ -17,9 +17,9 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use walkfs_p9::{Data, Fcall};
 use walkfs_p9::notify::{Record, IS_DIR, MIN_READ_V2, NAME_V2, VERSION_2};
-use walkfs_vfs::{Change, ChangeSink, Errno};
+use walkfs_p9::{Data, Fcall};
+use walkfs_vfs::{Change, ChangeSink, Errno, Seen};
 
 use crate::inos::Inos;
 

@@ -108,6 +108,11 @@ pub struct BackendOptions {
     /// For a host directory: `O_PATH` descriptors kept for files not in
     /// use (the rest are opened again by name when needed).
     pub host_fds: u32,
+    /// For a host directory watched with fanotify: ask for a queue with
+    /// no limit (`watch_queue=unlimited`, as root), so that no change is
+    /// lost while the reader is slow. A FUSE mount that replays changes
+    /// to its watchers asks for it: it cannot pass a loss on.
+    pub watch_queue_unlimited: bool,
 }
 
 impl Default for BackendOptions {
@@ -118,14 +123,21 @@ impl Default for BackendOptions {
             secret_file: None,
             fids: walkfs_p9client::DEFAULT_NODE_FIDS as u32,
             host_fds: walkfs_hostfs::DEFAULT_CACHED_FDS as u32,
+            watch_queue_unlimited: false,
         }
     }
 }
 
 impl BackendOptions {
     /// The names [`BackendOptions::set`] takes.
-    pub const NAMES: &'static [&'static str] =
-        &["msize", "aname", "secret_file", "fids", "host_fds"];
+    pub const NAMES: &'static [&'static str] = &[
+        "msize",
+        "aname",
+        "secret_file",
+        "fids",
+        "host_fds",
+        "watch_queue",
+    ];
 
     /// Is `name` a backend's option (rather than the vfs's)?
     pub fn handles(name: &str) -> bool {
@@ -150,6 +162,13 @@ impl BackendOptions {
             "secret_file" if !value.is_empty() => self.secret_file = Some(PathBuf::from(value)),
             "fids" => self.fids = count(value, 1)?,
             "host_fds" => self.host_fds = count(value, 1)?,
+            "watch_queue" => {
+                self.watch_queue_unlimited = match value {
+                    "unlimited" => true,
+                    "limited" => false,
+                    _ => return Err(Errno::EINVAL),
+                }
+            }
             _ => return Err(Errno::EINVAL),
         }
         Ok(())
@@ -219,10 +238,9 @@ pub fn open_source(source: &Source, opts: &SourceOptions, start: bool) -> Result
         Source::Mem => Vfs::new(Arc::new(walkfs_memfs::MemFs::new()), &opts.vfs),
         Source::P9(addr) => open_9p(addr.connect().map_err(Errno::from)?, opts),
         Source::Host(dir) => {
-            let fs: Arc<dyn FileSystem> = Arc::new(walkfs_hostfs::HostFs::with_cached_fds(
-                dir,
-                opts.backend.host_fds as usize,
-            )?);
+            let host = walkfs_hostfs::HostFs::with_cached_fds(dir, opts.backend.host_fds as usize)?;
+            host.set_watch_queue_unlimited(opts.backend.watch_queue_unlimited);
+            let fs: Arc<dyn FileSystem> = Arc::new(host);
             if start {
                 Vfs::new(fs, &opts.vfs)
             } else {
@@ -322,7 +340,7 @@ mod tests {
     #[test]
     fn options_are_routed_by_name() {
         let o = SourceOptions::parse(
-            "cache=coherent,msize=65536,aname=/srv,fids=64,host_fds=8,secret_file=/k,negtimeout=0,fastpath=0,dir_readahead=4",
+            "cache=coherent,msize=65536,aname=/srv,fids=64,host_fds=8,secret_file=/k,negtimeout=0,fastpath=0,dir_readahead=4,watch_queue=unlimited",
         )
         .unwrap();
         assert_eq!(o.vfs.cache, CachePolicy::Coherent);
@@ -336,8 +354,10 @@ mod tests {
                 secret_file: Some("/k".into()),
                 fids: 64,
                 host_fds: 8,
+                watch_queue_unlimited: true,
             }
         );
+        assert!(SourceOptions::parse("watch_queue=some").is_err());
         assert_eq!(o.vfs.dir_readahead, 4);
         assert_eq!(SourceOptions::parse("").unwrap(), SourceOptions::default());
         assert_eq!(SourceOptions::default().backend.fids, 1024);

@@ -54,6 +54,9 @@ pub struct HostFs {
     /// Set once changes are watched: every directory registered from then
     /// on is watched before it is returned.
     watcher: Mutex<Option<Arc<watch::Watcher>>>,
+    /// Ask fanotify for a queue without a limit (see
+    /// [`HostFs::set_watch_queue_unlimited`]).
+    unlimited_queue: std::sync::atomic::AtomicBool,
     /// The process umask at start: modes are re-applied exactly after
     /// creation when it would have stripped bits.
     umask: u32,
@@ -85,6 +88,7 @@ impl HostFs {
             next_fh: Mutex::new(1),
             proc_fd: Arc::new(proc_fd),
             watcher: Mutex::new(None),
+            unlimited_queue: std::sync::atomic::AtomicBool::new(false),
             umask: sys::umask(),
             euid: sys::geteuid(),
             egid: sys::getegid(),
@@ -241,6 +245,17 @@ impl HostFs {
         Ok(())
     }
 
+    /// Watch with a fanotify queue without a limit (as root; set before
+    /// watching starts). Nothing is then lost while the reader is slower
+    /// than the host's writers, and the backlog waits in the kernel; it
+    /// is for a reader that cannot pass a loss on (a FUSE mount replaying
+    /// changes to inotify watchers). The backlog slows the host's writers
+    /// while it lasts.
+    pub fn set_watch_queue_unlimited(&self, on: bool) {
+        self.unlimited_queue
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// [`FileSystem::watch_changes`] with a chosen source (fanotify is
     /// preferred where it can be used; see watch.rs). Reporting starts
     /// with [`FileSystem::start_watching`].
@@ -248,7 +263,16 @@ impl HostFs {
         // Held across the scan of existing directories, so that one
         // registered meanwhile waits and is then covered too.
         let mut slot = self.watcher.lock();
-        let w = watch::Watcher::new(source, sink, self.table.clone(), self.proc_fd.clone())?;
+        let unlimited = self
+            .unlimited_queue
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let w = watch::Watcher::new(
+            source,
+            unlimited,
+            sink,
+            self.table.clone(),
+            self.proc_fd.clone(),
+        )?;
         if let Some(key) = self.table.root_key() {
             tracing::info!("watching for changes with {}", w.source_of(key.0));
         }

@@ -372,12 +372,21 @@ pub fn fstatat_nofollow(dir: BorrowedFd, name: &[u8]) -> Result<(u64, u64)> {
 }
 
 /// A notification-only fanotify group reporting directory fids and names
-/// (needs CAP_SYS_ADMIN and Linux 5.9).
-pub fn fanotify_init() -> Result<OwnedFd> {
+/// (needs CAP_SYS_ADMIN and Linux 5.9); its queue without a limit if
+/// `unlimited` and allowed.
+pub fn fanotify_init(unlimited: bool) -> Result<OwnedFd> {
     let flags =
         libc::FAN_CLASS_NOTIF | libc::FAN_REPORT_DFID_NAME | libc::FAN_CLOEXEC | libc::FAN_NONBLOCK;
-    // SAFETY: plain syscall; the fd returned is ours.
-    owned(unsafe { libc::fanotify_init(flags, libc::O_RDONLY as libc::c_uint) })
+    let init = |flags| {
+        // SAFETY: plain syscall; the fd returned is ours.
+        owned(unsafe { libc::fanotify_init(flags, libc::O_RDONLY as libc::c_uint) })
+    };
+    if unlimited {
+        if let Ok(fd) = init(flags | libc::FAN_UNLIMITED_QUEUE) {
+            return Ok(fd);
+        }
+    }
+    init(flags)
 }
 
 /// Mark the whole file system holding `name` (relative to `dir`).

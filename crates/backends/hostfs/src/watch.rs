@@ -159,12 +159,13 @@ pub(crate) struct Watcher {
 impl Watcher {
     pub fn new(
         source: WatchSource,
+        unlimited: bool,
         sink: Arc<dyn ChangeSink>,
         table: Arc<Table>,
         proc_fd: Arc<OwnedFd>,
     ) -> Result<Arc<Watcher>> {
         let fan = match source {
-            WatchSource::Auto => sys::fanotify_init().ok().map(|fd| Fan {
+            WatchSource::Auto => sys::fanotify_init(unlimited).ok().map(|fd| Fan {
                 fd,
                 marked: Mutex::new(HashSet::new()),
                 refused: Mutex::new(HashSet::new()),
