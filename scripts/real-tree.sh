@@ -10,7 +10,8 @@
 # native mount via-9p serve bindfs) picks some; native always runs first. Each step is timed
 # (`find` alone, then the listing); the listing (names, types, sizes of
 # non-directories, modes, link targets), the content checksum and git's answers must equal the native
-# run's. Each mode runs on a new ext4 on a loop device: this machine's
+# run's. REAL_TREE_MOUNT_OPTS gives the walkfs mounts options (e.g.
+# cache=coherent). Each mode runs on a new ext4 on a loop device: this machine's
 # root is ext4 without a journal, whose inode allocator scans every inode
 # freed in the last minutes, so the previous mode's rm -rf would be timed.
 #
@@ -23,6 +24,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 walkfs=${WALKFS:-$repo/target/release/walkfs}
 [ -x "$walkfs" ] || cargo build --release -p walkfs-cli
+mopts=${REAL_TREE_MOUNT_OPTS:-}
 cache=/var/tmp/walkfs-real-tree
 tarball=${1:-}
 sub=${2:-fs}
@@ -124,15 +126,15 @@ for mode in "${modes[@]}"; do
     mkdir -p "$src" "$work/mnt"
     root=$src
     case $mode in
-    mount) "$walkfs" mount "$src" "$work/mnt"; root=$work/mnt ;;
-    via-9p) "$walkfs" mount --via-9p "$src" "$work/mnt"; root=$work/mnt ;;
+    mount) "$walkfs" mount "$src" "$work/mnt" ${mopts:+-o "$mopts"}; root=$work/mnt ;;
+    via-9p) "$walkfs" mount --via-9p "$src" "$work/mnt" ${mopts:+-o "$mopts"}; root=$work/mnt ;;
     serve)
         rm -f "$work/serve.sock"
         "$walkfs" serve "$src" --listen "unix:$work/serve.sock" --reply-delay-us "$delay" \
             2>"$work/serve.log" &
         server=$!
         for _ in $(seq 100); do [ -S "$work/serve.sock" ] && break; sleep 0.1; done
-        "$walkfs" mount "unix:$work/serve.sock" "$work/mnt"
+        "$walkfs" mount "unix:$work/serve.sock" "$work/mnt" ${mopts:+-o "$mopts"}
         root=$work/mnt
         echo "real-tree: serve: walkfs serve --reply-delay-us $delay" >&2
         ;;
