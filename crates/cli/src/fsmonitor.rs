@@ -269,7 +269,7 @@ struct Cookie {
     /// The git directory as the stream sees it (to make the cookie in
     /// when no host copy is known), and as the host has it.
     dirs: Option<(PathBuf, Option<PathBuf>)>,
-    made: u64,
+    made: std::sync::atomic::AtomicU64,
 }
 
 impl Cookie {
@@ -281,7 +281,10 @@ impl Cookie {
                 .filter(|d| d.is_dir());
             (git, host)
         });
-        Cookie { dirs, made: 0 }
+        Cookie {
+            dirs,
+            made: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 
     /// Make a cookie and wait until the stream reports it: false if it
@@ -290,7 +293,8 @@ impl Cookie {
         let Some((git, host)) = &self.dirs else {
             return false;
         };
-        let name = format!("{COOKIE}{}-{}", std::process::id(), self.made);
+        let n = self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("{COOKIE}{}-{n}", std::process::id());
         let at = host.as_ref().unwrap_or(git).join(&name);
         d.log.lock().waiting.insert(name.clone(), false);
         let made = std::fs::OpenOptions::new()
@@ -392,7 +396,7 @@ pub fn daemon() -> Result<(), String> {
     let each = Arc::clone(&d);
     let dir = tree.to_string_lossy().into_owned();
     let _vfs = watch::follow(&dir, "", move |e| each.record(e))?;
-    let mut cookie = Cookie::new(&tree);
+    let cookie = Arc::new(Cookie::new(&tree));
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(|e| format!("{}: {e}", sock.display()))?;
     tracing::info!("fsmonitor for {dir} on {}", sock.display());
@@ -408,29 +412,39 @@ pub fn daemon() -> Result<(), String> {
             }
         });
     }
-    // One query at a time: git asks once per command.
+    // A thread per query: one client that never sends its token must not
+    // hold up git's (each waits for its own cookie).
     for conn in listener.incoming() {
-        let Ok(mut conn) = conn else { continue };
+        let Ok(conn) = conn else { continue };
         *idle.lock() = Instant::now();
-        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-        let mut token = String::new();
-        if BufReader::new(&conn).read_line(&mut token).is_err() {
-            continue;
-        }
-        let token = token.trim_end_matches('\n');
-        if token == "\u{1}quit" {
-            let _ = std::fs::remove_file(&sock);
-            let canon = tree.canonicalize().unwrap_or_else(|_| tree.clone());
-            release(&canon);
-            let _ = conn.write_all(b"bye");
-            std::process::exit(0);
-        }
-        let answer = d.answer(token, &cookie);
-        cookie.made += 1;
-        let _ = conn.write_all(&answer);
+        let (d, cookie, sock, tree) = (
+            Arc::clone(&d),
+            Arc::clone(&cookie),
+            sock.clone(),
+            tree.clone(),
+        );
+        std::thread::spawn(move || serve_query(conn, &d, &cookie, &sock, &tree));
     }
     let _ = std::fs::remove_file(&sock);
     Ok(())
+}
+
+/// Answer one connection: a token, or the request to stop.
+fn serve_query(mut conn: UnixStream, d: &Daemon, cookie: &Cookie, sock: &Path, tree: &Path) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut token = String::new();
+    if BufReader::new(&conn).read_line(&mut token).is_err() {
+        return;
+    }
+    let token = token.trim_end_matches('\n');
+    if token == "\u{1}quit" {
+        let _ = std::fs::remove_file(sock);
+        release(&tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()));
+        let _ = conn.write_all(b"bye");
+        std::process::exit(0);
+    }
+    let answer = d.answer(token, cookie);
+    let _ = conn.write_all(&answer);
 }
 
 /// Let go of everything held in `tree` (the current directory, the
