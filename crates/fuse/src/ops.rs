@@ -241,7 +241,10 @@ impl Filesystem for WalkFuse {
             Operation::Release { fh } => {
                 if self.pt.released(ino) {
                     // The last open written straight to the host file:
-                    // its attributes are asked of the host again.
+                    // its attributes are asked of the host again. The
+                    // host's reports of the kernel's writes may come after
+                    // this close: they are the mount's own (replay.rs).
+                    self.mine_inode(ino, walkfs_vfs::What::Modified);
                     if let Ok(h) = self.node(ino) {
                         let _ = self.base.changed_outside(&h);
                     }
