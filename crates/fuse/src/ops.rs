@@ -243,10 +243,13 @@ impl Filesystem for WalkFuse {
                     // The last open written straight to the host file:
                     // its attributes are asked of the host again. The
                     // host's reports of the kernel's writes may come after
-                    // this close: they are the mount's own (replay.rs).
-                    self.mine_inode(ino, walkfs_vfs::What::Modified);
+                    // this close: they are the mount's own while the host
+                    // keeps the state it has now (replay.rs).
                     if let Ok(h) = self.node(ino) {
                         let _ = self.base.changed_outside(&h);
+                    }
+                    if let Ok(a) = self.attr(ino) {
+                        self.mine_closed(ino, &a);
                     }
                 }
                 if fh != 0 {

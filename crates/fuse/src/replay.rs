@@ -94,6 +94,9 @@ enum Step {
     },
 }
 
+/// A file's (size, mtime in ns).
+type Stamp = (u64, i64);
+
 /// A `moved_from` waiting for its `moved_to`.
 type Pending = (Vec<u8>, u32, bool, Option<(u64, u32)>);
 
@@ -137,6 +140,11 @@ pub(crate) struct Replayer {
     plan: Mutex<HashMap<(u64, Vec<u8>), Expect>>,
     /// What each recent change of the front end's own was, and when.
     own: Mutex<HashMap<Own, Vec<(What, Instant)>>>,
+    /// Files the kernel wrote straight to the host (passthrough), by
+    /// inode number: when their last open closed, and their (size,
+    /// mtime) then. A report of their data arriving after the close is
+    /// the mount's own if the host still has that state.
+    closed: Mutex<HashMap<u64, (Instant, Stamp)>>,
     /// A `moved_from` waiting for its `moved_to`: (path, cookie, is_dir,
     /// what the name was: see [`Step::Delete`]).
     from: Mutex<Option<Pending>>,
@@ -158,6 +166,7 @@ impl Replayer {
             tid: AtomicU32::new(0),
             plan: Mutex::new(HashMap::new()),
             own: Mutex::new(HashMap::new()),
+            closed: Mutex::new(HashMap::new()),
             from: Mutex::new(None),
             next_ghost: AtomicU64::new(GHOST_BASE),
             warned: AtomicBool::new(false),
@@ -194,6 +203,35 @@ impl Replayer {
             });
         }
         own.entry(what).or_default().push((how, now));
+    }
+
+    /// The kernel's passthrough writes to inode `ino` ended with its last
+    /// close, leaving it `stamp` (size, mtime in ns).
+    pub fn closed(&self, ino: u64, stamp: Stamp) {
+        if self.tid.load(Relaxed) == 0 {
+            return;
+        }
+        let mut closed = self.closed.lock();
+        if closed.len() > 64 * 1024 {
+            closed.retain(|_, (t, _)| t.elapsed() < OWN_FOR);
+        }
+        closed.insert(ino, (Instant::now(), stamp));
+    }
+
+    /// Is a report of `ino`'s data (at `path`) the echo of the kernel's
+    /// passthrough writes before a recent close: does the host still
+    /// have the size and mtime it had at that close?
+    fn written_before_close(&self, ino: u64, path: &[u8]) -> bool {
+        let Some((t, stamp)) = self.closed.lock().get(&ino).copied() else {
+            return false;
+        };
+        if t.elapsed() >= OWN_FOR {
+            return false;
+        }
+        self.host_stat(path).is_ok_and(|x| {
+            let mtime = x.stx_mtime.tv_sec * 1_000_000_000 + i64::from(x.stx_mtime.tv_nsec);
+            (x.stx_size, mtime) == stamp
+        })
     }
 
     /// Whether a report of `what` changed as `how` is the echo of a
@@ -530,6 +568,9 @@ impl ChangeSink for Replayer {
                     let Some(path) = self.rel_path(seen.dir.0, &seen.name) else {
                         continue;
                     };
+                    if how.what != What::Attrib && self.written_before_close(*ino, &path) {
+                        continue;
+                    }
                     self.flush_from();
                     match how.what {
                         What::Attrib => self.send(Step::Attrib(path)),
@@ -647,6 +688,15 @@ impl WalkFuse {
     pub(crate) fn mine_entry(&self, parent: u64, name: &[u8], how: What) {
         if let (Some(rp), Some(ino)) = (&self.replay, self.ino_of(parent)) {
             rp.mine(Own::Entry(ino, name.to_vec()), how);
+        }
+    }
+
+    /// The last open of node `id` written straight to the host closed;
+    /// `a` its attributes as the host has them now.
+    pub(crate) fn mine_closed(&self, id: u64, a: &abi::Attr) {
+        if let (Some(rp), Some(ino)) = (&self.replay, self.ino_of(id)) {
+            let mtime = a.mtime as i64 * 1_000_000_000 + i64::from(a.mtimensec);
+            rp.closed(ino, (a.size, mtime));
         }
     }
 
