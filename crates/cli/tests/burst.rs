@@ -4,26 +4,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 const FILES: usize = 50_000;
-
-/// Lines a child prints, read on a thread.
-fn lines(child: &mut std::process::Child) -> Receiver<String> {
-    let out = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
 
 /// Read `rx` until `n` events or an overflow came, or nothing came for
 /// a while: (events, overflowed).
@@ -72,7 +57,7 @@ fn a_burst_of_100k_host_changes_reaches_every_watcher_or_overflows() {
             .spawn()
             .expect("inotifywait"),
     );
-    let iw_lines = lines(&mut iw.0);
+    let iw_lines = common::lines(&mut iw.0);
     let mut ww = common::Kill(
         common::walkfs()
             .arg("watch")
@@ -82,7 +67,7 @@ fn a_burst_of_100k_host_changes_reaches_every_watcher_or_overflows() {
             .spawn()
             .expect("walkfs watch"),
     );
-    let ww_lines = lines(&mut ww.0);
+    let ww_lines = common::lines(&mut ww.0);
     std::thread::sleep(Duration::from_secs(1));
     let rss0 = vm(pid, "VmRSS:");
     let t0 = Instant::now();

@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -92,15 +91,7 @@ fn events(js: &Path, mode: &str, watched: &Path, changed: &Path) -> Vec<String> 
             .spawn()
             .expect("node"),
     );
-    let out = child.0.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                return;
-            }
-        }
-    });
+    let rx = common::lines(&mut child.0);
     let ready = rx.recv_timeout(Duration::from_secs(20));
     assert!(
         ready.as_deref().is_ok_and(|l| l.starts_with("ready")),

@@ -96,6 +96,21 @@ impl Drop for Mount {
     }
 }
 
+/// The lines `child` prints on its piped stdout, read on a thread.
+pub fn lines(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let out = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 pub fn run(cmd: &mut Command) -> Output {
     let o = cmd.output().expect("run");
     assert!(
