@@ -283,20 +283,44 @@ fn subdirectories_are_read_ahead_and_used_only_while_fresh() {
     assert_eq!(list("/a/s0"), host("a/s0"));
     assert_eq!(counts(), (used + 1, wasted), "s0 was not read ahead");
 
-    // A change sent since (anywhere): s1's listing may predate it, and
-    // is not used.
+    // A change to the names of another directory (s0) since the ask
+    // leaves s1's listing as good as a new one: it is used.
+    ctx.unlinkat(AT_FDCWD, b"/a/s0/x0", 0).expect("unlink");
+    assert_eq!(list("/a/s1"), host("a/s1"));
+    assert_eq!(counts(), (used + 2, wasted), "s1's listing was not used");
+    // The walk that listed s1 left its fid with s1: emptying it (what
+    // `rm -rf` does next) walks nowhere.
+    let walks = || {
+        vfs.p9_stats()
+            .expect("9p")
+            .rpcs
+            .iter()
+            .find(|(n, _)| *n == "Twalk")
+            .map_or(0, |(_, c)| *c)
+    };
+    let before = walks();
+    for i in 0..5 {
+        let p = format!("/a/s1/x{i}");
+        ctx.unlinkat(AT_FDCWD, p.as_bytes(), 0).expect("unlink");
+    }
+    vfs.sync().expect("sync");
+    assert_eq!(walks(), before, "an unlink in a listed directory walked");
+    assert_eq!(host("a/s1"), [b"deep".to_vec()]);
+
+    // A change of permissions since (anywhere): s2's listing may show it
+    // wrong, and is not used.
     ctx.fchmodat(AT_FDCWD, b"/a/s0/x1", 0o600, 0)
         .expect("chmod");
-    assert_eq!(list("/a/s1"), host("a/s1"));
-    assert_eq!(counts(), (used + 1, wasted + 1), "a stale listing was used");
+    assert_eq!(list("/a/s2"), host("a/s2"));
+    assert_eq!(counts(), (used + 2, wasted + 1), "a stale listing was used");
 
     // Older than a second: a file the host made meanwhile is listed.
-    std::fs::write(a.join("s2/new"), b"n").expect("host write");
+    std::fs::write(a.join("s3/new"), b"n").expect("host write");
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    let got = list("/a/s2");
+    let got = list("/a/s3");
     assert!(got.contains(&b"new".to_vec()), "an old listing was used");
-    assert_eq!(got, host("a/s2"));
-    assert_eq!(counts(), (used + 1, wasted + 2));
+    assert_eq!(got, host("a/s3"));
+    assert_eq!(counts(), (used + 2, wasted + 2));
 }
 
 /// With cache=coherent a miss lists its small directory: the listing

@@ -221,6 +221,9 @@ pub(crate) struct Inner {
     pub wb: writeback::WriteBack,
     /// Directory listings asked for ahead (readahead.rs).
     pub ra: readahead::ReadAhead,
+    /// The changes made through the vfs lately, and what they touched:
+    /// whether a listing read ahead is still fresh (readahead.rs).
+    pub ra_log: readahead::ChangeLog,
     /// Superblocks (bit per index) whose backend cannot list ahead.
     pub no_ahead: AtomicU64,
 }
@@ -329,6 +332,7 @@ impl Vfs {
             listeners: Default::default(),
             wb: writeback::WriteBack::new(weak.clone()),
             ra: readahead::ReadAhead::new(opts.dir_readahead as usize),
+            ra_log: Default::default(),
             no_ahead: AtomicU64::new(0),
             meter,
         });
@@ -505,6 +509,7 @@ impl Vfs {
         drop(opts);
         // Cached answers may depend on the old setting.
         inner.ns_gen.fetch_add(1, Ordering::Release);
+        inner.ra_log.everything();
         Ok(())
     }
 
@@ -550,6 +555,7 @@ impl Vfs {
         w.set_dentry_flag(&inner.dc, at, dcache::D_MOUNTPOINT, 0);
         w.changed();
         drop(w);
+        inner.ra_log.everything();
         drop(mounts);
         self.watch_sb(sb, true);
         Ok(())
@@ -563,6 +569,8 @@ impl Vfs {
         // What is looked up again may differ (the host changed meanwhile):
         // remembered walks must not outlive the dentries they came from.
         w.changed();
+        drop(w);
+        inner.ra_log.everything();
     }
 
     /// The calls made into the backends so far, by operation, and how
@@ -670,6 +678,24 @@ impl Inner {
     /// that read the new generation must see the new state.
     pub fn changed(&self) {
         self.ns_gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// Log, for the directory read-ahead, a change of ours to the names
+    /// in directory `node` of superblock `sb`, after it went to the
+    /// backend (readahead.rs).
+    pub fn names_changed(&self, sb: usize, node: u64) {
+        if self.ra.on() {
+            self.ra_log.record(readahead::Touched::Names((sb, node)));
+        }
+    }
+
+    /// Log, for the directory read-ahead, a change of ours to the
+    /// attributes of `node` of superblock `sb`, after it went to the
+    /// backend (readahead.rs).
+    pub fn attrs_changed(&self, sb: usize, node: u64) {
+        if self.ra.on() {
+            self.ra_log.record(readahead::Touched::Attrs((sb, node)));
+        }
     }
 
     /// The generation remembered whole paths are filed under: moves with

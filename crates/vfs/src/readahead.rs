@@ -16,22 +16,29 @@
 //!   wide directory's later subdirectories, which a depth-first walk
 //!   reaches last, leave room for the deeper ones it reaches first.
 //! - A listing is used only if it is as fresh as one asked for now would
-//!   be: no change to names, permissions or attributes was made through
-//!   this vfs since it was asked for (`ns_gen`, `attr_gen`), no change was
-//!   reported (`ext_seen`), and it is younger than [`MAX_AGE`] (other
-//!   writers, in a mode without change reports, are seen no later than
-//!   through attribute timeouts). Otherwise the directory is listed the
-//!   ordinary way and the early answer is forgotten.
+//!   be: no change made through this vfs since it was asked for touched
+//!   the directory's names or the attributes of a file it lists
+//!   ([`ChangeLog`]), no change of permissions or mounts was made, no
+//!   change was reported (`ext_seen`), and it is younger than [`MAX_AGE`]
+//!   (other writers, in a mode without change reports, are seen no later
+//!   than through attribute timeouts). Otherwise the directory is listed
+//!   the ordinary way and the early answer is forgotten. Changes
+//!   elsewhere do not count: `rm -rf` unlinks in one directory while the
+//!   listings of the next ones are on their way.
 //!
-//! Why the generations suffice: an ask holds its directory's lock shared
-//! (dirlock.rs) while it reads them and sends, so a change of ours to that
-//! directory's names either finished before (was submitted first, and an
-//! ordered backend answers the listing after it) or starts after (and moves
-//! `ns_gen` past what the ask saw). The ask only *tries* the lock: it runs
-//! while its caller holds the listed parent's, and a directory lock is
-//! never waited for while another is held.
+//! Why the log suffices: an ask holds its directory's lock shared
+//! (dirlock.rs) while it reads the log's position and sends, and a change
+//! of ours to that directory's names holds the lock exclusive and is
+//! logged after it went to the backend. So the change either was
+//! submitted first (and an ordered backend answers the listing after it)
+//! or is logged after the ask's position. A change of attributes takes no
+//! directory lock, but is logged after its submission too: logged before
+//! the ask read the position, it was submitted before the listing; logged
+//! after, the use sees it. The ask only *tries* the lock: it runs while
+//! its caller holds the listed parent's, and a directory lock is never
+//! waited for while another is held.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::time::{Duration, Instant};
@@ -67,10 +74,13 @@ struct Asked {
     ticket: Box<dyn ListAhead>,
 }
 
-/// The generations a listing's freshness is judged by (module comment).
+/// Where a listing's freshness is judged from (module comment): the
+/// change log's position, and the generations of attributes (an answer
+/// older than a change of ours does not overwrite what is cached) and of
+/// reported changes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Gens {
-    pub ns: u64,
+    pub log: u64,
     pub attrs: u64,
     pub seen: u64,
 }
@@ -78,10 +88,88 @@ pub(crate) struct Gens {
 impl Gens {
     pub(crate) fn now(inner: &Inner) -> Gens {
         Gens {
-            ns: inner.ns_gen.load(Acquire),
+            log: inner.ra_log.position(),
             attrs: inner.attr_gen.load(Acquire),
             seen: inner.ext_seen.load(Acquire),
         }
+    }
+}
+
+/// What a logged change touched.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Touched {
+    /// The names in directory `key`.
+    Names(Key),
+    /// The attributes of node `key` (shown in every listing of a
+    /// directory holding one of its names).
+    Attrs(Key),
+}
+
+/// Changes recorded before this many later ones are forgotten: a listing
+/// asked for before the oldest one kept is not used.
+const LOG_KEPT: usize = 1024;
+
+/// The recent changes made through this vfs and what each touched, in
+/// order: a listing read ahead is used only if none logged since it was
+/// asked for touched it. Only while read-ahead is on is anything logged.
+#[derive(Default)]
+pub(crate) struct ChangeLog {
+    state: Mutex<LogState>,
+}
+
+#[derive(Default)]
+struct LogState {
+    /// Changes logged so far (the position).
+    seq: u64,
+    /// Every change up to this position counts as touching everything
+    /// (forgotten, or logged as such).
+    floor: u64,
+    /// `(position after it, what it touched)`, oldest first.
+    recent: VecDeque<(u64, Touched)>,
+}
+
+impl ChangeLog {
+    pub fn position(&self) -> u64 {
+        self.state.lock().seq
+    }
+
+    /// Log a change that went to the backend (or was cached) just now.
+    pub fn record(&self, t: Touched) {
+        let mut s = self.state.lock();
+        s.seq += 1;
+        let at = s.seq;
+        if s.recent.len() >= LOG_KEPT {
+            if let Some((p, _)) = s.recent.pop_front() {
+                s.floor = p;
+            }
+        }
+        s.recent.push_back((at, t));
+    }
+
+    /// Log a change that may touch any listing (permissions, mounts,
+    /// cache drops).
+    pub fn everything(&self) {
+        let mut s = self.state.lock();
+        s.seq += 1;
+        s.floor = s.seq;
+        s.recent.clear();
+    }
+
+    /// No change logged after position `since` touched the names of
+    /// `dir` or the attributes of a node `listed` says the listing shows.
+    fn untouched(&self, since: u64, dir: Key, listed: impl Fn(Key) -> bool) -> bool {
+        let s = self.state.lock();
+        if s.floor > since {
+            return false;
+        }
+        s.recent
+            .iter()
+            .rev()
+            .take_while(|(p, _)| *p > since)
+            .all(|(_, t)| match *t {
+                Touched::Names(k) => k != dir,
+                Touched::Attrs(k) => !listed(k),
+            })
     }
 }
 
@@ -196,8 +284,22 @@ impl Inner {
     /// is given up (entries it brought forgotten).
     pub(crate) fn listed_ahead(&self, sb: usize, node: u64) -> Option<(Vec<DirPlus>, Gens)> {
         let asked = self.ra.take((sb, node))?;
-        let fresh = asked.at.elapsed() < MAX_AGE && Gens::now(self) == asked.gens;
-        if !fresh {
+        let dir = (sb, node);
+        // Before the wait only the directory's names can be judged; after
+        // it, the attributes of what it lists too.
+        let fresh = |plus: Option<&[DirPlus]>| {
+            let nodes: HashSet<u64> = plus
+                .unwrap_or_default()
+                .iter()
+                .map(|e| e.entry.node.0)
+                .collect();
+            asked.at.elapsed() < MAX_AGE
+                && self.ext_seen.load(Acquire) == asked.gens.seen
+                && self
+                    .ra_log
+                    .untouched(asked.gens.log, dir, |(s, n)| s == sb && nodes.contains(&n))
+        };
+        if !fresh(None) {
             // Dropped unwaited: the backend gives the answer up.
             self.counters.readahead_wasted.inc();
             return None;
@@ -208,7 +310,7 @@ impl Inner {
             .readahead_wait_ns
             .add(t0.elapsed().as_nanos() as u64);
         match got {
-            Some(Ok(plus)) if Gens::now(self) == asked.gens => {
+            Some(Ok(plus)) if fresh(Some(&plus)) => {
                 self.counters.readahead_used.inc();
                 Some((plus, asked.gens))
             }
@@ -275,7 +377,7 @@ impl Inner {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use crate::tests_util::LaterFs;
-    use crate::{Creds, Options, Vfs, AT_FDCWD};
+    use crate::{Creds, Options, TimeSet, Timespec, Vfs, AT_FDCWD};
 
     fn names(ctx: &crate::Ctx, path: &[u8]) -> Vec<Vec<u8>> {
         let fd = ctx
@@ -293,47 +395,65 @@ mod tests {
         v
     }
 
+    fn create(ctx: &crate::Ctx, path: &[u8]) {
+        let fd = ctx
+            .openat(AT_FDCWD, path, libc::O_CREAT | libc::O_WRONLY, 0o644)
+            .expect("create");
+        ctx.close(fd).expect("close");
+    }
+
     #[test]
     fn subdirectories_are_asked_for_ahead_and_used_only_while_fresh() {
         let fs = LaterFs::new();
+        // Changes behind the caller are carried out as they come.
+        fs.gate.open();
         let vfs = Vfs::new(fs, &Options::default()).expect("vfs");
         let ctx = vfs.context(Creds::root());
-        for d in [&b"/a"[..], b"/a/s0", b"/a/s1", b"/a/s2"] {
+        for d in [&b"/a"[..], b"/a/s0", b"/a/s1", b"/a/s2", b"/a/s3", b"/a/s4"] {
             ctx.mkdirat(AT_FDCWD, d, 0o755).expect("mkdir");
         }
-        let fd = ctx
-            .openat(AT_FDCWD, b"/a/s0/x", libc::O_CREAT | libc::O_WRONLY, 0o644)
-            .expect("create");
-        ctx.close(fd).expect("close");
+        create(&ctx, b"/a/s0/x");
+        create(&ctx, b"/a/s2/z");
         let stats = || {
             let s = vfs.cache_stats();
             (s.readahead_asked, s.readahead_used, s.readahead_wasted)
         };
 
-        // Listing /a asks for its three subdirectories.
-        assert_eq!(names(&ctx, b"/a"), [&b"s0"[..], b"s1", b"s2"]);
-        assert_eq!(stats(), (3, 0, 0));
+        // Listing /a asks for its five subdirectories.
+        assert_eq!(names(&ctx, b"/a"), [&b"s0"[..], b"s1", b"s2", b"s3", b"s4"]);
+        assert_eq!(stats(), (5, 0, 0));
         // s0's listing is taken, and is right.
         assert_eq!(names(&ctx, b"/a/s0"), [&b"x"[..]]);
-        assert_eq!(stats(), (3, 1, 0));
-        // A change made through the vfs since the ask: s1's early answer
-        // may predate it, and is not used; the listing is asked anew.
-        let fd = ctx
-            .openat(
-                AT_FDCWD,
-                b"/a/s1/new",
-                libc::O_CREAT | libc::O_WRONLY,
-                0o644,
-            )
-            .expect("create");
-        ctx.close(fd).expect("close");
+        assert_eq!(stats(), (5, 1, 0));
+        // Changes made through the vfs since the ask: to s1's names (its
+        // early answer may predate it: not used, the listing is asked
+        // anew), and to s0's, which leaves s3's early answer as good as
+        // a new one.
+        create(&ctx, b"/a/s1/new");
+        create(&ctx, b"/a/s0/y");
+        assert_eq!(names(&ctx, b"/a/s3"), Vec::<Vec<u8>>::new());
+        assert_eq!(stats(), (5, 2, 0));
         assert_eq!(names(&ctx, b"/a/s1"), [&b"new"[..]]);
-        assert_eq!(stats(), (3, 1, 1));
+        assert_eq!(stats(), (5, 2, 1));
+        // A change to the attributes of a file s2 lists: its early answer
+        // shows the old ones, and is not used.
+        let t = Some(TimeSet::At(Timespec {
+            sec: 1_000_000,
+            nsec: 0,
+        }));
+        ctx.utimensat(AT_FDCWD, b"/a/s2/z", [t, t], 0)
+            .expect("utimes");
+        assert_eq!(names(&ctx, b"/a/s2"), [&b"z"[..]]);
+        assert_eq!(stats(), (5, 2, 2));
+        let st = ctx
+            .statx(AT_FDCWD, b"/a/s2/z", 0, libc::STATX_MTIME)
+            .expect("stat");
+        assert_eq!(st.stx_mtime.tv_sec, 1_000_000);
 
         // Turned off live: nothing is asked for, what was is given up.
         vfs.set_option("dir_readahead", "0").expect("set");
-        assert_eq!(stats(), (3, 1, 2));
-        assert_eq!(names(&ctx, b"/a"), [&b"s0"[..], b"s1", b"s2"]);
-        assert_eq!(stats().0, 3);
+        assert_eq!(stats(), (5, 2, 3));
+        assert_eq!(names(&ctx, b"/a"), [&b"s0"[..], b"s1", b"s2", b"s3", b"s4"]);
+        assert_eq!(stats().0, 5);
     }
 }

@@ -63,6 +63,9 @@ pub(crate) struct Writer {
     /// A refresh changed what permission checks or walks see (mode,
     /// owner): the namespace generation must move when the lock drops.
     pub ns_dirty: bool,
+    /// A refresh changed a mode, an owner or a symlink body: every
+    /// listing read ahead before may show it wrong (readahead.rs).
+    pub perm_dirty: bool,
     /// Directory inode -> its live dentry, for changes reported by inode
     /// (a directory has one name; the newest dentry wins).
     pub dir_alias: HashMap<IIdx, DIdx>,
@@ -95,6 +98,7 @@ impl Writer {
             clock: 1,
             forgets: Vec::new(),
             ns_dirty: false,
+            perm_dirty: false,
             dir_alias: HashMap::new(),
             parked: Vec::new(),
             positive: HashMap::new(),
@@ -739,6 +743,7 @@ impl Writer {
             || link_changed
         {
             self.ns_dirty = true;
+            self.perm_dirty = true;
         }
         i.seq.write_begin();
         if link_changed {
@@ -989,6 +994,9 @@ impl WriterGuard<'_> {
     pub fn mark_stale(&mut self, dc: &Dcache, idx: IIdx) {
         self.w.mark_stale(dc, idx);
         self.inner.attr_gen.fetch_add(1, Release);
+        if let Some(i) = dc.inode(idx) {
+            self.inner.log_attrs_of(idx, i.node.load(Relaxed));
+        }
     }
 }
 
@@ -1009,6 +1017,9 @@ impl Drop for WriterGuard<'_> {
     fn drop(&mut self) {
         if std::mem::take(&mut self.w.ns_dirty) {
             self.inner.changed();
+        }
+        if std::mem::take(&mut self.w.perm_dirty) {
+            self.inner.ra_log.everything();
         }
         let forgets = self.w.take_forgets();
         // SAFETY: `self.w` is dropped exactly once, here, and not touched
@@ -1033,6 +1044,26 @@ impl Inner {
         {
             w.touched(&self.dc, ino, now, 0, end);
             self.attr_gen.fetch_add(1, Release);
+            self.log_attrs_of(ino, node);
+        }
+    }
+
+    /// Log a change of ours to the attributes of backend node `node`,
+    /// cached in inode `ino`, for the directory read-ahead: by the slot's
+    /// superblock while the slot still holds the node, else as touching
+    /// everything.
+    pub fn log_attrs_of(&self, ino: IIdx, node: u64) {
+        if !self.ra.on() {
+            return;
+        }
+        match self.dc.inode(ino).map(|i| {
+            (
+                i.node.load(Relaxed),
+                (i.flags.load(Relaxed) >> SB_SHIFT) as usize,
+            )
+        }) {
+            Some((n, sb)) if n == node => self.attrs_changed(sb, node),
+            _ => self.ra_log.everything(),
         }
     }
 
@@ -1052,6 +1083,7 @@ impl Inner {
         }
         w.changed();
         self.attr_gen.fetch_add(1, Release);
+        self.log_attrs_of(ino, node);
     }
 }
 

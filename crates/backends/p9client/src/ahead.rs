@@ -7,10 +7,13 @@
 //! One write of three requests: `Twalk(ancestor, names -> f1)`,
 //! `Txattrwalk(f1 -> f2, "walkfs.readdirplus")`, `Tread(f2, 0, iounit)`.
 //! The reader thread files the replies into a [`Listing`]; whoever holds
-//! the [`Ahead`] ticket waits for it, clunks the fids the server made, and
-//! gets the entries if the walk landed on the directories remembered (qid
-//! paths) and the whole listing fit in the first read. Dropping the ticket
-//! unused does the same and decodes nothing.
+//! the [`Ahead`] ticket waits for it, clunks the listing's fid, and gets
+//! the entries if the walk landed on the directories remembered (qid
+//! paths) and the whole listing fit in the first read. The fid the walk
+//! made is kept for the directory when it landed there and the directory
+//! holds none (`rm -rf` then unlinks in it without a walk of its own),
+//! else clunked. Dropping the ticket unused does the same and decodes
+//! nothing.
 //!
 //! Also used, waited for at once, to list a directory that holds no fid in
 //! one round trip rather than two (walk, then list).
@@ -29,6 +32,8 @@ use crate::Fids;
 
 /// One directory's listing, asked for ahead.
 pub struct Listing {
+    /// The directory's node id.
+    id: u64,
     /// The fid the walk makes and the listing's fid.
     pub fids: [u32; 2],
     /// Qid paths the walk must find, in order.
@@ -62,8 +67,9 @@ impl State {
 }
 
 impl Listing {
-    pub fn new(fids: [u32; 2], ids: Vec<u64>) -> Arc<Listing> {
+    pub fn new(id: u64, fids: [u32; 2], ids: Vec<u64>) -> Arc<Listing> {
         Arc::new(Listing {
+            id,
             fids,
             ids,
             state: Mutex::new(State::default()),
@@ -96,9 +102,10 @@ impl Listing {
         }
     }
 
-    /// Wait for the replies (or the connection's death), give up the fids
-    /// the server made, and return the listing's bytes if usable.
-    pub fn finish(&self, rpc: &Rpc, fids: &Fids) -> Option<Vec<u8>> {
+    /// Wait for the replies (or the connection's death), give the walk's
+    /// fid to the directory or up, clunk the listing's, and return the
+    /// listing's bytes if usable.
+    pub fn finish(&self, rpc: &Rpc, fids: &Fids, nodes: &Mutex<Nodes>) -> Option<Vec<u8>> {
         // Time spent here waits for replies, as a call's does.
         let t0 = Instant::now();
         let mut s = self.state.lock();
@@ -116,12 +123,27 @@ impl Listing {
             .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
         rpc.counters.waits.fetch_add(1, Relaxed);
         let (usable, made) = s.outcome();
-        for (fid, made) in self.fids.into_iter().zip(made) {
+        // A walk of no names is a clone of a fid the directory holds.
+        let keep = s.walked && !self.ids.is_empty();
+        let (kept, trimmed) = if keep {
+            let mut n = nodes.lock();
+            let left = n.give(self.id, self.fids[0]);
+            (left.is_none(), n.trim())
+        } else {
+            (false, Vec::new())
+        };
+        for (i, (fid, made)) in self.fids.into_iter().zip(made).enumerate() {
+            if i == 0 && kept {
+                continue;
+            }
             if made {
                 fids.clunk(rpc, fid);
             } else {
                 fids.free(fid);
             }
+        }
+        for fid in trimmed {
+            fids.clunk(rpc, fid);
         }
         usable.then(|| std::mem::take(&mut s.data))
     }
@@ -140,7 +162,7 @@ pub struct Ahead {
 impl ListAhead for Ahead {
     fn wait(mut self: Box<Self>) -> Option<Result<Vec<DirPlus>>> {
         let l = self.listing.take()?;
-        let buf = l.finish(&self.rpc, &self.fids)?;
+        let buf = l.finish(&self.rpc, &self.fids, &self.nodes)?;
         let mut released = Vec::new();
         let r = crate::decode_listing(&self.nodes, self.dir, &buf, &mut released);
         for fid in released {
@@ -153,7 +175,7 @@ impl ListAhead for Ahead {
 impl Drop for Ahead {
     fn drop(&mut self) {
         if let Some(l) = self.listing.take() {
-            l.finish(&self.rpc, &self.fids);
+            l.finish(&self.rpc, &self.fids, &self.nodes);
         }
     }
 }
@@ -178,7 +200,7 @@ mod tests {
 
     /// The listing of a walk through `ids` after the replies given.
     fn after(ids: &[u64], replies: Vec<Option<Fcall<'_>>>) -> (bool, [bool; 2]) {
-        let l = Listing::new([10, 11], ids.to_vec());
+        let l = Listing::new(1, [10, 11], ids.to_vec());
         for (i, r) in replies.into_iter().enumerate() {
             l.reply(i, r);
         }

@@ -929,7 +929,7 @@ impl P9Fs {
         }
         let refs: Vec<&[u8]> = names.iter().map(|n| &**n).collect();
         let fids = [self.alloc_fid(), self.alloc_fid()];
-        let l = ahead::Listing::new(fids, ids);
+        let l = ahead::Listing::new(id, fids, ids);
         let reqs = [
             Fcall::Twalk {
                 fid: from,
@@ -977,7 +977,7 @@ impl P9Fs {
             return None;
         }
         let l = self.ask_listing(node.0, need).ok()??;
-        l.finish(&self.rpc, &self.fids)
+        l.finish(&self.rpc, &self.fids, &self.nodes)
     }
 
     fn simple(&self, req: Fcall<'_>) -> Result<()> {

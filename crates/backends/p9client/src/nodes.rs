@@ -158,6 +158,27 @@ impl Nodes {
         Some((fid, false))
     }
 
+    /// A walk made `fid` to `id` and it landed where remembered (a
+    /// listing asked for ahead walked there): the node keeps it, unpinned,
+    /// if it holds none, so the changes that follow in that directory
+    /// need no walk of their own. Returns the fid when it is not kept (to
+    /// be clunked).
+    pub fn give(&mut self, id: u64, fid: u32) -> Option<u32> {
+        if id == self.root {
+            return Some(fid);
+        }
+        match self.by_id.get_mut(&id) {
+            Some(n) if n.fid == NOFID => {
+                n.fid = fid;
+                n.referenced = true;
+                self.held += 1;
+                self.clock.push(id);
+                None
+            }
+            _ => Some(fid),
+        }
+    }
+
     /// One user of `id`'s fid is done. Returns a fid to clunk when the
     /// node was forgotten while in use and this was its last user.
     pub fn unpin(&mut self, id: u64) -> Option<u32> {

@@ -36,6 +36,7 @@ impl Ctx {
         }
         let hash = hash_name(name);
         let res = op(&*fs);
+        inner.names_changed(ds.sb(), ds.node);
         let mut w = inner.writer();
         w.changed();
         let existing = w.d_find(dc, dir.d, name, hash);
@@ -321,6 +322,8 @@ impl Ctx {
                 // Its link count moved.
                 inner.writer().mark_stale(&inner.dc, old.ino);
             }
+            // Shown with the new count wherever its other names are listed.
+            inner.attrs_changed(os.sb(), os.node);
             Ok(())
         })
     }

@@ -136,6 +136,11 @@ impl Ctx {
             } else {
                 fs.unlink(parent, &name)
             };
+            inner.names_changed(ds.sb(), ds.node);
+            // Its link count, shown wherever another name lists it.
+            if let Some(v) = dc.inode_snap(victim.ino) {
+                inner.attrs_changed(v.sb(), v.node);
+            }
             let mut w = inner.writer();
             w.changed();
             if let Ok(()) | Err(Errno::ENOENT) = r {

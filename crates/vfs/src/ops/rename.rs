@@ -155,6 +155,8 @@ impl Ctx {
             } else {
                 fs.rename(NodeId(ods.node), &oname, NodeId(nds.node), &nname, flags)
             };
+            inner.names_changed(ods.sb(), ods.node);
+            inner.names_changed(nds.sb(), nds.node);
             let mut w = inner.writer();
             w.changed();
             if r.is_ok() {

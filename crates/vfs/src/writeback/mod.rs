@@ -605,6 +605,7 @@ impl Inner {
         let r = self.submit_write(fs, key, p.fh, p.off, &p.buf, p.dentry);
         self.attr_gen
             .fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.attrs_changed(key.0, key.1);
         let refreshed = self.dc.refreshes.load(std::sync::atomic::Ordering::Acquire) != p.refreshes;
         if refreshed {
             pieces.unsure.insert(key);
