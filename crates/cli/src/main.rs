@@ -1349,11 +1349,17 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
         ("writeback_failed", s.writeback_failed),
         ("writeback_waits", s.writeback_waits),
         ("writeback_gathered", s.writeback_gathered),
+        ("readahead_asked", s.readahead_asked),
         ("readahead_used", s.readahead_used),
         ("readahead_wasted", s.readahead_wasted),
     ] {
         rows.push(vec!["vfs".into(), n.into(), c.to_string()]);
     }
+    rows.push(vec![
+        "vfs".into(),
+        "readahead_wait_ms".into(),
+        format!("{:.1}", s.readahead_wait_ms),
+    ]);
     print!("{}", report::table(&["layer", "counter", "value"], &rows));
     Ok(())
 }

@@ -249,6 +249,12 @@ pub struct MountStats {
     pub readahead_used: u64,
     #[serde(default)]
     pub readahead_wasted: u64,
+    /// Listings asked for ahead, and the time callers spent waiting for
+    /// one to arrive (ms).
+    #[serde(default)]
+    pub readahead_asked: u64,
+    #[serde(default)]
+    pub readahead_wait_ms: f64,
     /// Bounded resources and their use: the nodes the kernel holds, the
     /// vfs descriptors cached for them (and their bounds), the 9P
     /// client's fids (held, bound, released, walks to get one back).
@@ -306,6 +312,8 @@ impl MountStats {
             writeback_gathered: wb.gathered,
             readahead_used: cs.readahead_used,
             readahead_wasted: cs.readahead_wasted,
+            readahead_asked: cs.readahead_asked,
+            readahead_wait_ms: cs.readahead_wait_ns as f64 / 1e6,
             resources,
             ..Default::default()
         };

@@ -487,6 +487,7 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
     let ordered = !cfg.inline_all
         && (walkfs_p9::order::changes_state(&f) || matches!(f, Fcall::Tlopen { .. }));
     let inline = cfg.inline_all || answers_from_cache(&f);
+    let quick = !cfg.inline_all && quick_change(&f);
     let mut job = Job {
         conn: Arc::clone(conn),
         tag,
@@ -495,10 +496,18 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
         fids,
         newfid,
     };
+    // A quick change runs here too when the strand is idle: it is next in
+    // the connection's order anyway, nothing read after it can overtake
+    // it (this thread reads on only once it is done), and the hand-off to
+    // a worker (two context switches) costs more than an unlink or a
+    // chmod on a local file system. The strand's exception holds: I/O
+    // that may wait for ever goes the usual way.
+    let quick = quick && !job.may_wait_for_ever();
     // Cheap requests run here when nothing sent before them is still
-    // changing the file system (a racy peek: a strand that empties just
-    // now only costs this request the queue).
-    if inline && (cfg.inline_all || !conn.strand_busy.load(Ordering::Acquire)) {
+    // changing the file system. The peek is racy only one way: this
+    // thread alone marks the strand busy, so idle is idle (and a strand
+    // that empties just now only costs this request the queue).
+    if (inline || quick) && (cfg.inline_all || !conn.strand_busy.load(Ordering::Acquire)) {
         let mut frame = job.run();
         frame.clear();
         return Some(frame);
@@ -613,6 +622,32 @@ fn auth_message(conn: &Conn, tag: u16, f: &Fcall<'_>) -> bool {
 /// lock) goes to the pool, so one slow request never holds up the
 /// connection's others. An injected reply delay is served by the delay
 /// line (link.rs), never by the thread that answered.
+/// Changes quick enough to run on the reader thread when nothing is
+/// queued before them: names and attributes, and writes (of regular
+/// files: checked by the caller). Not `Tfsync` (it waits for the disk)
+/// nor opens. A create never opens an existing file (`O_EXCL`), so never
+/// a fifo.
+fn quick_change(f: &Fcall<'_>) -> bool {
+    matches!(
+        f,
+        Fcall::Tlcreate { .. }
+            | Fcall::Tlcreatei { .. }
+            | Fcall::Tmkdir { .. }
+            | Fcall::Tmkdiri { .. }
+            | Fcall::Tsymlink { .. }
+            | Fcall::Tsymlinki { .. }
+            | Fcall::Tmknod { .. }
+            | Fcall::Tmknodi { .. }
+            | Fcall::Tlink { .. }
+            | Fcall::Trename { .. }
+            | Fcall::Trenameat { .. }
+            | Fcall::Tunlinkat { .. }
+            | Fcall::Tremove { .. }
+            | Fcall::Tsetattr { .. }
+            | Fcall::Twrite { .. }
+    )
+}
+
 fn answers_from_cache(f: &Fcall<'_>) -> bool {
     matches!(
         f,
