@@ -623,10 +623,10 @@ fn auth_message(conn: &Conn, tag: u16, f: &Fcall<'_>) -> bool {
 /// connection's others. An injected reply delay is served by the delay
 /// line (link.rs), never by the thread that answered.
 /// Changes quick enough to run on the reader thread when nothing is
-/// queued before them: names and attributes, and writes (of regular
-/// files: checked by the caller). Not `Tfsync` (it waits for the disk)
-/// nor opens. A create never opens an existing file (`O_EXCL`), so never
-/// a fifo.
+/// queued before them: names and attributes, and opens and writes (of
+/// regular files and directories: checked by the caller). Not `Tfsync`
+/// (it waits for the disk). A create never opens an existing file
+/// (`O_EXCL`), so never a fifo.
 fn quick_change(f: &Fcall<'_>) -> bool {
     matches!(
         f,
@@ -645,6 +645,7 @@ fn quick_change(f: &Fcall<'_>) -> bool {
             | Fcall::Tremove { .. }
             | Fcall::Tsetattr { .. }
             | Fcall::Twrite { .. }
+            | Fcall::Tlopen { .. }
     )
 }
 
