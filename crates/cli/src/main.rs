@@ -1352,6 +1352,9 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
         ("readahead_asked", s.readahead_asked),
         ("readahead_used", s.readahead_used),
         ("readahead_wasted", s.readahead_wasted),
+        ("fileahead_asked", s.fileahead_asked),
+        ("fileahead_used", s.fileahead_used),
+        ("fileahead_wasted", s.fileahead_wasted),
     ] {
         rows.push(vec!["vfs".into(), n.into(), c.to_string()]);
     }

@@ -255,6 +255,13 @@ pub struct MountStats {
     pub readahead_asked: u64,
     #[serde(default)]
     pub readahead_wait_ms: f64,
+    /// Files' opens and first reads asked for ahead, used, given up.
+    #[serde(default)]
+    pub fileahead_asked: u64,
+    #[serde(default)]
+    pub fileahead_used: u64,
+    #[serde(default)]
+    pub fileahead_wasted: u64,
     /// Bounded resources and their use: the nodes the kernel holds, the
     /// vfs descriptors cached for them (and their bounds), the 9P
     /// client's fids (held, bound, released, walks to get one back).
@@ -314,6 +321,9 @@ impl MountStats {
             readahead_wasted: cs.readahead_wasted,
             readahead_asked: cs.readahead_asked,
             readahead_wait_ms: cs.readahead_wait_ns as f64 / 1e6,
+            fileahead_asked: cs.fileahead_asked,
+            fileahead_used: cs.fileahead_used,
+            fileahead_wasted: cs.fileahead_wasted,
             resources,
             ..Default::default()
         };

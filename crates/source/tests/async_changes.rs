@@ -363,3 +363,90 @@ fn a_coherent_miss_is_answered_by_the_listing_it_makes() {
         .expect("made on the host");
     assert_eq!(st.st_size, 3);
 }
+
+/// Read through vfs descriptor `fd` to its end.
+fn read_all(ctx: &walkfs_vfs::Ctx, fd: i32) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let n = ctx.read(fd, &mut buf).expect("read");
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// A reader going through a directory's small files in name order gets
+/// the next ones opened and read ahead; one the client changed since it
+/// was asked for is read anew, and a reader in another order asks for
+/// nothing.
+#[test]
+fn small_files_read_in_order_are_read_ahead() {
+    let t = tempfile::tempdir().expect("tempdir");
+    for dir in ["d", "e"] {
+        let d = t.path().join(dir);
+        std::fs::create_dir(&d).expect("mkdir");
+        for i in 0..20 {
+            let body: Vec<u8> = (0..i * 997).map(|b| (b % 251) as u8).collect();
+            std::fs::write(d.join(format!("f{i:02}")), body).expect("write");
+        }
+    }
+    let vfs = stack(t.path(), "cache=loose,negtimeout=-1");
+    let ctx = vfs.context(Creds::root());
+    let list = |p: &[u8]| {
+        let fd = ctx
+            .openat(AT_FDCWD, p, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+            .expect("open");
+        assert_eq!(ctx.getdents(fd).expect("getdents").len(), 22);
+        ctx.close(fd).expect("close");
+    };
+    let cat = |p: &str| {
+        let fd = ctx
+            .openat(AT_FDCWD, p.as_bytes(), libc::O_RDONLY, 0)
+            .expect("open");
+        let got = read_all(&ctx, fd);
+        ctx.close(fd).expect("close");
+        got
+    };
+    let stats = || {
+        let s = vfs.cache_stats();
+        (s.fileahead_asked, s.fileahead_used, s.fileahead_wasted)
+    };
+    list(b"/d");
+    for i in 0..20 {
+        if i == 5 {
+            // f06, asked for already, changed through the client.
+            let fd = ctx
+                .openat(AT_FDCWD, b"/d/f06", libc::O_WRONLY | libc::O_TRUNC, 0)
+                .expect("open");
+            assert_eq!(ctx.write(fd, b"changed"), Ok(7));
+            ctx.close(fd).expect("close");
+        }
+        let want = if i == 6 {
+            b"changed".to_vec()
+        } else {
+            std::fs::read(t.path().join(format!("d/f{i:02}"))).expect("host")
+        };
+        assert_eq!(cat(&format!("/d/f{i:02}")), want, "f{i:02}");
+    }
+    vfs.sync().expect("sync");
+    assert_eq!(
+        std::fs::read(t.path().join("d/f06")).expect("host"),
+        b"changed"
+    );
+    let (asked, used, wasted) = stats();
+    assert!(used >= 15, "{used} of {asked} files read ahead were used");
+    assert!(
+        wasted >= 1,
+        "the file changed since it was asked for was used"
+    );
+
+    // Backwards: nothing is asked for.
+    list(b"/e");
+    for i in (0..20).rev() {
+        let host = std::fs::read(t.path().join(format!("e/f{i:02}"))).expect("host");
+        assert_eq!(cat(&format!("/e/f{i:02}")), host);
+    }
+    assert_eq!(stats().0, asked);
+}

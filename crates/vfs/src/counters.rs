@@ -64,6 +64,11 @@ pub(crate) struct Counters {
     pub readahead_used: Counter,
     pub readahead_wasted: Counter,
     pub readahead_wait_ns: Counter,
+    /// Files whose open and first read were asked for ahead
+    /// (fileahead.rs), used, given up.
+    pub fileahead_asked: Counter,
+    pub fileahead_used: Counter,
+    pub fileahead_wasted: Counter,
 }
 
 #[cfg(all(test, not(loom)))]

@@ -33,6 +33,7 @@ mod counters;
 mod dcache;
 mod dirlock;
 mod file;
+mod fileahead;
 mod handle;
 mod listing;
 mod metered;
@@ -224,6 +225,8 @@ pub(crate) struct Inner {
     /// The changes made through the vfs lately, and what they touched:
     /// whether a listing read ahead is still fresh (readahead.rs).
     pub ra_log: readahead::ChangeLog,
+    /// Files' first bytes asked for ahead (fileahead.rs).
+    pub(crate) fa: fileahead::FileAhead,
     /// Superblocks (bit per index) whose backend cannot list ahead.
     pub no_ahead: AtomicU64,
 }
@@ -258,6 +261,11 @@ pub struct CacheStats {
     pub readahead_used: u64,
     pub readahead_wasted: u64,
     pub readahead_wait_ns: u64,
+    /// Files whose open and first read were asked for ahead: asked for,
+    /// used, given up.
+    pub fileahead_asked: u64,
+    pub fileahead_used: u64,
+    pub fileahead_wasted: u64,
 }
 
 impl Vfs {
@@ -333,6 +341,7 @@ impl Vfs {
             wb: writeback::WriteBack::new(weak.clone()),
             ra: readahead::ReadAhead::new(opts.dir_readahead as usize),
             ra_log: Default::default(),
+            fa: Default::default(),
             no_ahead: AtomicU64::new(0),
             meter,
         });
@@ -605,6 +614,9 @@ impl Vfs {
             readahead_used: c.readahead_used.get(),
             readahead_wasted: c.readahead_wasted.get(),
             readahead_wait_ns: c.readahead_wait_ns.get(),
+            fileahead_asked: c.fileahead_asked.get(),
+            fileahead_used: c.fileahead_used.get(),
+            fileahead_wasted: c.fileahead_wasted.get(),
         }
     }
 }

@@ -56,6 +56,9 @@ impl Inner {
             }
         };
         self.counters.listings.inc();
+        if self.ra.on() && fs.completion() == walkfs_fsapi::Completion::Ordered {
+            self.fa.listed((sb, s.node), &plus);
+        }
         let dc = &self.dc;
         // Subdirectories to read ahead (readahead.rs), when that is on.
         let read_ahead = self.ra.on();

@@ -157,7 +157,7 @@ impl ChangeLog {
 
     /// No change logged after position `since` touched the names of
     /// `dir` or the attributes of a node `listed` says the listing shows.
-    fn untouched(&self, since: u64, dir: Key, listed: impl Fn(Key) -> bool) -> bool {
+    pub fn untouched(&self, since: u64, dir: Key, listed: impl Fn(Key) -> bool) -> bool {
         let s = self.state.lock();
         if s.floor > since {
             return false;

@@ -56,11 +56,45 @@ impl Ctx {
         if file.fh.load(Relaxed) != crate::file::LAZY {
             return Ok(None);
         }
-        // What was gathered goes first: the backend reads what it has.
+        // What was gathered goes first: the backend reads what it has (and
+        // a file read ahead before it is not used: fileahead.rs).
         inner.flush_file(s.sb(), s.node)?;
         let fs = inner.sb(s.sb())?;
-        let (fh, n) = fs.open_read(NodeId(s.node), OpenFlags(flags & O_ACCMODE), off, buf)?;
-        file.fh.store(fh.0, Relaxed);
+        let ahead = if flags & O_ACCMODE == libc::O_RDONLY {
+            inner.file_ahead(&*fs, (s.sb(), s.node))
+        } else {
+            None
+        };
+        let (n, hit) = match ahead {
+            Some((fh, data)) => {
+                file.fh.store(fh.0, Relaxed);
+                let n = match crate::fileahead::serves(&data, off, buf.len()) {
+                    Some(n) => {
+                        let at = off as usize;
+                        buf[..n].copy_from_slice(&data[at.min(data.len())..][..n]);
+                        n
+                    }
+                    None => fs.read(NodeId(s.node), fh, off, buf)?,
+                };
+                (n, true)
+            }
+            None => {
+                let (fh, n) =
+                    fs.open_read(NodeId(s.node), OpenFlags(flags & O_ACCMODE), off, buf)?;
+                file.fh.store(fh.0, Relaxed);
+                (n, false)
+            }
+        };
+        // The next files of its directory, for a reader going through
+        // them in order.
+        let parent = inner
+            .dc
+            .snap(DIdx(file.dentry.load(Relaxed)))
+            .and_then(|d| inner.dc.snap(d.parent))
+            .and_then(|p| inner.dc.inode_snap(p.inode()));
+        if let Some(p) = parent.filter(|p| p.sb() == s.sb()) {
+            inner.read_files_ahead(&fs, s.sb(), p.node, s.node, hit);
+        }
         Ok(Some(n))
     }
 
