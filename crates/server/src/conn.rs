@@ -487,7 +487,11 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
     let ordered = !cfg.inline_all
         && (walkfs_p9::order::changes_state(&f) || matches!(f, Fcall::Tlopen { .. }));
     let inline = cfg.inline_all || answers_from_cache(&f);
-    let quick = !cfg.inline_all && quick_change(&f);
+    // A big write goes the usual way: reading the next request meanwhile
+    // is worth a hand-off, and the pending bound holds the client back.
+    let quick = !cfg.inline_all
+        && quick_change(&f)
+        && !(matches!(f, Fcall::Twrite { .. }) && frame.len() > READ_BUF);
     let mut job = Job {
         conn: Arc::clone(conn),
         tag,
@@ -623,8 +627,8 @@ fn auth_message(conn: &Conn, tag: u16, f: &Fcall<'_>) -> bool {
 /// connection's others. An injected reply delay is served by the delay
 /// line (link.rs), never by the thread that answered.
 /// Changes quick enough to run on the reader thread when nothing is
-/// queued before them: names and attributes, and opens and writes (of
-/// regular files and directories: checked by the caller). Not `Tfsync`
+/// queued before them: names and attributes, and opens and small writes
+/// (of regular files and directories: checked by the caller). Not `Tfsync`
 /// (it waits for the disk). A create never opens an existing file
 /// (`O_EXCL`), so never a fifo.
 fn quick_change(f: &Fcall<'_>) -> bool {
