@@ -489,8 +489,12 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
     let inline = cfg.inline_all || answers_from_cache(&f);
     // A big write goes the usual way: reading the next request meanwhile
     // is worth a hand-off, and the pending bound holds the client back.
-    let quick = !cfg.inline_all
-        && quick_change(&f)
+    // Every strand request is quick enough for the reader thread but
+    // `Tfsync` (it waits for the disk) and `Txattrcreate`; a create never
+    // opens an existing file (`O_EXCL`), so never a fifo, and an open, a
+    // read or a write of one is checked below.
+    let quick = ordered
+        && !matches!(f, Fcall::Tfsync { .. } | Fcall::Txattrcreate { .. })
         && !(matches!(f, Fcall::Twrite { .. }) && frame.len() > READ_BUF);
     let mut job = Job {
         conn: Arc::clone(conn),
@@ -626,33 +630,6 @@ fn auth_message(conn: &Conn, tag: u16, f: &Fcall<'_>) -> bool {
 /// lock) goes to the pool, so one slow request never holds up the
 /// connection's others. An injected reply delay is served by the delay
 /// line (link.rs), never by the thread that answered.
-/// Changes quick enough to run on the reader thread when nothing is
-/// queued before them: names and attributes, and opens and small writes
-/// (of regular files and directories: checked by the caller). Not `Tfsync`
-/// (it waits for the disk). A create never opens an existing file
-/// (`O_EXCL`), so never a fifo.
-fn quick_change(f: &Fcall<'_>) -> bool {
-    matches!(
-        f,
-        Fcall::Tlcreate { .. }
-            | Fcall::Tlcreatei { .. }
-            | Fcall::Tmkdir { .. }
-            | Fcall::Tmkdiri { .. }
-            | Fcall::Tsymlink { .. }
-            | Fcall::Tsymlinki { .. }
-            | Fcall::Tmknod { .. }
-            | Fcall::Tmknodi { .. }
-            | Fcall::Tlink { .. }
-            | Fcall::Trename { .. }
-            | Fcall::Trenameat { .. }
-            | Fcall::Tunlinkat { .. }
-            | Fcall::Tremove { .. }
-            | Fcall::Tsetattr { .. }
-            | Fcall::Twrite { .. }
-            | Fcall::Tlopen { .. }
-    )
-}
-
 fn answers_from_cache(f: &Fcall<'_>) -> bool {
     matches!(
         f,

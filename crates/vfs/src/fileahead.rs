@@ -3,7 +3,7 @@
 //! *.h`) finds the next files' first bytes already on their way, instead
 //! of paying a round trip to open and read each. Like the directory
 //! read-ahead (readahead.rs), only for a backend whose answers travel and
-//! keep their order ([`Completion::Ordered`]), and only while
+//! keep their order (`Completion::Ordered`), and only while
 //! `dir_readahead` is on.
 //!
 //! The policy:
@@ -152,11 +152,6 @@ impl FileAhead {
 }
 
 impl Inner {
-    /// Whether files of superblock `sb` are read ahead.
-    fn reads_ahead(&self, fs: &dyn FileSystem) -> bool {
-        self.ra.on() && fs.completion() == walkfs_fsapi::Completion::Ordered
-    }
-
     /// The open handle and first bytes of file `key`, read ahead and
     /// still fresh (module comment), now the caller's. A stale one is
     /// released.
@@ -210,7 +205,7 @@ impl Inner {
         node: u64,
         hit: bool,
     ) {
-        if !self.reads_ahead(&**fs) {
+        if !self.lists_ahead(sb) {
             return;
         }
         let dir = (sb, dir);

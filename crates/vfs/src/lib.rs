@@ -227,7 +227,9 @@ pub(crate) struct Inner {
     pub ra_log: readahead::ChangeLog,
     /// Files' first bytes asked for ahead (fileahead.rs).
     pub(crate) fa: fileahead::FileAhead,
-    /// Superblocks (bit per index) whose backend cannot list ahead.
+    /// Superblocks (bit per index) whose backend cannot list ahead: set at
+    /// mount for one that does not keep its answers' order, else once
+    /// `list_ahead` said no.
     pub no_ahead: AtomicU64,
 }
 
@@ -316,6 +318,7 @@ impl Vfs {
         // The root inode keeps the backend's implicit root reference.
         w.take_forgets();
         let root = w.d_make_root(&dc, ino, 0).ok_or(Errno::ENOMEM)?;
+        let no_ahead = readahead::never_ahead(&*fs, 0);
         let inner = Arc::new_cyclic(|weak| Inner {
             sw: Switches::new(opts),
             opts: Mutex::new(opts.clone()),
@@ -342,7 +345,7 @@ impl Vfs {
             ra: readahead::ReadAhead::new(opts.dir_readahead as usize),
             ra_log: Default::default(),
             fa: Default::default(),
-            no_ahead: AtomicU64::new(0),
+            no_ahead: AtomicU64::new(no_ahead),
             meter,
         });
         let vfs = Vfs { inner };
@@ -544,6 +547,9 @@ impl Vfs {
             sbs.push(fs.clone());
             sbs.len() - 1
         };
+        inner
+            .no_ahead
+            .fetch_or(readahead::never_ahead(&*fs, sb), Ordering::Relaxed);
         let mut mounts = inner.mounts.write();
         if mounts.on.contains_key(&at) {
             return Err(Errno::EBUSY);
@@ -696,7 +702,7 @@ impl Inner {
     /// in directory `node` of superblock `sb`, after it went to the
     /// backend (readahead.rs).
     pub fn names_changed(&self, sb: usize, node: u64) {
-        if self.ra.on() {
+        if self.lists_ahead(sb) {
             self.ra_log.record(readahead::Touched::Names((sb, node)));
         }
     }
@@ -705,7 +711,7 @@ impl Inner {
     /// attributes of `node` of superblock `sb`, after it went to the
     /// backend (readahead.rs).
     pub fn attrs_changed(&self, sb: usize, node: u64) {
-        if self.ra.on() {
+        if self.lists_ahead(sb) {
             self.ra_log.record(readahead::Touched::Attrs((sb, node)));
         }
     }

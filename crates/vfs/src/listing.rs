@@ -56,7 +56,7 @@ impl Inner {
             }
         };
         self.counters.listings.inc();
-        if self.ra.on() && fs.completion() == walkfs_fsapi::Completion::Ordered {
+        if self.lists_ahead(sb) {
             self.fa.listed((sb, s.node), &plus);
         }
         let dc = &self.dc;

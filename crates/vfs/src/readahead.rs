@@ -277,7 +277,24 @@ impl ReadAhead {
     }
 }
 
+/// The `no_ahead` bit of superblock `sb` when its backend `fs` never
+/// lists ahead (it does not keep its answers' order), else 0.
+pub(crate) fn never_ahead(fs: &dyn walkfs_fsapi::FileSystem, sb: usize) -> u64 {
+    match fs.completion() {
+        walkfs_fsapi::Completion::Ordered => 0,
+        _ if sb < 64 => 1 << sb,
+        _ => 0,
+    }
+}
+
 impl Inner {
+    /// Whether superblock `sb` reads ahead (and so whether changes to it
+    /// are logged): read-ahead on, and a backend that can.
+    #[inline]
+    pub(crate) fn lists_ahead(&self, sb: usize) -> bool {
+        self.ra.on() && sb < 64 && self.no_ahead.load(Relaxed) & (1 << sb) == 0
+    }
+
     /// The listing of directory `node` (superblock `sb`) read ahead, if one
     /// was asked for and is still fresh: its entries, and the generations
     /// it is as fresh as (what the caller caches it against). A stale one
@@ -332,7 +349,7 @@ impl Inner {
     /// subdirectories `subs`: queue them and ask for as many listings as
     /// there is room for.
     pub(crate) fn read_ahead(&self, sb: usize, parent: u64, subs: &[(u64, IIdx)]) {
-        if !self.ra.on() || sb >= 64 || self.no_ahead.load(Relaxed) & (1 << sb) != 0 {
+        if !self.lists_ahead(sb) {
             return;
         }
         self.ra.listed((sb, parent), subs);
