@@ -682,6 +682,11 @@ fn run(cmd: Cmd) -> Result<(), String> {
                     .map_err(|e| format!("socket group {g}: {e}"))?;
             }
             let export = std::path::Path::new(&dir);
+            // Leases need fanotify permission events, a group of which
+            // only CAP_SYS_ADMIN may make: before the sandbox drops it.
+            if let Err(e) = walkfs_server::lease::prepare_host_guard() {
+                tracing::info!("leases: no fanotify permission events ({e}); none granted");
+            }
             let done = walkfs_server::sandbox::enter(export.is_dir().then_some(export), sandbox)?;
             if !done.is_empty() {
                 tracing::info!("sandbox: {}", done.join(", "));

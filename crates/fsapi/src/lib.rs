@@ -561,6 +561,11 @@ pub enum Completion {
 /// the file system might need.
 pub trait ChangeSink: Send + Sync {
     fn changed(&self, changes: &[Change]);
+
+    /// The backend's server recalls a lease: send everything gathered
+    /// above the backend (small writes not yet handed to it) before this
+    /// returns, so that what the backend sends next comes after all of it.
+    fn recall(&self) {}
 }
 
 /// A backend's message counters (a 9P client's RPCs): what
@@ -721,6 +726,22 @@ pub trait FileSystem: Send + Sync {
         fh: FileHandle,
     ) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
         None
+    }
+
+    /// The backend's own descriptor for `node` (a host directory's
+    /// `O_PATH` descriptor), where it keeps one; `None` elsewhere.
+    fn node_fd(&self, node: NodeId) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
+        let _ = node;
+        None
+    }
+
+    /// Does the backend hold a lease covering `node` (its server will
+    /// recall it before anyone else looks at the file), so that a close
+    /// need not wait for the node's changes to be carried out? Only
+    /// backends that complete changes behind the caller can.
+    fn leased(&self, node: NodeId) -> bool {
+        let _ = node;
+        false
     }
 
     fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, owner: Owner) -> Result<Entry> {

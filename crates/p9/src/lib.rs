@@ -18,6 +18,7 @@ use std::io::{self, Read};
 
 pub mod dirplus;
 pub mod inogrant;
+pub mod lease;
 pub mod notify;
 pub mod order;
 pub mod transport;

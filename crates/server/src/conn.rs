@@ -316,6 +316,8 @@ pub(crate) fn run(server: Arc<Server>, stream: Stream) {
         }
     };
     let conn = Arc::new(Conn::new(server, Sink::Stream(stream), peer.clone()));
+    let me: std::sync::Weak<dyn crate::notify::Peer> = Arc::downgrade(&conn) as _;
+    let _ = conn.session.me.set(me);
     tracing::debug!("{peer}: connected");
     serve_frames(&conn, rd);
     if let Sink::Stream(s) = &*conn.writer.lock() {

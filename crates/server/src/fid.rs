@@ -25,6 +25,9 @@ pub struct FidState {
     /// A directory listing with attributes (the readdirplus extension,
     /// p9::dirplus) this fid reads, as an xattr fid reads its value.
     pub listing: Option<Arc<Vec<u8>>>,
+    /// A lease fid's hold on its lease (lease.rs): given back when the
+    /// fid goes.
+    pub lease: Option<Arc<crate::lease::Hold>>,
 }
 
 enum Status {

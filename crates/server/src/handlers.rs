@@ -289,6 +289,7 @@ pub(crate) fn handle(
         Fcall::Txattrwalk { name, .. } if name.0 == p9::dirplus::NAME => r.list_plus(out),
         Fcall::Txattrwalk { name, .. } if name.0 == p9::order::NAME => r.order(out),
         Fcall::Txattrwalk { name, .. } if name.0 == p9::inogrant::NAME => r.inogrant(out),
+        Fcall::Txattrwalk { name, newfid, .. } if name.0 == p9::lease::NAME => r.lease(newfid, out),
         Fcall::Txattrwalk { .. } | Fcall::Txattrcreate { .. } => Err(Errno::EOPNOTSUPP),
         Fcall::Tmknod {
             name,
@@ -359,6 +360,28 @@ impl Req<'_> {
         (is_dir || x.stx_nlink <= 1).then_some(x.stx_ino)
     }
 
+    /// File `fd` was just made in the directory of `dir_fid`: if this
+    /// connection holds a lease there, the host's opens of the file wait
+    /// for it too (lease.rs). Before the create is answered.
+    fn cover(&self, ctx: &Ctx, dir_fid: &FidState, fd: i32) {
+        let leases = &self.s.server.leases;
+        if !leases.any() {
+            return;
+        }
+        let (Some(me), Ok(dir)) = (self.s.me.get(), node(dir_fid)) else {
+            return;
+        };
+        let Ok(Some(dfd)) = ctx.backend_fd(dir) else {
+            return;
+        };
+        let Some(lease) = leases.held_by(me, std::os::fd::AsFd::as_fd(&*dfd)) else {
+            return;
+        };
+        if let Ok(Some(file)) = ctx.host_file(fd) {
+            leases.cover(&lease, file);
+        }
+    }
+
     /// The state of the `i`th fid the request names.
     fn fid(&self, i: usize) -> Result<FidState> {
         self.fids.get(i).ok_or(Errno::EBADF)?.get()
@@ -401,6 +424,7 @@ impl Req<'_> {
             node: Some(root),
             open: None,
             listing: None,
+            lease: None,
         };
         let qid = qid_of_statx(self.inos(), &fstatx(&st)?);
         self.newfid.ok_or(Errno::EBADF)?.complete(st);
@@ -423,6 +447,7 @@ impl Req<'_> {
                 node: Some(h),
                 open: None,
                 listing: None,
+                lease: None,
             }),
             // A walk of the fid onto itself.
             (Some(h), None) => self.fids[0].update(|st| st.node = Some(h))?,
@@ -525,7 +550,10 @@ impl Req<'_> {
                 Ok(x)
             });
             match r {
-                Ok(x) => Ok(((), x)),
+                Ok(x) => {
+                    self.cover(&ctx, &st, fd);
+                    Ok(((), x))
+                }
                 Err(e) => {
                     let _ = ctx.close(fd);
                     Err(e)
@@ -823,6 +851,7 @@ impl Req<'_> {
             node: None,
             open: None,
             listing: Some(Arc::new(l)),
+            lease: None,
         });
         self.reply(Fcall::Rxattrwalk { size }, out)
     }
@@ -836,6 +865,7 @@ impl Req<'_> {
             node: None,
             open: None,
             listing: Some(Arc::new(Vec::new())),
+            lease: None,
         });
         self.reply(
             Fcall::Rxattrwalk {
@@ -876,6 +906,41 @@ impl Req<'_> {
         )
     }
 
+    /// `Txattrwalk("walkfs.lease")`: a lease on the fid's directory for
+    /// lease fid `lf` (lease.rs, docs/lease-protocol.md).
+    fn lease(&self, lf: u32, out: &mut Vec<u8>) -> Result<()> {
+        writable(self.s)?;
+        let st = self.fid(0)?;
+        let nf = self.newfid.ok_or(Errno::EINVAL)?;
+        let me = self.s.me.get().ok_or(Errno::EOPNOTSUPP)?;
+        // A recall reaches a client through its notifications.
+        if !me.upgrade().is_some_and(|p| crate::notify::subscribed(&*p)) {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let dir = node(&st)?;
+        let x = st
+            .ctx
+            .statx(dir, b"", libc::AT_EMPTY_PATH, libc::STATX_TYPE)?;
+        if u32::from(x.stx_mode) & libc::S_IFMT != libc::S_IFDIR {
+            return Err(Errno::ENOTDIR);
+        }
+        let fd = st.ctx.backend_fd(dir)?.ok_or(Errno::EOPNOTSUPP)?;
+        let hold = self.s.server.leases.grant(me.clone(), lf, fd)?;
+        nf.complete(FidState {
+            ctx: Arc::clone(&st.ctx),
+            node: None,
+            open: None,
+            listing: Some(Arc::new(Vec::new())),
+            lease: Some(Arc::new(hold)),
+        });
+        self.reply(
+            Fcall::Rxattrwalk {
+                size: p9::lease::VERSION,
+            },
+            out,
+        )
+    }
+
     /// `Txattrwalk("walkfs.inogrant")`: a fid whose read gives a range of
     /// inode numbers for this connection's creates (docs/inode-grants.md).
     fn inogrant(&self, out: &mut Vec<u8>) -> Result<()> {
@@ -891,6 +956,7 @@ impl Req<'_> {
             node: None,
             open: None,
             listing: Some(Arc::new(g.encode().to_vec())),
+            lease: None,
         });
         self.reply(
             Fcall::Rxattrwalk {

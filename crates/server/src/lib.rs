@@ -33,6 +33,7 @@ pub mod fid;
 pub mod fuzz;
 mod handlers;
 mod inos;
+pub mod lease;
 mod link;
 pub mod notify;
 pub mod sandbox;
@@ -126,6 +127,8 @@ pub struct Server {
     pub(crate) link: Option<Arc<link::Link>>,
     /// The inode numbers clients see, and the grants (inos.rs).
     pub(crate) inos: Arc<inos::Inos>,
+    /// Leases on directories, and the host guard behind them (lease.rs).
+    pub(crate) leases: Arc<lease::Leases>,
     pub stats: Stats,
 }
 
@@ -152,6 +155,7 @@ impl Server {
             pool: tx,
             notify: hub,
             inos,
+            leases: lease::Leases::new(lease::take_host_guard()),
             stats: Stats::default(),
         });
         for i in 0..threads {

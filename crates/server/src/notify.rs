@@ -291,6 +291,40 @@ pub(crate) fn message<P: Peer + 'static>(
     }
 }
 
+/// Queue a lease's recall (p9::lease) for `conn`: a record of kind
+/// RECALL naming lease fid `fid`, sent at once if a read is parked.
+pub(crate) fn recall(conn: &dyn Peer, fid: u32) {
+    let ready = {
+        let mut n = conn.slot().lock();
+        let Some(sub) = n.as_mut() else { return };
+        let mut r = Vec::new();
+        if sub.version >= VERSION_2 {
+            let rec = Record {
+                kind: walkfs_p9::lease::RECALL,
+                ino: u64::from(fid),
+                what: 0,
+                flags: 0,
+                cookie: 0,
+                dir: 0,
+                name: b"",
+            };
+            walkfs_p9::notify::encode_v2(&rec, &mut r);
+        } else {
+            walkfs_p9::notify::encode(walkfs_p9::lease::RECALL, u64::from(fid), b"", &mut r);
+        }
+        sub.push(&r);
+        sub.ready()
+    };
+    if let Some((tag, data)) = ready {
+        reply_read(conn, tag, &data);
+    }
+}
+
+/// Has `conn` a notification fid (where a recall can reach it)?
+pub(crate) fn subscribed(conn: &dyn Peer) -> bool {
+    conn.slot().lock().is_some()
+}
+
 /// `Tflush` of a parked read: it is answered by the `Rflush` alone.
 /// Returns whether `oldtag` was one.
 pub(crate) fn flush(conn: &dyn Peer, oldtag: u16) -> bool {

@@ -66,6 +66,9 @@ const ALLOWED: &[libc::c_long] = &[
     // ... or records a directory's file handle for fanotify (the handle
     // only names it; opening by handle stays forbidden).
     libc::SYS_name_to_handle_at,
+    // Leases hold host programs' opens of leased files (lease.rs): marks
+    // on the files a lease covers, on a group made before the sandbox.
+    libc::SYS_fanotify_mark,
     libc::SYS_ftruncate,
     libc::SYS_fallocate,
     libc::SYS_fsync,

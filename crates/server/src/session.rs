@@ -28,6 +28,9 @@ pub(crate) struct Session {
     pub auth: Mutex<HashMap<u32, Vec<u8>>>,
     /// Inode numbers granted to this connection and not spent yet.
     pub unspent: Mutex<crate::inos::Unspent>,
+    /// The connection, as leases reach it with recalls (lease.rs); set
+    /// once it is shared.
+    pub me: std::sync::OnceLock<std::sync::Weak<dyn crate::notify::Peer>>,
 }
 
 impl Session {
@@ -46,6 +49,7 @@ impl Session {
             server,
             auth: Mutex::new(HashMap::new()),
             unspent: Mutex::new(Default::default()),
+            me: std::sync::OnceLock::new(),
         }
     }
 

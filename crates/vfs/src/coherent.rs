@@ -56,6 +56,12 @@ impl ChangeSink for Invalidator {
             l.changed(changes);
         }
     }
+
+    fn recall(&self) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.flush_all();
+        }
+    }
 }
 
 impl Inner {

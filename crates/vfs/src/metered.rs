@@ -238,6 +238,14 @@ impl FileSystem for Metered {
         self.fs.host_file(node, fh)
     }
 
+    fn node_fd(&self, node: NodeId) -> Option<Arc<std::os::fd::OwnedFd>> {
+        self.fs.node_fd(node)
+    }
+
+    fn leased(&self, node: NodeId) -> bool {
+        self.fs.leased(node)
+    }
+
     fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, owner: Owner) -> Result<Entry> {
         self.meter.count(Op::Mkdir);
         self.fs.mkdir(parent, name, mode, owner)

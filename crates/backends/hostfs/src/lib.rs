@@ -482,6 +482,10 @@ impl FileSystem for HostFs {
         self.handle(fh).ok()
     }
 
+    fn node_fd(&self, node: NodeId) -> Option<Arc<OwnedFd>> {
+        self.fd(node).ok()
+    }
+
     fn release(&self, _node: NodeId, fh: FileHandle) {
         self.handles.lock().remove(&fh.0);
     }

@@ -13,6 +13,7 @@
 //! `walkfs serve` does (it resolves fids in arrival order).
 
 mod ahead;
+mod lease;
 mod nodes;
 mod notify;
 mod rpc;
@@ -163,6 +164,8 @@ pub struct P9Fs {
     /// (any but `walkfs serve`, or one that stopped): then every node is
     /// made with a round trip.
     grants: Mutex<Option<(u64, u64)>>,
+    /// Leases on directories this client makes files in (lease.rs).
+    leases: Arc<lease::Leases>,
 }
 
 /// Fid numbers: handed out, and given back for reuse.
@@ -328,8 +331,12 @@ impl P9Fs {
         if !ordered {
             tracing::info!("9p server does not keep a connection's order: every change waits");
         }
+        // Leases are recalled through notifications, and only a client
+        // that sends changes without waiting has closes to spare.
+        let leases = Arc::new(lease::Leases::new(ordered && notify.is_some()));
         let fs = P9Fs {
             grants: Mutex::new(None),
+            leases,
             ordered,
             dirplus: std::sync::atomic::AtomicBool::new(true),
             unlinkat_ok: std::sync::atomic::AtomicBool::new(false),
@@ -388,6 +395,38 @@ impl P9Fs {
             tracing::debug!("9p server grants no inode numbers: nodes are made with a round trip");
         }
         got.filter(|_| sent.is_ok())
+    }
+
+    /// Ask for a lease on the directory `dirfid` names, as lease fid
+    /// `lf`, without waiting (p9::lease): the reply settles it.
+    fn ask_lease(&self, dirfid: u32, lf: u32) {
+        let leases = Arc::clone(&self.leases);
+        let fids = Arc::clone(&self.fids);
+        let then: rpc::Then = Arc::new(move |_, r| match r {
+            Some(Fcall::Rxattrwalk { size }) if size == p9::lease::VERSION => leases.granted(lf),
+            // A version this client does not know: the fid was made, and
+            // stays unused until the connection ends (nothing may be sent
+            // from the reader thread).
+            Some(Fcall::Rxattrwalk { .. }) => leases.refused(lf, Errno::EOPNOTSUPP),
+            Some(r) => {
+                leases.refused(lf, err_of(&r));
+                fids.free(lf);
+            }
+            None => leases.refused(lf, Errno::ENOTCONN),
+        });
+        let ask = Fcall::Txattrwalk {
+            fid: dirfid,
+            newfid: lf,
+            name: Str(p9::lease::NAME),
+        };
+        if let Err(e) = self.rpc.send_then(&[ask], then) {
+            self.leases.refused(lf, e);
+        }
+    }
+
+    /// Leases held now (p9::lease).
+    pub fn leases_held(&self) -> usize {
+        self.leases.held()
     }
 
     /// RPCs by type, bytes, time waiting for replies.
@@ -1156,7 +1195,15 @@ impl FileSystem for P9Fs {
             self.nodes.clone(),
             self.root_ino,
             sink,
+            notify::Recaller {
+                leases: Arc::clone(&self.leases),
+                fids: Arc::clone(&self.fids),
+            },
         )
+    }
+
+    fn leased(&self, node: NodeId) -> bool {
+        self.leases.covers(node.0)
     }
 
     fn forget(&self, node: NodeId, count: u64) {
@@ -1431,6 +1478,14 @@ impl FileSystem for P9Fs {
                 gid,
                 ino,
             }),
+        }
+        // The first file made in a directory asks for a lease on it,
+        // ahead of the create: the server grants it before making the
+        // file, so every file made from now on is the lease's.
+        if open.is_some() {
+            if let Some(lf) = self.leases.made(parent.0, ino, || self.alloc_fid()) {
+                self.ask_lease(dir.fid, lf);
+            }
         }
         let pf = self.alloc_fid();
         reqs.push(Fcall::Twalk {

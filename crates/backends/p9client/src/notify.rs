@@ -7,13 +7,15 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use walkfs_fsapi::{Change, ChangeSink, Errno, How, NodeId, Result, Seen, What};
+use walkfs_p9::lease::RECALL;
 use walkfs_p9::notify::{
     ALL, DEGRADED, ENTRY, INODE, IS_DIR, NAME as NOTIFY_NAME, NAME_V2, VERSION, VERSION_2,
 };
 use walkfs_p9::{Fcall, Str, IOHDRSZ};
 
+use crate::lease::Leases;
 use crate::rpc::Rpc;
-use crate::{err_of, Nodes, ROOT_FID};
+use crate::{err_of, Fids, Nodes, ROOT_FID};
 
 /// The fid notifications are read from.
 pub(crate) const NOTIFY_FID: u32 = u32::MAX - 2;
@@ -56,6 +58,45 @@ pub(crate) fn subscribe(rpc: &Rpc) -> Option<u64> {
     None
 }
 
+/// What a recall needs (lease.rs): the leases, and the fid numbers to
+/// give the lease fid back to.
+pub(crate) struct Recaller {
+    pub leases: Arc<Leases>,
+    pub fids: Arc<Fids>,
+}
+
+impl Recaller {
+    /// Give back the leases `buf`'s records recall: each stops covering
+    /// anything, what the vfs gathers is sent, then the lease fid is
+    /// clunked behind it (the server runs the clunk after every change
+    /// sent before it, and only then lets the other party go on).
+    fn recall(&self, buf: &[u8], version: u64, rpc: &Rpc, sink: &dyn ChangeSink) {
+        let fids: Vec<u32> = if version >= VERSION_2 {
+            walkfs_p9::notify::decode_v2(buf)
+                .filter(|r| r.kind == RECALL)
+                .map(|r| r.ino as u32)
+                .collect()
+        } else {
+            walkfs_p9::notify::decode(buf)
+                .filter(|r| r.0 == RECALL)
+                .map(|r| r.1 as u32)
+                .collect()
+        };
+        let recalled: Vec<_> = fids
+            .into_iter()
+            .filter_map(|f| self.leases.recall(f))
+            .collect();
+        if recalled.is_empty() {
+            return;
+        }
+        sink.recall();
+        for r in recalled {
+            tracing::debug!("lease on directory {:#x} recalled", r.dir);
+            self.fids.clunk(rpc, r.fid);
+        }
+    }
+}
+
 /// Read notifications until the connection ends, delivering them to
 /// `sink`.
 pub(crate) fn start(
@@ -64,6 +105,7 @@ pub(crate) fn start(
     nodes: Arc<Mutex<Nodes>>,
     root_ino: u64,
     sink: Arc<dyn ChangeSink>,
+    recaller: Recaller,
 ) -> Result<()> {
     std::thread::Builder::new()
         .name("9p-notify".into())
@@ -85,6 +127,7 @@ pub(crate) fn start(
                 match got {
                     Ok(recs) if recs.is_empty() => return, // clunked
                     Ok(recs) => {
+                        recaller.recall(&recs, version, &r, &*sink);
                         drop(r);
                         let changes = if version >= VERSION_2 {
                             decode_v2(&recs, &nodes.lock(), root_ino)
@@ -142,6 +185,8 @@ fn decode(buf: &[u8], nodes: &Nodes, root_ino: u64) -> Vec<Change> {
             }
             ALL => out.push(Change::All),
             DEGRADED => out.push(Change::Degraded),
+            // A lease's recall (lease.rs) drops nothing.
+            RECALL => {}
             // A later protocol's record: whatever it says, the cache
             // cannot know what to drop.
             _ => out.push(Change::All),
@@ -185,7 +230,7 @@ fn decode_v2(buf: &[u8], nodes: &Nodes, root_ino: u64) -> Vec<Change> {
                     });
                 }
             }
-            ENTRY => {}
+            ENTRY | RECALL => {}
             ALL => out.push(Change::All),
             DEGRADED => out.push(Change::Degraded),
             _ => out.push(Change::All),

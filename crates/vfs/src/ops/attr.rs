@@ -220,6 +220,19 @@ impl Ctx {
         Ok(st)
     }
 
+    /// The backend's own descriptor for the file `h` names (a host
+    /// directory's `O_PATH` descriptor), for a server that asks the host
+    /// kernel to hold others' access to it (lease.rs of the 9P server).
+    /// `None` for a backend that has none (memory, a remote server).
+    pub fn backend_fd(&self, h: &Handle) -> Result<Option<std::sync::Arc<std::os::fd::OwnedFd>>> {
+        self.run(|| {
+            let inner = self.inner();
+            let c = Cur::of(&inner.dc, self.fd_dentry(At::Handle(h))?)?;
+            let s = inner.dc.inode_snap(c.ino).ok_or(Step::Restart)?;
+            Ok(inner.sb(s.sb())?.node_fd(NodeId(s.node)))
+        })
+    }
+
     /// `statfs` of the file system holding `path`.
     pub fn statfs<'h>(&self, dirfd: impl Into<At<'h>>, path: &[u8]) -> Result<StatFs> {
         let dirfd = dirfd.into();

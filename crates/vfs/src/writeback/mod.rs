@@ -873,7 +873,10 @@ impl Inner {
     /// failure the file has not reported, left for fsync to report too.
     pub(crate) fn file_closing(&self, seen: &AtomicU64, sb: usize, node: u64) -> Result<()> {
         let sent = self.flush_file(sb, node);
-        if self.coherent {
+        // A file under a lease is looked at by nobody else before its
+        // server has recalled the lease, and the recall sends what is
+        // pending first: close-to-open holds without the wait.
+        if self.coherent && !self.sb(sb).is_ok_and(|fs| fs.leased(NodeId(node))) {
             self.wb.wait_for(sb, &[node]);
         }
         sent.and(self.wb.check(sb, node, seen))

@@ -1,0 +1,506 @@
+//! Leases (p9::lease, docs/lease-protocol.md): a client that holds one on
+//! a directory answers the closes of the files it makes there without
+//! waiting for this server, and this server recalls the lease before
+//! anyone else may look.
+//!
+//! "Anyone else" is a program on the server's host. Where the kernel
+//! offers fanotify permission events and this process may use them (a
+//! group of class `FAN_CLASS_CONTENT` needs `CAP_SYS_ADMIN`, so the group
+//! is made before the sandbox drops it), the leased directory and each
+//! file the holder makes there get an inode mark for `FAN_OPEN_PERM`: a
+//! host program's open (a `cat`, an `ls`, an editor) waits in the kernel
+//! while the lease is recalled. The recall is a record on the holder's
+//! notification fid; the holder sends what it still gathers and clunks
+//! the lease fid, and since the connection's order puts that clunk after
+//! every change sent before it, the changes are all on the host when the
+//! open goes on. A holder that does not give the lease back within
+//! [`RECALL_BOUND`] loses it: the open goes on, and it is logged.
+//!
+//! Invariants:
+//! - the marks are added before the grant is answered (the directory)
+//!   and before the create is answered (a file), so there is no moment
+//!   when the holder may skip a wait and the host is not held;
+//! - this process's own opens are never held (the event's pid is ours):
+//!   the server carrying out the holder's changes, and in one process
+//!   with a FUSE mount, the mount itself, must not wait for a recall
+//!   that waits for them.
+//!
+//! Where the events are not offered, no lease is granted (`EOPNOTSUPP`)
+//! and the client's closes wait, as before.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::notify::Peer;
+
+/// How long a host program waits for a holder to give its lease back.
+pub const RECALL_BOUND: Duration = Duration::from_secs(2);
+/// How long a recalled directory is not leased again (a host program
+/// working in it would recall every lease at once).
+const COOL: Duration = Duration::from_secs(1);
+
+const FAN_CLASS_CONTENT: u32 = 0x04;
+const FAN_CLOEXEC: u32 = 0x01;
+const FAN_OPEN_PERM: u64 = 0x0001_0000;
+const FAN_ONDIR: u64 = 0x4000_0000;
+const FAN_MARK_ADD: u32 = 0x01;
+const FAN_MARK_REMOVE: u32 = 0x02;
+const FAN_MARK_FLUSH: u32 = 0x80;
+const FAN_ALLOW: u32 = 0x01;
+const FAN_NOFD: i32 = -1;
+
+/// (device, inode) of a host file.
+type Key = (u64, u64);
+
+fn key_of(fd: BorrowedFd<'_>) -> io::Result<Key> {
+    // SAFETY: `st` is plain data fstat fills; `fd` is a live descriptor.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// The fanotify group that holds host programs' opens (made while the
+/// process may: see the module comment).
+pub struct HostGuard {
+    fd: OwnedFd,
+}
+
+impl HostGuard {
+    /// `EPERM` without `CAP_SYS_ADMIN`; `EINVAL`/`ENOSYS` where the kernel
+    /// has no permission events.
+    pub fn open() -> io::Result<HostGuard> {
+        let flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_LARGEFILE) as u32;
+        // SAFETY: a plain system call; the result is checked.
+        let fd = unsafe { libc::fanotify_init(FAN_CLASS_CONTENT | FAN_CLOEXEC, flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned to us and is owned by nobody else.
+        Ok(HostGuard {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Add or remove a mark on `target`: a directory's `O_PATH`
+    /// descriptor (`dot`: marked through the path ".", as fanotify takes
+    /// no `O_PATH` descriptor itself) or an open file.
+    fn mark(&self, add: bool, target: BorrowedFd<'_>, dot: bool, mask: u64) -> io::Result<()> {
+        let op = if add { FAN_MARK_ADD } else { FAN_MARK_REMOVE };
+        let path: *const libc::c_char = if dot { c".".as_ptr() } else { std::ptr::null() };
+        // SAFETY: `target` is a live descriptor and `path` null or a
+        // string literal.
+        let r =
+            unsafe { libc::fanotify_mark(self.fd.as_raw_fd(), op, mask, target.as_raw_fd(), path) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Remove every file's and directory's mark.
+    fn flush(&self) {
+        // SAFETY: a plain system call; nothing is passed by pointer.
+        let r = unsafe {
+            libc::fanotify_mark(
+                self.fd.as_raw_fd(),
+                FAN_MARK_FLUSH,
+                0,
+                libc::AT_FDCWD,
+                std::ptr::null(),
+            )
+        };
+        if r < 0 {
+            tracing::warn!(
+                "leases: cannot remove marks: {}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+/// One lease: a connection's, on one directory.
+pub struct Lease {
+    /// The lease fid: what the recall record names.
+    fid: u32,
+    dir: Key,
+    peer: Weak<dyn Peer>,
+    /// The directory's `O_PATH` descriptor, to unmark it.
+    dir_fd: Arc<OwnedFd>,
+    /// Host files marked for it (the directory first). A file's mark
+    /// stays until no lease is held (then all go at once): the lease
+    /// keeps no descriptor per file, and an event of a file no lease
+    /// covers is answered at once.
+    marked: Mutex<Vec<Key>>,
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    recalled: bool,
+    released: bool,
+}
+
+/// The lease fid's hold on its lease: dropped when the fid goes (its
+/// `Tclunk`, which runs after the connection's earlier changes, or the
+/// connection's end, after all it sent was carried out).
+pub struct Hold {
+    lease: Arc<Lease>,
+    leases: Arc<Leases>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.leases.release(&self.lease);
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    /// Every marked host file, the directory included, to its lease.
+    by_key: HashMap<Key, Arc<Lease>>,
+    dirs: HashMap<Key, Arc<Lease>>,
+    cooling: HashMap<Key, Instant>,
+}
+
+/// The server's leases.
+pub struct Leases {
+    guard: Option<HostGuard>,
+    /// The thread answering the guard's events runs (started with the
+    /// first grant: threads started before the sandbox would escape it).
+    running: std::sync::Once,
+    t: Mutex<Table>,
+    /// Leases recalled, and those a holder did not give back in time.
+    pub recalls: std::sync::atomic::AtomicU64,
+    pub expired: std::sync::atomic::AtomicU64,
+}
+
+impl Leases {
+    pub fn new(guard: Option<HostGuard>) -> Arc<Leases> {
+        Arc::new(Leases {
+            guard,
+            running: std::sync::Once::new(),
+            t: Mutex::new(Table::default()),
+            recalls: Default::default(),
+            expired: Default::default(),
+        })
+    }
+
+    /// Grant connection `peer` a lease on directory `dir` (its backend
+    /// descriptor), to be named by lease fid `fid`.
+    pub(crate) fn grant(
+        self: &Arc<Self>,
+        peer: Weak<dyn Peer>,
+        fid: u32,
+        dir: Arc<OwnedFd>,
+    ) -> walkfs_vfs::Result<Hold> {
+        use walkfs_vfs::Errno;
+        let guard = self.guard.as_ref().ok_or(Errno::EOPNOTSUPP)?;
+        self.start();
+        let key = key_of(dir.as_fd()).map_err(Errno::from)?;
+        let mut t = self.t.lock();
+        if t.dirs.contains_key(&key) {
+            return Err(Errno::EAGAIN);
+        }
+        if let Some(at) = t.cooling.get(&key) {
+            if at.elapsed() < COOL {
+                return Err(Errno::EAGAIN);
+            }
+            t.cooling.remove(&key);
+        }
+        guard
+            .mark(true, dir.as_fd(), true, FAN_OPEN_PERM | FAN_ONDIR)
+            .map_err(|e| {
+                tracing::info!("leases: cannot mark a directory ({e}); none granted");
+                Errno::EOPNOTSUPP
+            })?;
+        let lease = Arc::new(Lease {
+            fid,
+            dir: key,
+            peer,
+            marked: Mutex::new(vec![key]),
+            dir_fd: dir,
+            state: Mutex::new(State::default()),
+            cv: Condvar::new(),
+        });
+        t.dirs.insert(key, Arc::clone(&lease));
+        t.by_key.insert(key, Arc::clone(&lease));
+        Ok(Hold {
+            lease,
+            leases: Arc::clone(self),
+        })
+    }
+
+    /// `file` (a host descriptor) was made under `lease`: a host open of
+    /// it recalls the lease too.
+    pub fn cover(&self, lease: &Arc<Lease>, file: Arc<OwnedFd>) {
+        let Some(guard) = &self.guard else { return };
+        let Ok(key) = key_of(file.as_fd()) else {
+            return;
+        };
+        let mut t = self.t.lock();
+        if lease.state.lock().released {
+            return;
+        }
+        if let Err(e) = guard.mark(true, file.as_fd(), false, FAN_OPEN_PERM) {
+            // Unmarked, a host open would not wait: recall now rather
+            // than let the holder skip waits the host does not honour.
+            tracing::info!("leases: cannot mark a file ({e}); recalling");
+            drop(t);
+            self.recall(lease);
+            return;
+        }
+        t.by_key.insert(key, Arc::clone(lease));
+        lease.marked.lock().push(key);
+    }
+
+    fn release(&self, lease: &Arc<Lease>) {
+        let mut t = self.t.lock();
+        let recalled = {
+            let mut s = lease.state.lock();
+            s.released = true;
+            s.recalled
+        };
+        lease.cv.notify_all();
+        if t.dirs
+            .get(&lease.dir)
+            .is_some_and(|l| Arc::ptr_eq(l, lease))
+        {
+            t.dirs.remove(&lease.dir);
+        }
+        for k in lease.marked.lock().drain(..) {
+            if t.by_key.get(&k).is_some_and(|l| Arc::ptr_eq(l, lease)) {
+                t.by_key.remove(&k);
+            }
+        }
+        if let Some(g) = &self.guard {
+            if t.dirs.is_empty() {
+                g.flush();
+            } else {
+                let _ = g.mark(false, lease.dir_fd.as_fd(), true, FAN_OPEN_PERM | FAN_ONDIR);
+            }
+        }
+        if recalled {
+            t.cooling.insert(lease.dir, Instant::now());
+            t.cooling.retain(|_, at| at.elapsed() < COOL);
+        }
+    }
+
+    /// Ask `lease`'s holder to give it back, and wait until it has, or
+    /// for [`RECALL_BOUND`].
+    pub fn recall(&self, lease: &Arc<Lease>) {
+        let first = {
+            let mut s = lease.state.lock();
+            if s.released {
+                return;
+            }
+            !std::mem::replace(&mut s.recalled, true)
+        };
+        if first {
+            self.recalls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // A connection that is going needs no recall: its fids, the
+            // lease's among them, drop once what it sent was carried out.
+            if let Some(p) = lease.peer.upgrade() {
+                crate::notify::recall(&*p, lease.fid);
+            }
+        }
+        let deadline = Instant::now() + RECALL_BOUND;
+        let mut s = lease.state.lock();
+        while !s.released {
+            if lease.cv.wait_until(&mut s, deadline).timed_out() {
+                break;
+            }
+        }
+        if !s.released {
+            drop(s);
+            self.expired
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(
+                "leases: a client did not give back its lease on directory {:?} within {:?}; revoked",
+                lease.dir,
+                RECALL_BOUND
+            );
+            self.release(lease);
+        }
+    }
+
+    fn start(self: &Arc<Self>) {
+        self.running.call_once(|| {
+            let weak = Arc::downgrade(self);
+            let r = std::thread::Builder::new()
+                .name("lease-guard".into())
+                .spawn(move || answer_events(weak));
+            if let Err(e) = r {
+                tracing::error!("leases: cannot start the guard thread: {e}");
+            }
+        });
+    }
+
+    fn lease_of(&self, key: Key) -> Option<Arc<Lease>> {
+        self.t.lock().by_key.get(&key).cloned()
+    }
+
+    /// The lease `peer` holds on directory `dir` (its backend
+    /// descriptor), if any.
+    pub(crate) fn held_by(&self, peer: &Weak<dyn Peer>, dir: BorrowedFd<'_>) -> Option<Arc<Lease>> {
+        let t = self.t.lock();
+        if t.dirs.is_empty() {
+            return None;
+        }
+        let l = t.dirs.get(&key_of(dir).ok()?)?;
+        Weak::ptr_eq(&l.peer, peer).then(|| Arc::clone(l))
+    }
+
+    /// Is any lease held? (A create checks for its directory only then.)
+    pub fn any(&self) -> bool {
+        !self.t.lock().dirs.is_empty()
+    }
+}
+
+/// A guard made before the process confined itself (`walkfs serve`), for
+/// the server made after.
+static PREPARED: Mutex<Option<HostGuard>> = Mutex::new(None);
+
+/// Make the host guard now, while the process may (before the sandbox);
+/// the next [`crate::Server::new`] takes it. Returns why not, if not.
+pub fn prepare_host_guard() -> io::Result<()> {
+    let g = HostGuard::open()?;
+    *PREPARED.lock() = Some(g);
+    Ok(())
+}
+
+/// The prepared guard, or one made now.
+pub(crate) fn take_host_guard() -> Option<HostGuard> {
+    if let Some(g) = PREPARED.lock().take() {
+        return Some(g);
+    }
+    match HostGuard::open() {
+        Ok(g) => Some(g),
+        Err(e) => {
+            tracing::debug!("leases: no fanotify permission events ({e}); none granted");
+            None
+        }
+    }
+}
+
+/// `struct fanotify_event_metadata`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Meta {
+    event_len: u32,
+    vers: u8,
+    reserved: u8,
+    metadata_len: u16,
+    mask: u64,
+    fd: i32,
+    pid: i32,
+}
+
+/// `struct fanotify_response`.
+#[repr(C)]
+struct Response {
+    fd: i32,
+    response: u32,
+}
+
+fn allow(group: i32, fd: i32) {
+    let r = Response {
+        fd,
+        response: FAN_ALLOW,
+    };
+    // SAFETY: `r` is a plain struct of the size written.
+    let n = unsafe {
+        libc::write(
+            group,
+            (&r as *const Response).cast(),
+            std::mem::size_of::<Response>(),
+        )
+    };
+    if n < 0 {
+        tracing::warn!(
+            "leases: cannot answer a held open: {}",
+            io::Error::last_os_error()
+        );
+    }
+    if fd >= 0 {
+        // SAFETY: the event's descriptor is ours to close, once.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Answer the guard's events until the leases go: our own opens at once,
+/// an open of a leased file once the lease is given back (on a thread of
+/// its own, so other opens are not held meanwhile).
+fn answer_events(leases: Weak<Leases>) {
+    let me = std::process::id() as i32;
+    let group = match leases
+        .upgrade()
+        .and_then(|l| l.guard.as_ref().and_then(|g| g.fd.try_clone().ok()))
+    {
+        Some(fd) => fd,
+        None => return,
+    };
+    let gfd = group.as_raw_fd();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        // SAFETY: reading into a buffer we own, of its length.
+        let n = unsafe { libc::read(gfd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            tracing::error!("leases: the guard's events: {e}");
+            return;
+        }
+        let Some(ls) = leases.upgrade() else { return };
+        let mut off = 0usize;
+        let n = n as usize;
+        while off + std::mem::size_of::<Meta>() <= n {
+            // SAFETY: the kernel wrote whole records; read_unaligned
+            // copes with any alignment of the buffer.
+            let m: Meta = unsafe { std::ptr::read_unaligned(buf[off..].as_ptr().cast()) };
+            if m.event_len == 0 {
+                break;
+            }
+            off += m.event_len as usize;
+            if m.fd == FAN_NOFD {
+                continue;
+            }
+            if m.pid == me {
+                allow(gfd, m.fd);
+                continue;
+            }
+            // SAFETY: the event's descriptor is open until `allow`
+            // closes it.
+            let key = key_of(unsafe { BorrowedFd::borrow_raw(m.fd) });
+            let lease = key.ok().and_then(|k| ls.lease_of(k));
+            match lease {
+                None => allow(gfd, m.fd),
+                Some(lease) => {
+                    let l2 = Arc::clone(&ls);
+                    let fd = m.fd;
+                    let r = std::thread::Builder::new()
+                        .name("lease-recall".into())
+                        .spawn(move || {
+                            l2.recall(&lease);
+                            allow(gfd, fd);
+                        });
+                    if r.is_err() {
+                        allow(gfd, m.fd);
+                    }
+                }
+            }
+        }
+        drop(ls);
+    }
+}
