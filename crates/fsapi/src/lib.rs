@@ -735,10 +735,12 @@ pub trait FileSystem: Send + Sync {
         None
     }
 
-    /// Does the backend hold a lease covering `node` (its server will
-    /// recall it before anyone else looks at the file), so that a close
-    /// need not wait for the node's changes to be carried out? Only
-    /// backends that complete changes behind the caller can.
+    /// Does the backend hold a lease covering `node`: a file it made
+    /// under a directory's lease (its server recalls the lease before
+    /// anyone else opens the file, so a close need not wait for the
+    /// file's changes), or a directory leased (this client is the one
+    /// making its names)? Only backends that complete changes behind the
+    /// caller can.
     fn leased(&self, node: NodeId) -> bool {
         let _ = node;
         false

@@ -734,7 +734,11 @@ impl WalkFuse {
         let dir = self.node(parent)?;
         let asked = (flags | libc::O_CREAT) & !libc::O_NOCTTY;
         let mut f = asked;
-        if self.writeback() {
+        // Without opens (no_open), the descriptor a create opens becomes
+        // the node's shared one for I/O at the kernel's offsets, which
+        // needs it read-write and without O_APPEND; else the first write
+        // would open the file again on the backend (a round trip).
+        if self.writeback() || self.no_open() {
             // As in open_flags (a new file may be opened read-write
             // whatever its mode; an existing one may refuse it).
             f &= !libc::O_APPEND;

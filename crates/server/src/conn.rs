@@ -164,6 +164,14 @@ impl crate::notify::Peer for Conn {
     fn coherent(&self) -> bool {
         self.server.vfs.is_coherent()
     }
+
+    fn own_change(&self, c: &walkfs_vfs::Change) -> bool {
+        self.session.is_own(c)
+    }
+
+    fn subscribed_now(&self) {
+        self.session.own.start();
+    }
 }
 
 impl Conn {

@@ -217,6 +217,12 @@ pub(crate) fn handle(
         newfid,
         tag,
     };
+    // Another client's lease on what this request names is recalled
+    // first (lease.rs): its holder's changes are carried out before this
+    // client is answered about the object.
+    if !matches!(f, Fcall::Tclunk { .. }) {
+        r.recall_others();
+    }
     match *f {
         Fcall::Tattach {
             uname,
@@ -382,6 +388,25 @@ impl Req<'_> {
         }
     }
 
+    /// Recall the leases other connections hold on the files this
+    /// request's fids name (lease.rs). Costs nothing while no other
+    /// connection holds one.
+    fn recall_others(&self) {
+        let leases = &self.s.server.leases;
+        let Some(me) = self.s.me.get() else { return };
+        if !leases.others_hold(me) {
+            return;
+        }
+        for fid in self.fids {
+            let Ok(st) = fid.get() else { continue };
+            let Some(h) = &st.node else { continue };
+            let Ok(Some(fd)) = st.ctx.backend_fd(h) else {
+                continue;
+            };
+            leases.recall_for(me, std::os::fd::AsFd::as_fd(&*fd));
+        }
+    }
+
     /// The state of the `i`th fid the request names.
     fn fid(&self, i: usize) -> Result<FidState> {
         self.fids.get(i).ok_or(Errno::EBADF)?.get()
@@ -533,6 +558,7 @@ impl Req<'_> {
         ino: Option<u64>,
         out: &mut Vec<u8>,
     ) -> Result<()> {
+        let note = self.s.own.begin();
         let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
         let flags = (flags & OPEN_MASK) as i32 | libc::O_CREAT | libc::O_EXCL;
         let ((), qid) = self.made(ino, || {
@@ -552,6 +578,9 @@ impl Req<'_> {
             match r {
                 Ok(x) => {
                     self.cover(&ctx, &st, fd);
+                    if let Ok(dir) = node(&st) {
+                        note.entry(&ctx, dir, name.0);
+                    }
                     Ok(((), x))
                 }
                 Err(e) => {
@@ -594,10 +623,14 @@ impl Req<'_> {
 
     /// `Twrite`.
     fn write(&self, offset: u64, data: Data<'_>, out: &mut Vec<u8>) -> Result<()> {
+        let note = self.s.own.begin();
         writable(self.s)?;
         let st = self.fid(0)?;
         let fd = st.open.ok_or(Errno::EBADF)?;
         let n = st.ctx.pwrite(fd, data.0, offset)?;
+        if let Some(h) = &st.node {
+            note.inode(&st.ctx, h);
+        }
         self.reply(Fcall::Rwrite { count: n as u32 }, out)
     }
 
@@ -665,12 +698,14 @@ impl Req<'_> {
         ino: Option<u64>,
         out: &mut Vec<u8>,
     ) -> Result<()> {
+        let note = self.s.own.begin();
         let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
         let dir = node(&st)?;
         let ((), qid) = self.made(ino, || {
             ctx.mkdirat(dir, name.0, mode & 0o7777)?;
             Ok(((), statx_at(&ctx, dir, name.0)?))
         })?;
+        note.entry(&ctx, dir, name.0);
         self.reply(
             match ino {
                 None => Fcall::Rmkdir { qid },
@@ -689,12 +724,14 @@ impl Req<'_> {
         ino: Option<u64>,
         out: &mut Vec<u8>,
     ) -> Result<()> {
+        let note = self.s.own.begin();
         let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
         let dir = node(&st)?;
         let ((), qid) = self.made(ino, || {
             ctx.symlinkat(symtgt.0, dir, name.0)?;
             Ok(((), statx_at(&ctx, dir, name.0)?))
         })?;
+        note.entry(&ctx, dir, name.0);
         self.reply(
             match ino {
                 None => Fcall::Rsymlink { qid },
@@ -706,6 +743,7 @@ impl Req<'_> {
 
     /// `Tlink`.
     fn link(&self, name: Str<'_>, out: &mut Vec<u8>) -> Result<()> {
+        let note = self.s.own.begin();
         writable(self.s)?;
         check_name(name.0)?;
         let dir = self.fid(0)?;
@@ -717,11 +755,14 @@ impl Req<'_> {
             name.0,
             libc::AT_EMPTY_PATH,
         )?;
+        note.entry(&dir.ctx, node(&dir)?, name.0);
+        note.inode(&dir.ctx, node(&target)?);
         self.reply(Fcall::Rlink {}, out)
     }
 
     /// `Trenameat`.
     fn renameat(&self, oldname: Str<'_>, newname: Str<'_>, out: &mut Vec<u8>) -> Result<()> {
+        let note = self.s.own.begin();
         writable(self.s)?;
         check_name(oldname.0)?;
         check_name(newname.0)?;
@@ -730,6 +771,8 @@ impl Req<'_> {
         let replaced = self.last_name(&nd.ctx, node(&nd)?, newname.0);
         od.ctx
             .renameat2(node(&od)?, oldname.0, node(&nd)?, newname.0, 0)?;
+        note.entry(&od.ctx, node(&od)?, oldname.0);
+        note.entry(&od.ctx, node(&nd)?, newname.0);
         if let Some(host) = replaced {
             self.inos().unbind(host);
         }
@@ -738,6 +781,7 @@ impl Req<'_> {
 
     /// `Tunlinkat`.
     fn unlinkat(&self, name: Str<'_>, flags: u32, out: &mut Vec<u8>) -> Result<()> {
+        let note = self.s.own.begin();
         writable(self.s)?;
         check_name(name.0)?;
         let st = self.fid(0)?;
@@ -749,6 +793,7 @@ impl Req<'_> {
         let dir = node(&st)?;
         let last = self.last_name(&st.ctx, dir, name.0);
         st.ctx.unlinkat(dir, name.0, fl)?;
+        note.entry(&st.ctx, dir, name.0);
         if let Some(host) = last {
             self.inos().unbind(host);
         }
@@ -757,9 +802,13 @@ impl Req<'_> {
 
     /// `Tsetattr`.
     fn set_attr(&self, attr: &p9::SetAttr, out: &mut Vec<u8>) -> Result<()> {
+        let note = self.s.own.begin();
         writable(self.s)?;
         let st = self.fid(0)?;
         setattr(&st, attr)?;
+        if let Some(h) = &st.node {
+            note.inode(&st.ctx, h);
+        }
         self.reply(Fcall::Rsetattr {}, out)
     }
 
@@ -887,6 +936,7 @@ impl Req<'_> {
         ino: Option<u64>,
         out: &mut Vec<u8>,
     ) -> Result<()> {
+        let note = self.s.own.begin();
         let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
         // Made, never opened: Tlopen refuses anything but regular
         // files and directories, so a client's fifo or socket is its
@@ -897,6 +947,7 @@ impl Req<'_> {
             ctx.mknodat(dir, name.0, mode, dev)?;
             Ok(((), statx_at(&ctx, dir, name.0)?))
         })?;
+        note.entry(&ctx, dir, name.0);
         self.reply(
             match ino {
                 None => Fcall::Rmknod { qid },

@@ -169,6 +169,13 @@ struct Table {
     by_key: HashMap<Key, Arc<Lease>>,
     dirs: HashMap<Key, Arc<Lease>>,
     cooling: HashMap<Key, Instant>,
+    /// Leases held per connection ([`peer_id`]).
+    holders: HashMap<usize, usize>,
+}
+
+/// A connection's identity among the holders.
+fn peer_id(p: &Weak<dyn Peer>) -> usize {
+    p.as_ptr() as *const () as usize
 }
 
 /// The server's leases.
@@ -233,6 +240,7 @@ impl Leases {
         });
         t.dirs.insert(key, Arc::clone(&lease));
         t.by_key.insert(key, Arc::clone(&lease));
+        *t.holders.entry(peer_id(&lease.peer)).or_default() += 1;
         Ok(Hold {
             lease,
             leases: Arc::clone(self),
@@ -275,6 +283,13 @@ impl Leases {
             .is_some_and(|l| Arc::ptr_eq(l, lease))
         {
             t.dirs.remove(&lease.dir);
+            let id = peer_id(&lease.peer);
+            if let Some(n) = t.holders.get_mut(&id) {
+                *n -= 1;
+                if *n == 0 {
+                    t.holders.remove(&id);
+                }
+            }
         }
         for k in lease.marked.lock().drain(..) {
             if t.by_key.get(&k).is_some_and(|l| Arc::ptr_eq(l, lease)) {
@@ -358,6 +373,27 @@ impl Leases {
         }
         let l = t.dirs.get(&key_of(dir).ok()?)?;
         Weak::ptr_eq(&l.peer, peer).then(|| Arc::clone(l))
+    }
+
+    /// Does a connection other than `me` hold a lease?
+    pub(crate) fn others_hold(&self, me: &Weak<dyn Peer>) -> bool {
+        let t = self.t.lock();
+        let mine = usize::from(t.holders.contains_key(&peer_id(me)));
+        t.holders.len() > mine
+    }
+
+    /// Connection `me` is about to use the host file `fd`: if another
+    /// connection's lease covers it, recall that lease and wait.
+    pub(crate) fn recall_for(&self, me: &Weak<dyn Peer>, fd: BorrowedFd<'_>) {
+        let Ok(key) = key_of(fd) else { return };
+        let lease = {
+            let t = self.t.lock();
+            match t.by_key.get(&key) {
+                Some(l) if !Weak::ptr_eq(&l.peer, me) => Arc::clone(l),
+                _ => return,
+            }
+        };
+        self.recall(&lease);
     }
 
     /// Is any lease held? (A create checks for its directory only then.)

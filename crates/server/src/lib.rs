@@ -36,6 +36,7 @@ mod inos;
 pub mod lease;
 mod link;
 pub mod notify;
+mod own;
 pub mod sandbox;
 pub mod seccomp;
 mod session;

@@ -56,6 +56,15 @@ pub(crate) trait Peer: Send + Sync {
     /// The export sees every change (else the subscriber is told at once
     /// that it must revalidate).
     fn coherent(&self) -> bool;
+    /// Is `c` (in host numbers) the report of the peer's own change, its
+    /// object still as the peer left it (own.rs)? Such reports are not
+    /// sent to it.
+    fn own_change(&self, c: &Change) -> bool {
+        let _ = c;
+        false
+    }
+    /// The peer now reads reports: from now on its own changes are noted.
+    fn subscribed_now(&self) {}
 }
 
 /// The server's subscribers; listens to the vfs for changes.
@@ -168,6 +177,11 @@ impl ChangeSink for Hub {
             list.iter().filter_map(Weak::upgrade).collect()
         };
         for conn in conns {
+            if conn.slot().lock().is_none() {
+                continue;
+            }
+            // Checked before the slot is locked: the check asks the host.
+            let own: Vec<bool> = changes.iter().map(|c| conn.own_change(c)).collect();
             let ready = {
                 let mut n = conn.slot().lock();
                 let Some(sub) = n.as_mut() else { continue };
@@ -176,8 +190,10 @@ impl ChangeSink for Hub {
                 } else {
                     v1.get_or_init(|| recs(VERSION))
                 };
-                for r in recs {
-                    sub.push(r);
+                for (r, own) in recs.iter().zip(&own) {
+                    if !own {
+                        sub.push(r);
+                    }
                 }
                 sub.ready()
             };
@@ -372,6 +388,7 @@ fn subscribe<P: Peer + 'static>(
         }
         *n = Some(sub);
     }
+    conn.subscribed_now();
     let weak: Weak<P> = Arc::downgrade(conn);
     hub.add(weak);
     conn.send_msg(tag, Fcall::Rxattrwalk { size: version });

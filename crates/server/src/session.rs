@@ -31,6 +31,8 @@ pub(crate) struct Session {
     /// The connection, as leases reach it with recalls (lease.rs); set
     /// once it is shared.
     pub me: std::sync::OnceLock<std::sync::Weak<dyn crate::notify::Peer>>,
+    /// Its recent changes, whose reports it is not sent (own.rs).
+    pub own: crate::own::Own,
 }
 
 impl Session {
@@ -50,6 +52,7 @@ impl Session {
             auth: Mutex::new(HashMap::new()),
             unspent: Mutex::new(Default::default()),
             me: std::sync::OnceLock::new(),
+            own: Default::default(),
         }
     }
 
@@ -61,6 +64,12 @@ impl Session {
             m.entry(key)
                 .or_insert_with(|| Arc::new(self.base.with_creds(creds))),
         )
+    }
+
+    /// Is `c` (in host numbers) the report of this connection's own
+    /// change (own.rs)?
+    pub fn is_own(&self, c: &walkfs_vfs::Change) -> bool {
+        self.own.any() && self.own.is_own(&self.base, c)
     }
 
     /// Was the secret written to auth fid `afid`?

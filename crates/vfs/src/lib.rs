@@ -669,6 +669,20 @@ impl Inner {
         !self.coherent && self.sw.negtimeout.load(Ordering::Relaxed) < 0
     }
 
+    /// [`complete_dirs`](Inner::complete_dirs), or with `cache=coherent`
+    /// for a directory `node` of `fs` under a lease (p9client lease.rs):
+    /// this client is the one filling it, and a name made there by anyone
+    /// else is reported as in any directory; a negative entry of each of
+    /// its names would have the same window, paid a round trip each.
+    #[inline]
+    pub(crate) fn complete_dirs_of(&self, fs: &dyn FileSystem, node: u64) -> bool {
+        self.complete_dirs()
+            || (self.coherent
+                && !self.degraded.load(Ordering::Relaxed)
+                && self.sw.negtimeout.load(Ordering::Relaxed) < 0
+                && fs.leased(walkfs_fsapi::NodeId(node)))
+    }
+
     /// Does a lookup miss in a small directory list it whole? Where
     /// complete directories are used, and with `cache=coherent`: there
     /// the listing fills only the names it holds (kept current by the

@@ -413,7 +413,7 @@ impl<'a> Nameidata<'a> {
                 listed_now = whole;
             }
         }
-        let res = if listed_now || (complete && vfs.complete_dirs()) {
+        let res = if listed_now || (complete && vfs.complete_dirs_of(&*fs, snap.node)) {
             // Every entry of the directory is cached and this is not one.
             vfs.counters.complete_misses.inc();
             Err(Errno::ENOENT)

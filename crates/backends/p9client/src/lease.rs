@@ -19,11 +19,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use walkfs_fsapi::Errno;
 
 /// How long a directory whose lease was recalled or refused goes without.
 pub(crate) const COOL: Duration = Duration::from_secs(1);
+/// How long a close waits for the answer to a lease asked for.
+const SETTLE: Duration = Duration::from_millis(50);
 
 enum Dir {
     /// Asked for with lease fid `fid`; `made` are the files made since.
@@ -45,6 +47,9 @@ struct Table {
     by_fid: HashMap<u32, u64>,
     /// Files covered by a held lease, and its fid.
     covered: HashMap<u64, u32>,
+    /// Files made while their directory's lease was asked for, and the
+    /// lease fid: covered once it is granted.
+    pending: HashMap<u64, u32>,
 }
 
 /// What a client knows of its leases.
@@ -53,6 +58,8 @@ pub(crate) struct Leases {
     /// not know them.
     on: AtomicBool,
     t: Mutex<Table>,
+    /// Signalled when an ask is settled (granted, refused, recalled).
+    settled: Condvar,
 }
 
 /// What a recall found.
@@ -67,6 +74,7 @@ impl Leases {
         Leases {
             on: AtomicBool::new(on),
             t: Mutex::new(Table::default()),
+            settled: Condvar::new(),
         }
     }
 
@@ -85,8 +93,9 @@ impl Leases {
                 t.covered.insert(node, *fid);
                 None
             }
-            Some(Dir::Asking { made, .. }) => {
+            Some(Dir::Asking { fid, made }) => {
                 made.push(node);
+                t.pending.insert(node, *fid);
                 None
             }
             Some(Dir::Cooling(at)) if at.elapsed() < COOL => None,
@@ -100,6 +109,7 @@ impl Leases {
                     },
                 );
                 t.by_fid.insert(fid, dir);
+                t.pending.insert(node, fid);
                 Some(fid)
             }
         }
@@ -114,10 +124,12 @@ impl Leases {
         };
         if let Some(Dir::Asking { fid: f, made }) = t.dirs.remove(&dir) {
             for &n in &made {
+                t.pending.remove(&n);
                 t.covered.insert(n, f);
             }
             t.dirs.insert(dir, Dir::Held { fid: f, made });
         }
+        self.settled.notify_all();
     }
 
     /// The server refused lease `fid` with `e` (`EAGAIN`: not now; else
@@ -128,8 +140,14 @@ impl Leases {
         }
         let mut t = self.t.lock();
         if let Some(dir) = t.by_fid.remove(&fid) {
-            t.dirs.insert(dir, Dir::Cooling(Instant::now()));
+            if let Some(Dir::Asking { made, .. }) = t.dirs.insert(dir, Dir::Cooling(Instant::now()))
+            {
+                for n in made {
+                    t.pending.remove(&n);
+                }
+            }
         }
+        self.settled.notify_all();
     }
 
     /// The server recalls lease `fid`: from now on it covers nothing.
@@ -141,15 +159,66 @@ impl Leases {
         if let Some(Dir::Held { made, .. } | Dir::Asking { made, .. }) = t.dirs.get(&dir) {
             for n in made {
                 t.covered.remove(n);
+                t.pending.remove(n);
             }
         }
         t.dirs.insert(dir, Dir::Cooling(Instant::now()));
+        self.settled.notify_all();
         Some(Recalled { fid, dir })
     }
 
-    /// Is `node` covered by a lease held now?
+    /// Is file `node` covered, waiting (at most [`SETTLE`]) for the
+    /// answer to its directory's lease if that is on its way: a grant
+    /// comes a round trip after the ask, sooner than the file's own
+    /// changes, which queue behind everything sent before them.
+    pub fn covers_file(&self, node: u64) -> bool {
+        let deadline = Instant::now() + SETTLE;
+        let mut t = self.t.lock();
+        loop {
+            if t.covered.contains_key(&node) {
+                return true;
+            }
+            if !t.pending.contains_key(&node) {
+                return false;
+            }
+            if self.settled.wait_until(&mut t, deadline).timed_out() {
+                return t.covered.contains_key(&node);
+            }
+        }
+    }
+
+    /// Is `node` covered by a lease held now: a file made under one, or
+    /// a directory leased or being asked for (this client is the one
+    /// filling it)?
     pub fn covers(&self, node: u64) -> bool {
-        self.t.lock().covered.contains_key(&node)
+        let t = self.t.lock();
+        t.covered.contains_key(&node)
+            || matches!(
+                t.dirs.get(&node),
+                Some(Dir::Held { .. } | Dir::Asking { .. })
+            )
+    }
+
+    /// Directory `dir` was just made here: `Some(fid)` to ask for a lease
+    /// on it at once, with lease fid `alloc()`.
+    pub fn made_dir(&self, dir: u64, alloc: impl FnOnce() -> u32) -> Option<u32> {
+        if !self.on.load(Relaxed) {
+            return None;
+        }
+        let mut t = self.t.lock();
+        if t.dirs.contains_key(&dir) {
+            return None;
+        }
+        let fid = alloc();
+        t.dirs.insert(
+            dir,
+            Dir::Asking {
+                fid,
+                made: Vec::new(),
+            },
+        );
+        t.by_fid.insert(fid, dir);
+        Some(fid)
     }
 
     /// Leases held now.
@@ -172,18 +241,29 @@ mod tests {
         assert_eq!(l.made(1, 10, || 100), Some(100));
         assert!(!l.covers(10), "not before the grant");
         assert_eq!(l.made(1, 11, || unreachable!()), None);
+        assert!(l.covers(1), "the directory is being filled here");
         l.granted(100);
-        assert!(l.covers(10) && l.covers(11));
+        assert!(l.covers(10) && l.covers(11) && l.covers(1));
         assert_eq!(l.made(1, 12, || unreachable!()), None);
         assert!(l.covers(12));
         assert_eq!(l.held(), 1);
         let r = l.recall(100).expect("held");
         assert_eq!((r.fid, r.dir), (100, 1));
-        assert!(!l.covers(10) && !l.covers(12));
+        assert!(!l.covers(10) && !l.covers(12) && !l.covers(1));
         // Cooling: no new ask at once, and a second recall finds nothing.
         assert_eq!(l.made(1, 13, || 101), None);
         assert!(l.recall(100).is_none());
         assert_eq!(l.held(), 0);
+    }
+
+    #[test]
+    fn a_directory_made_here_is_asked_for_at_once() {
+        let l = Leases::new(true);
+        assert_eq!(l.made_dir(5, || 200), Some(200));
+        assert_eq!(l.made_dir(5, || 201), None);
+        assert_eq!(l.made(5, 50, || 202), None, "already asked");
+        l.granted(200);
+        assert!(l.covers(50) && l.covers(5));
     }
 
     #[test]

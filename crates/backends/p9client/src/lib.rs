@@ -1203,7 +1203,7 @@ impl FileSystem for P9Fs {
     }
 
     fn leased(&self, node: NodeId) -> bool {
-        self.leases.covers(node.0)
+        self.leases.covers(node.0) || self.leases.covers_file(node.0)
     }
 
     fn forget(&self, node: NodeId, count: u64) {
@@ -1437,6 +1437,7 @@ impl FileSystem for P9Fs {
         let gid = owner.gid;
         let mut reqs = Vec::with_capacity(4);
         let mut open = None;
+        let is_dir = matches!(what, Make::Dir { .. });
         match what {
             Make::File { mode, flags } => {
                 let nf = self.alloc_fid();
@@ -1512,6 +1513,14 @@ impl FileSystem for P9Fs {
                 self.free_fid(nf);
             }
             return Err(e);
+        }
+        // A directory made here is filled from here next (an untar, a
+        // build's output): its lease is asked for at once, behind the
+        // mkdir, so its first files are covered too.
+        if is_dir {
+            if let Some(lf) = self.leases.made_dir(ino, || self.alloc_fid()) {
+                self.ask_lease(pf, lf);
+            }
         }
         drop(dir);
         let surplus = {
