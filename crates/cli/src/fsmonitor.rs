@@ -34,7 +34,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -54,6 +54,13 @@ const COOKIE_WAIT: Duration = Duration::from_secs(5);
 const START_WAIT: Duration = Duration::from_secs(120);
 /// A daemon nobody asked for this long goes away.
 const IDLE: Duration = Duration::from_secs(3600);
+/// How often the daemon looks whether its tree is still there.
+const WATCHDOG: Duration = Duration::from_secs(1);
+
+/// The device `tree` is on (`None`: it cannot be reached).
+fn tree_dev(tree: &Path) -> Option<u64> {
+    std::fs::metadata(tree).ok().map(|m| m.dev())
+}
 /// The cookies' names start so (in the git directory, which is listed
 /// to nobody: git ignores what changes in it).
 const COOKIE: &str = "walkfs-fsmonitor-cookie-";
@@ -93,14 +100,43 @@ pub fn hook(version: &str, token: &str) -> Result<(), String> {
         .map_err(|e| format!("stdout: {e}"))
 }
 
-/// Stop the daemon of the work tree that is the current directory.
+/// Stop the daemons of the work trees at or below the current directory
+/// (git starts one in each work tree's root: `--stop` at a mount's root
+/// stops those of every repository in it, so the mount can go).
 pub fn stop() -> Result<(), String> {
-    let tree = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;
-    let sock = socket_path(&tree)?;
-    match ask(&sock, "\u{1}quit") {
+    let here = std::env::current_dir()
+        .and_then(|d| d.canonicalize())
+        .map_err(|e| format!("current directory: {e}"))?;
+    let mut socks = vec![socket_path(&here)?];
+    let dir = runtime_dir()?;
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "tree") {
+            let Ok(tree) = std::fs::read_to_string(&p) else {
+                continue;
+            };
+            let sock = p.with_extension("sock");
+            if Path::new(&tree).starts_with(&here) && !socks.contains(&sock) {
+                socks.push(sock);
+            }
+        }
+    }
+    for sock in socks {
+        stop_one(&sock, &here)?;
+    }
+    Ok(())
+}
+
+/// Stop the daemon listening on `sock`, and wait until it has let go.
+fn stop_one(sock: &Path, tree: &Path) -> Result<(), String> {
+    match ask(sock, "\u{1}quit") {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            // A daemon that died: its files stay behind.
+            let _ = std::fs::remove_file(sock.with_extension("tree"));
+            return Ok(());
+        }
         Err(e) => return Err(format!("fsmonitor daemon of {}: {e}", tree.display())),
     }
     // Gone when its lock is free: it no longer holds the tree (an
@@ -140,6 +176,17 @@ fn socket_path(tree: &Path) -> Result<PathBuf, String> {
     let tree = tree
         .canonicalize()
         .map_err(|e| format!("{}: {e}", tree.display()))?;
+    let dir = runtime_dir()?;
+    // FNV-1a: stable across builds, unlike the std hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in tree.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+    }
+    Ok(dir.join(format!("fsmonitor-{h:016x}.sock")))
+}
+
+/// The user's private directory for the daemons' sockets.
+fn runtime_dir() -> Result<PathBuf, String> {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
@@ -151,12 +198,7 @@ fn socket_path(tree: &Path) -> Result<PathBuf, String> {
         .mode(0o700)
         .create(&dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?;
-    // FNV-1a: stable across builds, unlike the std hasher.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in tree.as_os_str().as_encoded_bytes() {
-        h = (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
-    }
-    Ok(dir.join(format!("fsmonitor-{h:016x}.sock")))
+    Ok(dir)
 }
 
 fn start_daemon(tree: &Path) -> Result<(), String> {
@@ -400,14 +442,34 @@ pub fn daemon() -> Result<(), String> {
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(|e| format!("{}: {e}", sock.display()))?;
     tracing::info!("fsmonitor for {dir} on {}", sock.display());
+    // Who asks to stop every daemon under a directory finds this one by
+    // its tree.
+    let canon = tree.canonicalize().unwrap_or_else(|_| tree.clone());
+    let _ = std::fs::write(
+        sock.with_extension("tree"),
+        canon.as_os_str().as_encoded_bytes(),
+    );
+    // The daemon holds nothing of the tree by its working directory: an
+    // unmount is not kept busy by it.
+    let _ = std::env::set_current_dir("/");
     let idle = Arc::new(Mutex::new(Instant::now()));
     {
         let idle = Arc::clone(&idle);
         let sock = sock.clone();
+        let dev = tree_dev(&canon);
         std::thread::spawn(move || loop {
-            std::thread::sleep(Duration::from_secs(60));
-            if idle.lock().elapsed() > IDLE {
+            std::thread::sleep(WATCHDOG);
+            // Gone with its tree: the mount it follows was unmounted (the
+            // path now leads elsewhere, or nowhere), or nobody asked for
+            // an hour.
+            let gone = dev.is_some() && tree_dev(&canon) != dev;
+            if gone || idle.lock().elapsed() > IDLE {
+                if gone {
+                    tracing::info!("fsmonitor: {} is gone; stopping", canon.display());
+                }
                 let _ = std::fs::remove_file(&sock);
+                let _ = std::fs::remove_file(sock.with_extension("tree"));
+                release(&canon);
                 std::process::exit(0);
             }
         });
@@ -439,6 +501,7 @@ fn serve_query(mut conn: UnixStream, d: &Daemon, cookie: &Cookie, sock: &Path, t
     let token = token.trim_end_matches('\n');
     if token == "\u{1}quit" {
         let _ = std::fs::remove_file(sock);
+        let _ = std::fs::remove_file(sock.with_extension("tree"));
         release(&tree.canonicalize().unwrap_or_else(|_| tree.to_path_buf()));
         let _ = conn.write_all(b"bye");
         std::process::exit(0);

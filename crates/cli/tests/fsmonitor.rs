@@ -220,3 +220,66 @@ fn git_status_with_the_hook_equals_git_status_without() {
         "the last edit is not in the status: {with}"
     );
 }
+
+/// The daemons of the work trees in a mount: `--stop` at the mount's
+/// root stops the one git started in a repository below it, and a daemon
+/// whose mount went (a lazy unmount, with nobody having asked it to stop)
+/// goes by itself, leaving nothing open in the tree.
+#[test]
+fn the_daemons_go_with_the_mount() {
+    let t = tempfile::tempdir().expect("tmp");
+    let Some((src, mnt, run)) = setup(t.path()) else {
+        return;
+    };
+    // A daemon of this test's runtime directory holds its lock file.
+    let daemons = |_tree: &Path| -> usize {
+        use std::os::fd::AsRawFd;
+        std::fs::read_dir(&run)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "lock"))
+            .filter(|e| {
+                let Ok(f) = std::fs::File::open(e.path()) else {
+                    return false;
+                };
+                // SAFETY: flock on a file we opened, with no pointers.
+                let free =
+                    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+                !free
+            })
+            .count()
+    };
+    {
+        let _m = common::Mount::new(&src, &mnt, "cache=coherent");
+        let t1 = Tree {
+            dir: mnt.join("repo"),
+            run: run.clone(),
+        };
+        std::fs::create_dir(&t1.dir).expect("mkdir repo");
+        repo(&t1);
+        let _ = t1.hook("");
+        common::wait_until("the daemon started", || daemons(&mnt) >= 1);
+        // `--stop` at the mount's root, not in the repository.
+        common::run(
+            common::walkfs()
+                .current_dir(&mnt)
+                .env("XDG_RUNTIME_DIR", &run)
+                .args(["fsmonitor", "--stop"]),
+        );
+        common::wait_until("the daemon stopped", || daemons(&mnt) == 0);
+        // A second daemon, and the mount unmounted lazily under it.
+        let _ = t1.hook("");
+        common::wait_until("the daemon started again", || daemons(&mnt) >= 1);
+        assert!(
+            Command::new("umount")
+                .arg("-l")
+                .arg(&mnt)
+                .status()
+                .expect("umount")
+                .success(),
+            "lazy unmount"
+        );
+        common::wait_until("the daemon went with its mount", || daemons(&mnt) == 0);
+    }
+}

@@ -561,6 +561,10 @@ impl Req<'_> {
         let note = self.s.own.begin();
         let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
         let flags = (flags & OPEN_MASK) as i32 | libc::O_CREAT | libc::O_EXCL;
+        // A host open of the new file may come the moment it exists: it
+        // waits until the file is noted under this connection's lease.
+        let leases = &self.s.server.leases;
+        let _making = leases.any().then(|| leases.begin_make());
         let ((), qid) = self.made(ino, || {
             let fd = ctx.openat(node(&st)?, name.0, flags, mode & 0o7777)?;
             let made = ctx.handle_of(fd).and_then(|h| {
@@ -977,6 +981,7 @@ impl Req<'_> {
         }
         let fd = st.ctx.backend_fd(dir)?.ok_or(Errno::EOPNOTSUPP)?;
         let hold = self.s.server.leases.grant(me.clone(), lf, fd)?;
+        tracing::debug!("{}: lease {lf} granted", self.s.peer);
         nf.complete(FidState {
             ctx: Arc::clone(&st.ctx),
             node: None,

@@ -48,6 +48,13 @@ const FAN_CLASS_CONTENT: u32 = 0x04;
 const FAN_CLOEXEC: u32 = 0x01;
 const FAN_OPEN_PERM: u64 = 0x0001_0000;
 const FAN_ONDIR: u64 = 0x4000_0000;
+const FAN_EVENT_ON_CHILD: u64 = 0x0800_0000;
+/// A leased directory's mark: opens of it and of every file in it (a
+/// file made there is held from the moment it exists, not from a mark
+/// added after it was made).
+const DIR_MASK: u64 = FAN_OPEN_PERM | FAN_ONDIR | FAN_EVENT_ON_CHILD;
+/// How long an open of a file no lease knows waits for makes under way.
+const MAKE_WAIT: Duration = Duration::from_millis(100);
 const FAN_MARK_ADD: u32 = 0x01;
 const FAN_MARK_REMOVE: u32 = 0x02;
 const FAN_MARK_FLUSH: u32 = 0x80;
@@ -126,6 +133,18 @@ impl HostGuard {
     }
 }
 
+/// A make under way (see [`Leases::begin_make`]).
+pub struct Making<'a> {
+    leases: &'a Leases,
+}
+
+impl Drop for Making<'_> {
+    fn drop(&mut self) {
+        self.leases.making.lock().1 += 1;
+        self.leases.made.notify_all();
+    }
+}
+
 /// One lease: a connection's, on one directory.
 pub struct Lease {
     /// The lease fid: what the recall record names.
@@ -134,10 +153,8 @@ pub struct Lease {
     peer: Weak<dyn Peer>,
     /// The directory's `O_PATH` descriptor, to unmark it.
     dir_fd: Arc<OwnedFd>,
-    /// Host files marked for it (the directory first). A file's mark
-    /// stays until no lease is held (then all go at once): the lease
-    /// keeps no descriptor per file, and an event of a file no lease
-    /// covers is answered at once.
+    /// Host files it covers (the directory first): the directory's mark
+    /// reports opens of each (`FAN_EVENT_ON_CHILD`).
     marked: Mutex<Vec<Key>>,
     state: Mutex<State>,
     cv: Condvar,
@@ -188,6 +205,9 @@ pub struct Leases {
     /// Leases recalled, and those a holder did not give back in time.
     pub recalls: std::sync::atomic::AtomicU64,
     pub expired: std::sync::atomic::AtomicU64,
+    /// Files makes begun and finished, and their signal.
+    making: Mutex<(u64, u64)>,
+    made: Condvar,
 }
 
 impl Leases {
@@ -198,6 +218,8 @@ impl Leases {
             t: Mutex::new(Table::default()),
             recalls: Default::default(),
             expired: Default::default(),
+            making: Mutex::new((0, 0)),
+            made: Condvar::new(),
         })
     }
 
@@ -223,12 +245,10 @@ impl Leases {
             }
             t.cooling.remove(&key);
         }
-        guard
-            .mark(true, dir.as_fd(), true, FAN_OPEN_PERM | FAN_ONDIR)
-            .map_err(|e| {
-                tracing::info!("leases: cannot mark a directory ({e}); none granted");
-                Errno::EOPNOTSUPP
-            })?;
+        guard.mark(true, dir.as_fd(), true, DIR_MASK).map_err(|e| {
+            tracing::info!("leases: cannot mark a directory ({e}); none granted");
+            Errno::EOPNOTSUPP
+        })?;
         let lease = Arc::new(Lease {
             fid,
             dir: key,
@@ -250,7 +270,6 @@ impl Leases {
     /// `file` (a host descriptor) was made under `lease`: a host open of
     /// it recalls the lease too.
     pub fn cover(&self, lease: &Arc<Lease>, file: Arc<OwnedFd>) {
-        let Some(guard) = &self.guard else { return };
         let Ok(key) = key_of(file.as_fd()) else {
             return;
         };
@@ -258,16 +277,36 @@ impl Leases {
         if lease.state.lock().released {
             return;
         }
-        if let Err(e) = guard.mark(true, file.as_fd(), false, FAN_OPEN_PERM) {
-            // Unmarked, a host open would not wait: recall now rather
-            // than let the holder skip waits the host does not honour.
-            tracing::info!("leases: cannot mark a file ({e}); recalling");
-            drop(t);
-            self.recall(lease);
-            return;
-        }
         t.by_key.insert(key, Arc::clone(lease));
         lease.marked.lock().push(key);
+    }
+
+    /// A file is about to be made in a directory some lease may hold:
+    /// until the guard returned is dropped (the file made, and covered if
+    /// it is the holder's), a host open of a child of a leased directory
+    /// that no lease knows waits for it (see [`answer_events`]).
+    pub fn begin_make(&self) -> Making<'_> {
+        self.making.lock().0 += 1;
+        Making { leases: self }
+    }
+
+    /// Wait until every make begun before now has finished (at most
+    /// [`MAKE_WAIT`]).
+    fn settle_makes(&self) {
+        let deadline = Instant::now() + MAKE_WAIT;
+        let mut m = self.making.lock();
+        let began = m.0;
+        while m.1 < began {
+            if self.made.wait_until(&mut m, deadline).timed_out() {
+                return;
+            }
+        }
+    }
+
+    /// Is a make under way?
+    fn making_now(&self) -> bool {
+        let m = self.making.lock();
+        m.1 < m.0
     }
 
     fn release(&self, lease: &Arc<Lease>) {
@@ -300,7 +339,7 @@ impl Leases {
             if t.dirs.is_empty() {
                 g.flush();
             } else {
-                let _ = g.mark(false, lease.dir_fd.as_fd(), true, FAN_OPEN_PERM | FAN_ONDIR);
+                let _ = g.mark(false, lease.dir_fd.as_fd(), true, DIR_MASK);
             }
         }
         if recalled {
@@ -320,6 +359,11 @@ impl Leases {
             !std::mem::replace(&mut s.recalled, true)
         };
         if first {
+            tracing::debug!(
+                "leases: recalling lease {} on directory {:?}",
+                lease.fid,
+                lease.dir
+            );
             self.recalls
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             // A connection that is going needs no recall: its fids, the
@@ -519,8 +563,31 @@ fn answer_events(leases: Weak<Leases>) {
             // SAFETY: the event's descriptor is open until `allow`
             // closes it.
             let key = key_of(unsafe { BorrowedFd::borrow_raw(m.fd) });
-            let lease = key.ok().and_then(|k| ls.lease_of(k));
+            // Looked at before the leases: a make that finishes between
+            // the two has noted its file by the time of the second.
+            let busy = ls.making_now();
+            let lease = key.as_ref().ok().and_then(|k| ls.lease_of(*k));
             match lease {
+                // A file in a leased directory that no lease knows: an
+                // old one, or one being made right now whose lease has
+                // not noted it yet. The latter waits for the make.
+                None if busy => {
+                    let l2 = Arc::clone(&ls);
+                    let fd = m.fd;
+                    let key = key.ok();
+                    let r = std::thread::Builder::new()
+                        .name("lease-recall".into())
+                        .spawn(move || {
+                            l2.settle_makes();
+                            if let Some(lease) = key.and_then(|k| l2.lease_of(k)) {
+                                l2.recall(&lease);
+                            }
+                            allow(gfd, fd);
+                        });
+                    if r.is_err() {
+                        allow(gfd, m.fd);
+                    }
+                }
                 None => allow(gfd, m.fd),
                 Some(lease) => {
                     let l2 = Arc::clone(&ls);

@@ -112,7 +112,7 @@ impl Ctx {
             let mut behind = inner.defers(&*fs);
             if rmdir && behind {
                 let vs = dc.inode_snap(victim.ino).ok_or(Step::Restart)?;
-                behind = inner.complete_dirs()
+                behind = inner.complete_dirs_of(&*fs, vs.node)
                     && vs.flags & I_COMPLETE != 0
                     && inner.writer().positive_children(victim.d) == 0;
             }
