@@ -494,8 +494,13 @@ fn dispatch(conn: &Arc<Conn>, frame: Vec<u8>) -> Option<Vec<u8>> {
     // An open changes its fid: a read or write sent right behind it
     // (a client's open + first read in one round trip) must find it open,
     // so it runs on the strand too, and what follows joins it.
+    // So does a lease's ask (lease.rs): the client makes files right
+    // behind it, counting them as the lease's, so it must be granted
+    // before they are made.
     let ordered = !cfg.inline_all
-        && (walkfs_p9::order::changes_state(&f) || matches!(f, Fcall::Tlopen { .. }));
+        && (walkfs_p9::order::changes_state(&f)
+            || matches!(f, Fcall::Tlopen { .. })
+            || matches!(f, Fcall::Txattrwalk { name, .. } if name.0 == walkfs_p9::lease::NAME));
     let inline = cfg.inline_all || answers_from_cache(&f);
     // A big write goes the usual way: reading the next request meanwhile
     // is worth a hand-off, and the pending bound holds the client back.

@@ -143,7 +143,11 @@ pub fn serve_with(dir: &Path, sock: &Path, extra: &[&str]) -> Kill {
         .args(["serve", dir.to_str().expect("utf8"), "--listen"])
         .arg(format!("unix:{}", sock.display()))
         .args(extra)
-        .stderr(Stdio::null())
+        .stderr(if std::env::var_os("WALKFS_TEST_SERVE_LOG").is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
         .spawn()
         .expect("start walkfs serve");
     let t0 = Instant::now();
