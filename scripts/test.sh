@@ -42,10 +42,12 @@ if [ -x scripts/test-capi.sh ]; then
     bash scripts/test-capi.sh
 fi
 
-echo "== pjdfstest through walkfs mounts: special files, renames, modes (default options and cache=none)"
+echo "== pjdfstest through walkfs mounts: special files, renames, modes (default options, cache=none, cache=coherent through 9P)"
 # Skips with a message when ../shared/tools has no pjdfstest tarball.
 bash scripts/pjdfstest.sh mknod mkfifo rename chmod
 bash scripts/pjdfstest.sh -o cache=none mknod mkfifo rename chmod
+# cache=coherent through the 9P stack: leases, closes that do not wait.
+bash scripts/pjdfstest.sh -o cache=coherent --via-9p mknod mkfifo rename chmod
 
 if [ "${WALKFS_SKIP_FUZZ:-0}" != 1 ]; then
     echo "== fuzzing, a fixed time each: the 9P codec, the server's sessions"
