@@ -202,12 +202,24 @@ impl Leases {
     /// Directory `dir` was just made here: `Some(fid)` to ask for a lease
     /// on it at once, with lease fid `alloc()`.
     pub fn made_dir(&self, dir: u64, alloc: impl FnOnce() -> u32) -> Option<u32> {
+        self.ask_for(dir, true, alloc)
+    }
+
+    /// This client is emptying directory `dir` (an unlink in it): as
+    /// [`made_dir`](Leases::made_dir), unless it was recalled lately.
+    pub fn emptying(&self, dir: u64, alloc: impl FnOnce() -> u32) -> Option<u32> {
+        self.ask_for(dir, false, alloc)
+    }
+
+    fn ask_for(&self, dir: u64, new: bool, alloc: impl FnOnce() -> u32) -> Option<u32> {
         if !self.on.load(Relaxed) {
             return None;
         }
         let mut t = self.t.lock();
-        if t.dirs.contains_key(&dir) {
-            return None;
+        match t.dirs.get(&dir) {
+            Some(Dir::Cooling(at)) if new || at.elapsed() >= COOL => {}
+            Some(_) => return None,
+            None => {}
         }
         let fid = alloc();
         t.dirs.insert(
@@ -264,6 +276,17 @@ mod tests {
         assert_eq!(l.made(5, 50, || 202), None, "already asked");
         l.granted(200);
         assert!(l.covers(50) && l.covers(5));
+    }
+
+    #[test]
+    fn emptying_a_directory_asks_unless_it_cools() {
+        let l = Leases::new(true);
+        assert_eq!(l.emptying(7, || 300), Some(300));
+        assert_eq!(l.emptying(7, || 301), None, "asked already");
+        l.granted(300);
+        assert!(l.covers(7));
+        assert!(l.recall(300).is_some());
+        assert_eq!(l.emptying(7, || 302), None, "recalled a moment ago");
     }
 
     #[test]

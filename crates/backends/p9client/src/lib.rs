@@ -1320,6 +1320,11 @@ impl FileSystem for P9Fs {
                     return Ok(());
                 }
                 let dir = self.pin(parent)?;
+                // Emptying a directory (rm -r) under a lease: a miss in it
+                // is answered from the cache, and its removal runs behind.
+                if let Some(lf) = self.leases.emptying(parent.0, || self.alloc_fid()) {
+                    self.ask_lease(dir.fid, lf);
+                }
                 self.rpc.send_async(
                     Fcall::Tunlinkat {
                         dirfid: dir.fid,
