@@ -27,7 +27,12 @@ struct Setup {
     mount: Option<Mount>,
 }
 
-fn setup(extra_serve: &[&str]) -> Setup {
+/// `None` (and a line saying so) where the test cannot run: not root.
+fn setup(extra_serve: &[&str]) -> Option<Setup> {
+    if !root() {
+        eprintln!("skipped: needs root (FUSE mounts, fanotify permission events)");
+        return None;
+    }
     let t = tempfile::tempdir().expect("tmp");
     let host = t.path().join("host");
     let mnt = t.path().join("mnt");
@@ -42,14 +47,14 @@ fn setup(extra_serve: &[&str]) -> Setup {
         &mnt,
         "cache=coherent",
     );
-    Setup {
+    Some(Setup {
         _t: t,
         host,
         mnt,
         sock,
         _server: server,
         mount: Some(mount),
-    }
+    })
 }
 
 fn stat_rows(mnt: &Path) -> String {
@@ -77,11 +82,7 @@ fn stat(mnt: &Path, sect: &str, name: &str) -> u64 {
 /// appear, whole, within the bound the README states.
 #[test]
 fn the_host_sees_a_closed_file_whole() {
-    if !root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
-    let s = setup(&[]);
+    let Some(s) = setup(&[]) else { return };
     let trials = 1000;
     let (mut torn, mut unlisted) = (0, 0);
     let mut lags: Vec<Duration> = Vec::new();
@@ -145,11 +146,7 @@ fn the_host_sees_a_closed_file_whole() {
 /// bound: the host's open goes on, and sees what had reached the server.
 #[test]
 fn a_holder_that_does_not_answer_loses_the_lease() {
-    if !root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
-    let mut s = setup(&[]);
+    let Some(mut s) = setup(&[]) else { return };
     std::fs::create_dir(s.mnt.join("d")).expect("mkdir");
     for j in 0..4 {
         std::fs::write(s.mnt.join("d").join(format!("f{j}")), b"data").expect("write");
@@ -182,11 +179,7 @@ fn a_holder_that_does_not_answer_loses_the_lease() {
 /// host is never held.
 #[test]
 fn a_killed_holder_leaves_nothing_held() {
-    if !root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
-    let mut s = setup(&[]);
+    let Some(mut s) = setup(&[]) else { return };
     std::fs::create_dir(s.mnt.join("d")).expect("mkdir");
     for j in 0..50 {
         std::fs::write(s.mnt.join("d").join(format!("f{j}")), format!("{j}")).expect("write");
@@ -216,11 +209,7 @@ fn a_killed_holder_leaves_nothing_held() {
 /// the writer's close.
 #[test]
 fn two_clients_write_one_file_in_turns() {
-    if !root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
-    let s = setup(&[]);
+    let Some(s) = setup(&[]) else { return };
     let t = tempfile::tempdir().expect("tmp");
     let mnt2 = t.path().join("mnt2");
     std::fs::create_dir_all(&mnt2).expect("mnt2");
@@ -277,11 +266,7 @@ fn two_clients_write_one_file_in_turns() {
 /// is never taken for the client's own).
 #[test]
 fn host_and_client_racing_on_names_end_alike() {
-    if !root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
-    let s = setup(&[]);
+    let Some(s) = setup(&[]) else { return };
     std::fs::create_dir(s.mnt.join("r")).expect("mkdir");
     let host_dir = s.host.join("r");
     let host = std::thread::spawn(move || {

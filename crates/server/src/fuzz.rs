@@ -32,6 +32,9 @@ const NAMES: &[&[u8]] = &[
     &[b'n'; 300],
     // Opens a change-notification fid (notify.rs) through Txattrwalk.
     crate::notify::NOTIFY_NAME,
+    // Asks for a lease (lease.rs): ordered like a change, refused here
+    // (memory has no host to hold).
+    walkfs_p9::lease::NAME,
 ];
 
 /// Bytes of the script, consumed as fields.
