@@ -202,9 +202,10 @@ pub struct Leases {
     /// first grant: threads started before the sandbox would escape it).
     running: std::sync::Once,
     t: Mutex<Table>,
-    /// Leases recalled, and those a holder did not give back in time.
-    pub recalls: std::sync::atomic::AtomicU64,
-    pub expired: std::sync::atomic::AtomicU64,
+    /// Leases held (`t.dirs.len()`, kept with it): every request of
+    /// every connection asks whether another holds one, and while none
+    /// does it reads this instead of locking the table.
+    held: std::sync::atomic::AtomicUsize,
     /// Files makes begun and finished, and their signal.
     making: Mutex<(u64, u64)>,
     made: Condvar,
@@ -216,8 +217,7 @@ impl Leases {
             guard,
             running: std::sync::Once::new(),
             t: Mutex::new(Table::default()),
-            recalls: Default::default(),
-            expired: Default::default(),
+            held: Default::default(),
             making: Mutex::new((0, 0)),
             made: Condvar::new(),
         })
@@ -259,6 +259,8 @@ impl Leases {
             cv: Condvar::new(),
         });
         t.dirs.insert(key, Arc::clone(&lease));
+        self.held
+            .store(t.dirs.len(), std::sync::atomic::Ordering::Release);
         t.by_key.insert(key, Arc::clone(&lease));
         *t.holders.entry(peer_id(&lease.peer)).or_default() += 1;
         Ok(Hold {
@@ -322,6 +324,8 @@ impl Leases {
             .is_some_and(|l| Arc::ptr_eq(l, lease))
         {
             t.dirs.remove(&lease.dir);
+            self.held
+                .store(t.dirs.len(), std::sync::atomic::Ordering::Release);
             let id = peer_id(&lease.peer);
             if let Some(n) = t.holders.get_mut(&id) {
                 *n -= 1;
@@ -364,8 +368,6 @@ impl Leases {
                 lease.fid,
                 lease.dir
             );
-            self.recalls
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             // A connection that is going needs no recall: its fids, the
             // lease's among them, drop once what it sent was carried out.
             if let Some(p) = lease.peer.upgrade() {
@@ -381,8 +383,6 @@ impl Leases {
         }
         if !s.released {
             drop(s);
-            self.expired
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::warn!(
                 "leases: a client did not give back its lease on directory {:?} within {:?}; revoked",
                 lease.dir,
@@ -421,6 +421,9 @@ impl Leases {
 
     /// Does a connection other than `me` hold a lease?
     pub(crate) fn others_hold(&self, me: &Weak<dyn Peer>) -> bool {
+        if !self.any() {
+            return false;
+        }
         let t = self.t.lock();
         let mine = usize::from(t.holders.contains_key(&peer_id(me)));
         t.holders.len() > mine
@@ -442,7 +445,7 @@ impl Leases {
 
     /// Is any lease held? (A create checks for its directory only then.)
     pub fn any(&self) -> bool {
-        !self.t.lock().dirs.is_empty()
+        self.held.load(std::sync::atomic::Ordering::Acquire) != 0
     }
 }
 

@@ -424,11 +424,6 @@ impl P9Fs {
         }
     }
 
-    /// Leases held now (p9::lease).
-    pub fn leases_held(&self) -> usize {
-        self.leases.held()
-    }
-
     /// RPCs by type, bytes, time waiting for replies.
     pub fn stats(&self) -> Stats {
         self.rpc.counters.snapshot()
@@ -1203,7 +1198,7 @@ impl FileSystem for P9Fs {
     }
 
     fn leased(&self, node: NodeId) -> bool {
-        self.leases.covers(node.0) || self.leases.covers_file(node.0)
+        self.leases.covers(node.0)
     }
 
     fn forget(&self, node: NodeId, count: u64) {
