@@ -152,6 +152,8 @@ enum Cmd {
     /// sync_metadata=1 (wait for every change rather than let creates,
     /// links, unlinks, rmdirs, writes and attribute changes run behind
     /// the caller on a 9P source), msize=N, fids=N, host_fds=N,
+    /// host_behind=0|1 (a host directory: run those changes' host calls on
+    /// a thread of the backend's, behind the caller; off by default),
     /// watch_queue=limited|unlimited (a host directory watched with
     /// fanotify; always unlimited in cache=coherent with events=1, so that
     /// no change replayed to watchers is lost),

@@ -319,3 +319,48 @@ fn an_outside_unmount_never_takes_the_next_mount_with_it() {
         std::mem::forget(m);
     }
 }
+
+/// `host_behind=1`: the host calls of unlinks, renames and attribute
+/// changes run on hostfs's own thread, behind the caller (hostfs
+/// behind.rs). `rm -rf` of a tree the host made (directories the vfs
+/// never listed whole, so each rmdir is the host's to refuse) must wait
+/// for the unlinks queued in each directory; a build and git must work
+/// as without it.
+#[test]
+fn changes_behind_the_caller_on_a_local_mount() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (src, mnt) = (t.path().join("src"), t.path().join("mnt"));
+    std::fs::create_dir(&mnt).expect("mkdir");
+    for d in 0..40 {
+        let dir = src.join(format!("tree/d{d}/sub"));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        for f in 0..25 {
+            std::fs::write(dir.join(format!("f{f}")), b"x").expect("write");
+            std::fs::write(src.join(format!("tree/d{d}/g{f}")), b"y").expect("write");
+        }
+    }
+    for opts in ["cache=loose,host_behind=1", "cache=coherent,host_behind=1"] {
+        let _m = Mount::new(&src, &mnt, opts);
+        if !src.join("tree").exists() {
+            run(Command::new("cp")
+                .arg("-a")
+                .arg(mnt.join("copy"))
+                .arg(mnt.join("tree")));
+        }
+        run(Command::new("cp")
+            .arg("-a")
+            .arg(mnt.join("tree"))
+            .arg(mnt.join("copy")));
+        run(Command::new("rm").arg("-rf").arg(mnt.join("tree")));
+        run(walkfs().arg("sync").arg(&mnt));
+        assert!(!src.join("tree").exists(), "{opts}: tree left on the host");
+        assert_eq!(
+            std::fs::read_dir(src.join("copy/d7/sub"))
+                .expect("list")
+                .count(),
+            25
+        );
+    }
+    build_on_the_mount("cache=loose,negtimeout=-1,host_behind=1", false);
+    git_on_the_mount("cache=coherent,negtimeout=-1,host_behind=1");
+}

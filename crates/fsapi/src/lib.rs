@@ -380,14 +380,19 @@ pub enum Deferred<'a> {
         node: NodeId,
         set: SetAttr,
     },
+    /// Remove `name` of `parent`, the file `node` (`NodeId(0)` when the
+    /// caller does not know it).
     Unlink {
         parent: NodeId,
         name: &'a [u8],
+        node: NodeId,
     },
-    /// Remove the empty directory `name` of `parent`.
+    /// Remove the empty directory `name` of `parent`, the directory
+    /// `node` (`NodeId(0)` when not known).
     Rmdir {
         parent: NodeId,
         name: &'a [u8],
+        node: NodeId,
     },
     /// Move `name` of `parent` (file `node`) to `newname` of
     /// `newparent`, replacing a non-directory there (a plain `rename`,
@@ -427,8 +432,8 @@ pub fn run_inline<F: FileSystem + ?Sized>(fs: &F, op: Deferred<'_>, done: Done) 
             }
         }),
         Deferred::SetAttr { node, set } => fs.setattr(node, &set).map(drop),
-        Deferred::Unlink { parent, name } => fs.unlink(parent, name),
-        Deferred::Rmdir { parent, name } => fs.rmdir(parent, name),
+        Deferred::Unlink { parent, name, .. } => fs.unlink(parent, name),
+        Deferred::Rmdir { parent, name, .. } => fs.rmdir(parent, name),
         Deferred::Rename {
             parent,
             name,

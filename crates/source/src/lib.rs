@@ -113,6 +113,12 @@ pub struct BackendOptions {
     /// lost while the reader is slow. A FUSE mount that replays changes
     /// to its watchers asks for it: it cannot pass a loss on.
     pub watch_queue_unlimited: bool,
+    /// For a host directory: run the changes the vfs answers from its
+    /// cache (unlinks, renames, attribute changes, writes) on a thread of
+    /// the backend's, behind the caller (`host_behind=1`; hostfs
+    /// behind.rs). Off by default: on a machine with few cores the
+    /// hand-over costs more than the host call it hides.
+    pub host_behind: bool,
 }
 
 impl Default for BackendOptions {
@@ -124,6 +130,7 @@ impl Default for BackendOptions {
             fids: walkfs_p9client::DEFAULT_NODE_FIDS as u32,
             host_fds: walkfs_hostfs::DEFAULT_CACHED_FDS as u32,
             watch_queue_unlimited: false,
+            host_behind: false,
         }
     }
 }
@@ -137,6 +144,7 @@ impl BackendOptions {
         "fids",
         "host_fds",
         "watch_queue",
+        "host_behind",
     ];
 
     /// Is `name` a backend's option (rather than the vfs's)?
@@ -166,6 +174,13 @@ impl BackendOptions {
                 self.watch_queue_unlimited = match value {
                     "unlimited" => true,
                     "limited" => false,
+                    _ => return Err(Errno::EINVAL),
+                }
+            }
+            "host_behind" => {
+                self.host_behind = match value {
+                    "1" => true,
+                    "0" => false,
                     _ => return Err(Errno::EINVAL),
                 }
             }
@@ -240,6 +255,7 @@ pub fn open_source(source: &Source, opts: &SourceOptions, start: bool) -> Result
         Source::Host(dir) => {
             let host = walkfs_hostfs::HostFs::with_cached_fds(dir, opts.backend.host_fds as usize)?;
             host.set_watch_queue_unlimited(opts.backend.watch_queue_unlimited);
+            host.set_changes_behind(opts.backend.host_behind);
             let fs: Arc<dyn FileSystem> = Arc::new(host);
             if start {
                 Vfs::new(fs, &opts.vfs)
@@ -340,7 +356,7 @@ mod tests {
     #[test]
     fn options_are_routed_by_name() {
         let o = SourceOptions::parse(
-            "cache=coherent,msize=65536,aname=/srv,fids=64,host_fds=8,secret_file=/k,negtimeout=0,fastpath=0,dir_readahead=4,watch_queue=unlimited",
+            "cache=coherent,msize=65536,aname=/srv,fids=64,host_fds=8,secret_file=/k,negtimeout=0,fastpath=0,dir_readahead=4,watch_queue=unlimited,host_behind=1",
         )
         .unwrap();
         assert_eq!(o.vfs.cache, CachePolicy::Coherent);
@@ -355,9 +371,11 @@ mod tests {
                 fids: 64,
                 host_fds: 8,
                 watch_queue_unlimited: true,
+                host_behind: true,
             }
         );
         assert!(SourceOptions::parse("watch_queue=some").is_err());
+        assert!(SourceOptions::parse("host_behind=yes").is_err());
         assert_eq!(o.vfs.dir_readahead, 4);
         assert_eq!(SourceOptions::parse("").unwrap(), SourceOptions::default());
         assert_eq!(SourceOptions::default().backend.fids, 1024);

@@ -350,8 +350,8 @@ impl FileSystem for LaterFs {
                 data,
             } => OwnedOp::Write(node, fh, off, data.to_vec()),
             Deferred::SetAttr { node, set } => OwnedOp::SetAttr(node, set),
-            Deferred::Unlink { parent, name } => OwnedOp::Unlink(parent, name.to_vec()),
-            Deferred::Rmdir { parent, name } => OwnedOp::Rmdir(parent, name.to_vec()),
+            Deferred::Unlink { parent, name, .. } => OwnedOp::Unlink(parent, name.to_vec()),
+            Deferred::Rmdir { parent, name, .. } => OwnedOp::Rmdir(parent, name.to_vec()),
             Deferred::Rename {
                 parent,
                 name,

@@ -18,6 +18,7 @@
 //! Nodes are keyed by (device, inode number), so hard links share a
 //! [`NodeId`], as the [`FileSystem`] contract asks.
 
+mod behind;
 mod sys;
 mod table;
 mod watch;
@@ -32,10 +33,12 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 
+use behind::Behind;
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use walkfs_fsapi::{
-    Attr, ChangeSink, DirEntry, DirPlus, Entry, Errno, FileHandle, FileSystem, FileType, NodeId,
-    OpenFlags, Owner, Result, SetAttr, StatFs, TimeSet,
+    Attr, ChangeSink, Completion, Deferred, DirEntry, DirPlus, Done, Entry, Errno, FileHandle,
+    FileSystem, FileType, NodeId, OpenFlags, Owner, Result, SetAttr, StatFs, TimeSet,
 };
 
 /// Default bound on cached `O_PATH` descriptors.
@@ -62,6 +65,20 @@ pub struct HostFs {
     umask: u32,
     euid: u32,
     egid: u32,
+    /// Changes the vfs lets run behind its caller, and whether it may
+    /// (behind.rs).
+    behind: Arc<Behind>,
+    ordered: AtomicBool,
+    /// Open handles whose host file the kernel writes directly (FUSE
+    /// passthrough), and how many each node has: a change of times must
+    /// not be overtaken by such a write, which never passes through us.
+    direct: Mutex<Direct>,
+}
+
+#[derive(Default)]
+struct Direct {
+    handles: HashMap<u64, u64>,
+    nodes: HashMap<u64, u32>,
 }
 
 impl HostFs {
@@ -92,16 +109,35 @@ impl HostFs {
             umask: sys::umask(),
             euid: sys::geteuid(),
             egid: sys::getegid(),
+            behind: Behind::new(),
+            ordered: AtomicBool::new(false),
+            direct: Mutex::new(Direct::default()),
         })
     }
 
-    fn fd(&self, node: NodeId) -> Result<Arc<OwnedFd>> {
-        match self.table.fd(node) {
-            // A rename through us may have moved a name of the chain
-            // while it was being opened: once more, with the new names.
-            Err(Errno::ESTALE) => self.table.fd(node),
-            r => r,
+    /// Let the vfs's changes run behind the caller on a thread of ours
+    /// (behind.rs), or carry every one out before answering (`false`, the
+    /// default; set before the vfs is made).
+    pub fn set_changes_behind(&self, on: bool) {
+        self.ordered.store(on, Relaxed);
+    }
+
+    /// Hold the changes queued behind callers (`true`) until released
+    /// (`false`): for tests, to show that a call waits for what it must.
+    pub fn hold_changes_behind(&self, on: bool) {
+        self.behind.hold(on);
+    }
+
+    /// Both ends of the host calls of a deferred change.
+    fn core(&self) -> Core {
+        Core {
+            table: self.table.clone(),
+            proc_fd: self.proc_fd.clone(),
         }
+    }
+
+    fn fd(&self, node: NodeId) -> Result<Arc<OwnedFd>> {
+        Core::fd_of(&self.table, node)
     }
 
     /// Register a freshly opened `O_PATH` descriptor of `name` in `parent`
@@ -174,20 +210,10 @@ impl HostFs {
         })
     }
 
-    /// The file now at `name` in `dir` (whose descriptor is `dfd`) got
-    /// there by a rename: remember it there.
-    fn moved(&self, dir: NodeId, dfd: &OwnedFd, name: &[u8]) {
-        let Ok(key) = sys::fstatat_nofollow(dfd.as_fd(), name) else {
-            return;
-        };
-        let mut nodes = self.table.nodes.write();
-        let Some(id) = nodes.find(key) else {
-            return;
-        };
-        if let Some(n) = nodes.by_id.get_mut(&id).filter(|_| id != ROOT) {
-            n.parent = dir.0;
-            n.name = name.into();
-        }
+    /// Is `node` open with a handle whose host file the kernel writes
+    /// directly?
+    fn direct_node(&self, node: NodeId) -> bool {
+        self.direct.lock().nodes.contains_key(&node.0)
     }
 
     /// Counters of the descriptor cache.
@@ -198,19 +224,7 @@ impl HostFs {
     /// Re-open a held node for I/O, refusing anything but regular files and
     /// directories.
     fn reopen(&self, fd: &OwnedFd, flags: i32) -> Result<OwnedFd> {
-        let attr = sys::statx(fd.as_fd())?;
-        match attr.file_type() {
-            Some(FileType::Regular) | Some(FileType::Directory) => {}
-            Some(FileType::Symlink) => return Err(Errno::ELOOP),
-            _ => return Err(Errno::EACCES),
-        }
-        let name = sys::fd_name(fd.as_raw_fd());
-        sys::openat(
-            self.proc_fd.as_fd(),
-            &name,
-            flags & !(libc::O_CREAT | libc::O_EXCL),
-            0,
-        )
+        reopen(&self.proc_fd, fd, flags)
     }
 
     fn new_handle(&self, fd: OwnedFd) -> FileHandle {
@@ -286,6 +300,123 @@ impl HostFs {
         let dev = self.table.root_key()?.0;
         Some(self.watcher.lock().as_ref()?.source_of(dev))
     }
+}
+
+impl Drop for HostFs {
+    fn drop(&mut self) {
+        // Everything queued reaches the host before the export goes.
+        self.behind.close();
+    }
+}
+
+/// What a change needs of the host when it runs on our worker: the node
+/// table and `/proc/self/fd`. The calls of ordinary and deferred changes
+/// are these same functions.
+struct Core {
+    table: Arc<Table>,
+    proc_fd: Arc<OwnedFd>,
+}
+
+impl Core {
+    fn fd(&self, node: NodeId) -> Result<Arc<OwnedFd>> {
+        Core::fd_of(&self.table, node)
+    }
+
+    fn fd_of(table: &Table, node: NodeId) -> Result<Arc<OwnedFd>> {
+        match table.fd(node) {
+            // A rename through us may have moved a name of the chain
+            // while it was being opened: once more, with the new names.
+            Err(Errno::ESTALE) => table.fd(node),
+            r => r,
+        }
+    }
+
+    /// Change `node`'s attributes; its descriptor comes back (to stat).
+    fn setattr(&self, node: NodeId, set: &SetAttr) -> Result<Arc<OwnedFd>> {
+        let fd = self.fd(node)?;
+        let name = sys::fd_name(fd.as_raw_fd());
+        if set.uid.is_some() || set.gid.is_some() {
+            sys::fchownat_empty(
+                fd.as_fd(),
+                set.uid.unwrap_or(u32::MAX),
+                set.gid.unwrap_or(u32::MAX),
+            )?;
+        }
+        if let Some(mode) = set.mode {
+            if sys::statx(fd.as_fd())?.is_symlink() {
+                return Err(Errno::EOPNOTSUPP);
+            }
+            sys::fchmodat(self.proc_fd.as_fd(), &name, mode & 0o7777)?;
+        }
+        if let Some(size) = set.size {
+            let file = reopen(&self.proc_fd, &fd, libc::O_WRONLY)?;
+            sys::ftruncate(file.as_fd(), size)?;
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            sys::utimensat(
+                self.proc_fd.as_fd(),
+                &name,
+                &[timespec(set.atime), timespec(set.mtime)],
+            )?;
+        }
+        Ok(fd)
+    }
+
+    fn unlink(&self, parent: NodeId, name: &[u8], flags: i32) -> Result<()> {
+        sys::unlinkat(self.fd(parent)?.as_fd(), name, flags)
+    }
+
+    fn rename(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        newparent: NodeId,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        let (od, nd) = (self.fd(parent)?, self.fd(newparent)?);
+        sys::renameat2(od.as_fd(), name, nd.as_fd(), newname, flags)?;
+        // The moved files are found by their new names from now on.
+        self.moved(newparent, &nd, newname);
+        if flags & walkfs_fsapi::RENAME_EXCHANGE != 0 {
+            self.moved(parent, &od, name);
+        }
+        Ok(())
+    }
+
+    /// The file now at `name` in `dir` (whose descriptor is `dfd`) got
+    /// there by a rename: remember it there.
+    fn moved(&self, dir: NodeId, dfd: &OwnedFd, name: &[u8]) {
+        let Ok(key) = sys::fstatat_nofollow(dfd.as_fd(), name) else {
+            return;
+        };
+        let mut nodes = self.table.nodes.write();
+        let Some(id) = nodes.find(key) else {
+            return;
+        };
+        if let Some(n) = nodes.by_id.get_mut(&id).filter(|_| id != ROOT) {
+            n.parent = dir.0;
+            n.name = name.into();
+        }
+    }
+}
+
+/// Re-open a held node for I/O, refusing anything but regular files and
+/// directories.
+fn reopen(proc_fd: &OwnedFd, fd: &OwnedFd, flags: i32) -> Result<OwnedFd> {
+    let attr = sys::statx(fd.as_fd())?;
+    match attr.file_type() {
+        Some(FileType::Regular) | Some(FileType::Directory) => {}
+        Some(FileType::Symlink) => return Err(Errno::ELOOP),
+        _ => return Err(Errno::EACCES),
+    }
+    let name = sys::fd_name(fd.as_raw_fd());
+    sys::openat(
+        proc_fd.as_fd(),
+        &name,
+        flags & !(libc::O_CREAT | libc::O_EXCL),
+        0,
+    )
 }
 
 impl HostFs {
@@ -371,15 +502,24 @@ impl FileSystem for HostFs {
     }
 
     fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Entry> {
+        self.behind.settle(&[parent.0]);
         let dir = self.fd(parent)?;
         let fd = lookup_fd(dir.as_fd(), name)?;
-        self.register(parent, name, fd)
+        let mut entry = self.register(parent, name, fd)?;
+        // Found by a name that had nothing queued, a file that has (it has
+        // another name): its attributes once its changes landed.
+        if self.behind.queued(entry.node.0) {
+            self.behind.settle(&[entry.node.0]);
+            entry.attr = self.getattr(entry.node)?;
+        }
+        Ok(entry)
     }
 
     fn forget(&self, node: NodeId, count: u64) {
         if node.0 == ROOT {
             return;
         }
+        self.behind.settle(&[node.0]);
         let mut nodes = self.table.nodes.write();
         let gone = match nodes.by_id.get_mut(&node.0) {
             Some(n) => {
@@ -396,37 +536,88 @@ impl FileSystem for HostFs {
     }
 
     fn getattr(&self, node: NodeId) -> Result<Attr> {
+        self.behind.settle(&[node.0]);
         sys::statx(self.fd(node)?.as_fd())
     }
 
     fn setattr(&self, node: NodeId, set: &SetAttr) -> Result<Attr> {
-        let fd = self.fd(node)?;
-        let name = sys::fd_name(fd.as_raw_fd());
-        if set.uid.is_some() || set.gid.is_some() {
-            sys::fchownat_empty(
-                fd.as_fd(),
-                set.uid.unwrap_or(u32::MAX),
-                set.gid.unwrap_or(u32::MAX),
-            )?;
-        }
-        if let Some(mode) = set.mode {
-            if sys::statx(fd.as_fd())?.is_symlink() {
-                return Err(Errno::EOPNOTSUPP);
-            }
-            sys::fchmodat(self.proc_fd.as_fd(), &name, mode & 0o7777)?;
-        }
-        if let Some(size) = set.size {
-            let file = self.reopen(&fd, libc::O_WRONLY)?;
-            sys::ftruncate(file.as_fd(), size)?;
-        }
-        if set.atime.is_some() || set.mtime.is_some() {
-            sys::utimensat(
-                self.proc_fd.as_fd(),
-                &name,
-                &[timespec(set.atime), timespec(set.mtime)],
-            )?;
-        }
+        self.behind.settle(&[node.0]);
+        let fd = self.core().setattr(node, set)?;
         sys::statx(fd.as_fd())
+    }
+
+    fn completion(&self) -> Completion {
+        if self.ordered.load(Relaxed) {
+            Completion::Ordered
+        } else {
+            Completion::Inline
+        }
+    }
+
+    /// Queue the change for our worker (behind.rs), keyed by the nodes it
+    /// touches. A truncation, and a change of times while the kernel may
+    /// write the file directly, run now: a direct write must not be
+    /// overtaken by them.
+    fn submit(&self, op: Deferred<'_>, done: Done) -> Result<()> {
+        if !self.ordered.load(Relaxed) {
+            walkfs_fsapi::run_inline(self, op, done);
+            return Ok(());
+        }
+        let core = self.core();
+        match op {
+            Deferred::Write {
+                node,
+                fh,
+                off,
+                data,
+            } => {
+                let file = self.handle(fh)?;
+                let data = data.to_vec();
+                let run = move || match sys::pwrite(file.as_fd(), &data, off) {
+                    Ok(n) if n < data.len() => Err(Errno::ENOSPC),
+                    r => r.map(drop),
+                };
+                self.behind.push([node.0, 0, 0], Box::new(run), done)
+            }
+            Deferred::SetAttr { node, set }
+                if set.size.is_none()
+                    && (set.atime.is_none() && set.mtime.is_none() || !self.direct_node(node)) =>
+            {
+                let run = move || core.setattr(node, &set).map(drop);
+                self.behind.push([node.0, 0, 0], Box::new(run), done)
+            }
+            Deferred::Unlink { parent, name, node } => {
+                check_name(name)?;
+                let name = name.to_vec();
+                let run = move || core.unlink(parent, &name, 0);
+                self.behind.push([parent.0, node.0, 0], Box::new(run), done)
+            }
+            Deferred::Rmdir { parent, name, node } => {
+                check_name(name)?;
+                let name = name.to_vec();
+                let run = move || core.unlink(parent, &name, libc::AT_REMOVEDIR);
+                self.behind.push([parent.0, node.0, 0], Box::new(run), done)
+            }
+            Deferred::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                node,
+            } => {
+                check_name(name)?;
+                check_name(newname)?;
+                let (name, newname) = (name.to_vec(), newname.to_vec());
+                let run = move || core.rename(parent, &name, newparent, &newname, 0);
+                self.behind
+                    .push([parent.0, newparent.0, node.0], Box::new(run), done)
+            }
+            // The ordinary call waits for the node's queued changes.
+            op => {
+                walkfs_fsapi::run_inline(self, op, done);
+                Ok(())
+            }
+        }
     }
 
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
@@ -441,6 +632,7 @@ impl FileSystem for HostFs {
     }
 
     fn open(&self, node: NodeId, flags: OpenFlags) -> Result<FileHandle> {
+        self.behind.settle(&[node.0]);
         let fd = self.fd(node)?;
         let keep = libc::O_ACCMODE | libc::O_TRUNC | libc::O_DIRECTORY;
         let file = self.reopen(&fd, flags.0 & keep)?;
@@ -456,6 +648,7 @@ impl FileSystem for HostFs {
         flags: OpenFlags,
     ) -> Result<(Entry, FileHandle)> {
         check_name(name)?;
+        self.behind.settle(&[parent.0]);
         let dir = self.fd(parent)?;
         let how = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | (flags.0 & libc::O_ACCMODE);
         let file = sys::openat2(dir.as_fd(), name, how, mode & 0o7777, RESOLVE)?;
@@ -470,16 +663,24 @@ impl FileSystem for HostFs {
         Ok((entry, self.new_handle(file)))
     }
 
-    fn read(&self, _node: NodeId, fh: FileHandle, off: u64, buf: &mut [u8]) -> Result<usize> {
+    fn read(&self, node: NodeId, fh: FileHandle, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.behind.settle(&[node.0]);
         sys::pread(self.handle(fh)?.as_fd(), buf, off)
     }
 
-    fn write(&self, _node: NodeId, fh: FileHandle, off: u64, data: &[u8]) -> Result<usize> {
+    fn write(&self, node: NodeId, fh: FileHandle, off: u64, data: &[u8]) -> Result<usize> {
+        self.behind.settle(&[node.0]);
         sys::pwrite(self.handle(fh)?.as_fd(), data, off)
     }
 
-    fn host_file(&self, _node: NodeId, fh: FileHandle) -> Option<Arc<OwnedFd>> {
-        self.handle(fh).ok()
+    fn host_file(&self, node: NodeId, fh: FileHandle) -> Option<Arc<OwnedFd>> {
+        self.behind.settle(&[node.0]);
+        let file = self.handle(fh).ok()?;
+        let mut d = self.direct.lock();
+        if d.handles.insert(fh.0, node.0).is_none() {
+            *d.nodes.entry(node.0).or_insert(0) += 1;
+        }
+        Some(file)
     }
 
     fn node_fd(&self, node: NodeId) -> Option<Arc<OwnedFd>> {
@@ -487,11 +688,22 @@ impl FileSystem for HostFs {
     }
 
     fn release(&self, _node: NodeId, fh: FileHandle) {
+        // A queued write holds the descriptor until it ran.
         self.handles.lock().remove(&fh.0);
+        let mut d = self.direct.lock();
+        if let Some(node) = d.handles.remove(&fh.0) {
+            if let Some(n) = d.nodes.get_mut(&node) {
+                *n -= 1;
+                if *n == 0 {
+                    d.nodes.remove(&node);
+                }
+            }
+        }
     }
 
     fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, owner: Owner) -> Result<Entry> {
         check_name(name)?;
+        self.behind.settle(&[parent.0]);
         let dir = self.fd(parent)?;
         sys::mkdirat(dir.as_fd(), name, mode & 0o7777)?;
         let fd = lookup_fd(dir.as_fd(), name)?;
@@ -501,6 +713,7 @@ impl FileSystem for HostFs {
 
     fn symlink(&self, parent: NodeId, name: &[u8], target: &[u8], owner: Owner) -> Result<Entry> {
         check_name(name)?;
+        self.behind.settle(&[parent.0]);
         let dir = self.fd(parent)?;
         sys::symlinkat(target, dir.as_fd(), name)?;
         let fd = lookup_fd(dir.as_fd(), name)?;
@@ -524,6 +737,7 @@ impl FileSystem for HostFs {
             libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR | libc::S_IFBLK => {}
             _ => return Err(Errno::EINVAL),
         }
+        self.behind.settle(&[parent.0]);
         let dir = self.fd(parent)?;
         sys::mknodat(dir.as_fd(), name, mode, rdev)?;
         let fd = lookup_fd(dir.as_fd(), name)?;
@@ -533,6 +747,7 @@ impl FileSystem for HostFs {
 
     fn link(&self, node: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {
         check_name(newname)?;
+        self.behind.settle(&[node.0, newparent.0]);
         let fd = self.fd(node)?;
         let dir = self.fd(newparent)?;
         // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; without it, link through
@@ -556,12 +771,16 @@ impl FileSystem for HostFs {
 
     fn unlink(&self, parent: NodeId, name: &[u8]) -> Result<()> {
         check_name(name)?;
-        sys::unlinkat(self.fd(parent)?.as_fd(), name, 0)
+        self.behind.settle(&[parent.0]);
+        self.core().unlink(parent, name, 0)
     }
 
     fn rmdir(&self, parent: NodeId, name: &[u8]) -> Result<()> {
         check_name(name)?;
-        sys::unlinkat(self.fd(parent)?.as_fd(), name, libc::AT_REMOVEDIR)
+        // The directory must be empty: the unlinks queued in it (keyed by
+        // a node we do not know here) first.
+        self.behind.settle_all();
+        self.core().unlink(parent, name, libc::AT_REMOVEDIR)
     }
 
     fn rename(
@@ -574,17 +793,13 @@ impl FileSystem for HostFs {
     ) -> Result<()> {
         check_name(name)?;
         check_name(newname)?;
-        let (od, nd) = (self.fd(parent)?, self.fd(newparent)?);
-        sys::renameat2(od.as_fd(), name, nd.as_fd(), newname, flags)?;
-        // The moved files are found by their new names from now on.
-        self.moved(newparent, &nd, newname);
-        if flags & walkfs_fsapi::RENAME_EXCHANGE != 0 {
-            self.moved(parent, &od, name);
-        }
-        Ok(())
+        // A directory replaced must be empty, as for rmdir.
+        self.behind.settle_all();
+        self.core().rename(parent, name, newparent, newname, flags)
     }
 
     fn readdir(&self, node: NodeId) -> Result<Vec<DirEntry>> {
+        self.behind.settle(&[node.0]);
         let fd = self.fd(node)?;
         let dir = self.reopen(&fd, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let mut out = Vec::new();
@@ -608,6 +823,8 @@ impl FileSystem for HostFs {
     /// that must be watched): one call where a lookup of each would cost
     /// an open and a stat.
     fn readdir_plus(&self, node: NodeId) -> Option<Result<Vec<DirPlus>>> {
+        // The entries' attributes too: everything queued first.
+        self.behind.settle_all();
         Some(self.list_plus(node))
     }
 
@@ -623,6 +840,7 @@ impl FileSystem for HostFs {
     }
 
     fn statfs(&self, node: NodeId) -> Result<StatFs> {
+        self.behind.settle_all();
         let st = sys::fstatfs(self.fd(node)?.as_fd())?;
         Ok(StatFs {
             fs_type: st.f_type,

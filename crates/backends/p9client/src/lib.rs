@@ -1291,7 +1291,7 @@ impl FileSystem for P9Fs {
                     rpc::AsyncOp::new(done, 0),
                 )
             }
-            Deferred::Rmdir { parent, name } if self.unlinkat_ok.load(Relaxed) => {
+            Deferred::Rmdir { parent, name, .. } if self.unlinkat_ok.load(Relaxed) => {
                 let dir = self.pin(parent)?;
                 self.rpc.send_async(
                     Fcall::Tunlinkat {
@@ -1302,11 +1302,11 @@ impl FileSystem for P9Fs {
                     rpc::AsyncOp::new(done, 0),
                 )
             }
-            Deferred::Rmdir { parent, name } => {
+            Deferred::Rmdir { parent, name, .. } => {
                 done(self.rmdir(parent, name));
                 Ok(())
             }
-            Deferred::Unlink { parent, name } => {
+            Deferred::Unlink { parent, name, .. } => {
                 if !self.unlinkat_ok.load(Relaxed) {
                     // The first one waits: a server that does not know
                     // Tunlinkat gets Tremove, which an asynchronous

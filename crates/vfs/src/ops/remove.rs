@@ -123,11 +123,13 @@ impl Ctx {
                     Deferred::Rmdir {
                         parent,
                         name: &name,
+                        node: NodeId(vnode),
                     }
                 } else {
                     Deferred::Unlink {
                         parent,
                         name: &name,
+                        node: NodeId(vnode),
                     }
                 };
                 inner.name_behind(&*fs, ds.sb(), ds.node, &name, vnode, dir.d, op)
