@@ -1311,6 +1311,7 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
         ("dentries", u64::from(s.vfs_dentries)),
         ("changes_reported", s.vfs_changes),
         ("changes_lost", s.vfs_changes_lost),
+        ("changes_own", s.vfs_changes_own),
         ("coherent", u64::from(s.coherent)),
     ] {
         rows.push(vec!["vfs".into(), n.into(), c.to_string()]);

@@ -706,3 +706,58 @@ fn a_coherent_mount_gathers_small_writes_and_nothing_can_tell() {
         "1,000+ writes should reach the server as a few: {sent} Twrite"
     );
 }
+
+/// A coherent mount of a local directory hears its own changes back from
+/// the host's watcher (hostfs own.rs): the files a program makes through
+/// it stay in the kernel's cache (no FORGET, no second LOOKUP), and a
+/// host that moves such a file away and back, the mount having seen it
+/// gone in between, is seen undoing it (the record of what the mount made
+/// no longer stands once the mount learned otherwise).
+#[test]
+fn a_coherent_local_mount_keeps_what_it_made_and_sees_the_host_undo_it() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (src, mnt) = (tmp.path().join("src"), tmp.path().join("mnt"));
+    for d in [&src, &mnt] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    let _m = common::Mount::new(&src, &mnt, "cache=coherent");
+    let stats = || {
+        let o = common::run(common::walkfs().arg("stats").arg(&mnt).arg("--json"));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("stats json")
+    };
+    const FILES: u64 = 200;
+    std::fs::create_dir(mnt.join("d")).expect("mkdir");
+    for i in 0..FILES {
+        std::fs::write(mnt.join(format!("d/f{i}")), format!("{i}\n")).expect("write");
+    }
+    common::wait_until("the reports of the creates", || {
+        stats()["vfs_changes"].as_u64().unwrap_or(0) > FILES
+    });
+    let s = stats();
+    let forgets = s["fuse"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p[0] == "forget"))
+        .and_then(|p| p[1].as_u64())
+        .unwrap_or(0);
+    let own = s["vfs_changes_own"].as_u64().unwrap_or(0);
+    assert!(own > FILES, "reports of the mount's own creates kept: {s}");
+    assert!(forgets < FILES / 10, "the kernel forgot new files: {s}");
+    for i in 0..FILES {
+        assert_eq!(
+            std::fs::read_to_string(mnt.join(format!("d/f{i}"))).expect("read"),
+            format!("{i}\n")
+        );
+    }
+    // Away and back on the host, within the time a record lives.
+    std::fs::write(mnt.join("d/z"), "z\n").expect("write");
+    std::fs::rename(src.join("d/z"), src.join("away")).expect("rename");
+    common::wait_until("the file seen gone", || {
+        !mnt.join("d/z").exists() && mnt.join("away").exists()
+    });
+    std::fs::rename(src.join("away"), src.join("d/z")).expect("rename back");
+    common::wait_until("the file seen back", || mnt.join("d/z").exists());
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("d/z")).expect("read"),
+        "z\n"
+    );
+}

@@ -343,6 +343,10 @@ pub struct How {
     pub what: What,
     pub is_dir: bool,
     pub cookie: u32,
+    /// The backend made this change itself, for the vfs above it, and the
+    /// object still looks as it left it (hostfs own.rs): the caches above
+    /// already show it and keep what they have; watchers still get it.
+    pub own: bool,
 }
 
 impl How {

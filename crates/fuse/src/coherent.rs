@@ -116,6 +116,9 @@ impl ChangeSink for KernelCache {
         let Some(n) = self.notifier.get() else { return };
         for c in changes {
             match c {
+                // Made through this mount, as the kernel saw it made: its
+                // caches are right.
+                Change::Entry { how, .. } | Change::Inode { how, .. } if how.own => {}
                 Change::Entry { dir_ino, name, .. } => {
                     if let Some(dir) = self.node_of(*dir_ino) {
                         self.entry(n, dir, name);

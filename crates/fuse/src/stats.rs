@@ -222,6 +222,8 @@ pub struct MountStats {
     #[serde(default)]
     pub vfs_changes_lost: u64,
     #[serde(default)]
+    pub vfs_changes_own: u64,
+    #[serde(default)]
     pub coherent: bool,
     /// 9P RPCs by type (empty when the source is not 9P).
     pub rpcs: Vec<(String, u64)>,
@@ -311,6 +313,7 @@ impl MountStats {
             vfs_dentries: cs.dentries,
             vfs_changes: cs.changes,
             vfs_changes_lost: cs.changes_lost,
+            vfs_changes_own: cs.changes_own,
             coherent: vfs.is_coherent(),
             writeback_submitted: wb.submitted,
             writeback_inflight: wb.inflight,

@@ -16,7 +16,9 @@
 //! * everything (a lost queue): all of the above for every entry;
 //! * degraded (some changes will go unseen): all of the above, and from
 //!   then on the cache revalidates with the backend on every use, negative
-//!   entries living a second.
+//!   entries living a second;
+//! * a change the backend made itself for this vfs, the object still as
+//!   it left it (`How::own`, hostfs own.rs): nothing; the cache shows it.
 //!
 //! A batch that dropped a cached name moves the generation of remembered
 //! whole paths (they may run through it), and each batch is passed on to
@@ -76,6 +78,11 @@ impl Inner {
         self.ext_seen.fetch_add(1, Ordering::Release);
         for c in changes {
             match c {
+                // The backend's own change for us, the object as it left
+                // it: the cache shows it already.
+                Change::Entry { how, .. } | Change::Inode { how, .. } if how.own => {
+                    self.counters.changes_own.inc();
+                }
                 Change::Entry { dir, name, .. } => {
                     let Some(ino) = w.find_inode(dc, sb, dir.0) else {
                         continue;

@@ -58,6 +58,8 @@ pub(crate) struct Counters {
     pub changes: Counter,
     /// Times the backend lost changes and everything was dropped.
     pub changes_lost: Counter,
+    /// Of `changes`, the backend's own for us, kept (hostfs own.rs).
+    pub changes_own: Counter,
     /// Directory listings asked for ahead (readahead.rs), used, given up
     /// (stale, or never needed), and nanoseconds spent waiting for them.
     pub readahead_asked: Counter,

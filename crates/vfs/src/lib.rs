@@ -257,6 +257,9 @@ pub struct CacheStats {
     /// some (a queue overflow) so that everything cached was dropped.
     pub changes: u64,
     pub changes_lost: u64,
+    /// Of `changes`, those the backend made itself for this vfs, the
+    /// object as it left it: nothing dropped for them.
+    pub changes_own: u64,
     /// Directory listings read ahead: asked for, used, given up, and the
     /// time callers waited for them.
     pub readahead_asked: u64,
@@ -616,6 +619,7 @@ impl Vfs {
             retries: c.retries.get(),
             changes: c.changes.get(),
             changes_lost: c.changes_lost.get(),
+            changes_own: c.changes_own.get(),
             readahead_asked: c.readahead_asked.get(),
             readahead_used: c.readahead_used.get(),
             readahead_wasted: c.readahead_wasted.get(),

@@ -19,6 +19,7 @@
 //! [`NodeId`], as the [`FileSystem`] contract asks.
 
 mod behind;
+mod own;
 mod sys;
 mod table;
 mod watch;
@@ -34,6 +35,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use behind::Behind;
+use own::Own;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use walkfs_fsapi::{
@@ -73,6 +75,9 @@ pub struct HostFs {
     /// passthrough), and how many each node has: a change of times must
     /// not be overtaken by such a write, which never passes through us.
     direct: Mutex<Direct>,
+    /// What our own changes left behind, so that their reports are marked
+    /// (own.rs).
+    own: Arc<Own>,
 }
 
 #[derive(Default)]
@@ -112,6 +117,7 @@ impl HostFs {
             behind: Behind::new(),
             ordered: AtomicBool::new(false),
             direct: Mutex::new(Direct::default()),
+            own: Arc::new(Own::default()),
         })
     }
 
@@ -133,6 +139,7 @@ impl HostFs {
         Core {
             table: self.table.clone(),
             proc_fd: self.proc_fd.clone(),
+            own: self.own.clone(),
         }
     }
 
@@ -146,6 +153,17 @@ impl HostFs {
     fn register(&self, parent: NodeId, name: &[u8], fd: OwnedFd) -> Result<Entry> {
         let id = sys::identify(fd.as_fd())?;
         self.register_as(parent, name, id, Some(fd))
+    }
+
+    /// [`HostFs::register`] of a node we just made as `name`: its reports
+    /// are ours while it stays as made (own.rs).
+    fn register_made(&self, parent: NodeId, name: &[u8], fd: OwnedFd) -> Result<Entry> {
+        // (The caller made the node under `own.changing()`.)
+        let (attr, key, born) = sys::identify(fd.as_fd())?;
+        self.own.entry(parent.0, name, Some((key, born)));
+        let entry = self.register_as(parent, name, (attr, key, born), Some(fd))?;
+        self.own.inode(entry.node.0, &entry.attr);
+        Ok(entry)
     }
 
     /// [`HostFs::register`] of a file known by its identity `(attr, key,
@@ -286,6 +304,7 @@ impl HostFs {
             sink,
             self.table.clone(),
             self.proc_fd.clone(),
+            self.own.clone(),
         )?;
         if let Some(key) = self.table.root_key() {
             tracing::info!("watching for changes with {}", w.source_of(key.0));
@@ -315,6 +334,7 @@ impl Drop for HostFs {
 struct Core {
     table: Arc<Table>,
     proc_fd: Arc<OwnedFd>,
+    own: Arc<Own>,
 }
 
 impl Core {
@@ -363,7 +383,10 @@ impl Core {
     }
 
     fn unlink(&self, parent: NodeId, name: &[u8], flags: i32) -> Result<()> {
-        sys::unlinkat(self.fd(parent)?.as_fd(), name, flags)
+        let _changing = self.own.changing();
+        sys::unlinkat(self.fd(parent)?.as_fd(), name, flags)?;
+        self.own.entry(parent.0, name, None);
+        Ok(())
     }
 
     fn rename(
@@ -375,29 +398,33 @@ impl Core {
         flags: u32,
     ) -> Result<()> {
         let (od, nd) = (self.fd(parent)?, self.fd(newparent)?);
+        let _changing = self.own.changing();
         sys::renameat2(od.as_fd(), name, nd.as_fd(), newname, flags)?;
         // The moved files are found by their new names from now on.
-        self.moved(newparent, &nd, newname);
-        if flags & walkfs_fsapi::RENAME_EXCHANGE != 0 {
-            self.moved(parent, &od, name);
-        }
+        let to = self.moved(newparent, &nd, newname);
+        let from = if flags & walkfs_fsapi::RENAME_EXCHANGE != 0 {
+            self.moved(parent, &od, name)
+        } else {
+            None
+        };
+        self.own.entry(newparent.0, newname, to);
+        self.own.entry(parent.0, name, from);
         Ok(())
     }
 
     /// The file now at `name` in `dir` (whose descriptor is `dfd`) got
-    /// there by a rename: remember it there.
-    fn moved(&self, dir: NodeId, dfd: &OwnedFd, name: &[u8]) {
-        let Ok(key) = sys::fstatat_nofollow(dfd.as_fd(), name) else {
-            return;
-        };
+    /// there by a rename: remember it there. Its identity comes back
+    /// (`None` when it cannot be told: then no report is taken for ours).
+    fn moved(&self, dir: NodeId, dfd: &OwnedFd, name: &[u8]) -> own::Named {
+        let (_, key, born) = sys::identify_name(dfd.as_fd(), name).ok()?;
         let mut nodes = self.table.nodes.write();
-        let Some(id) = nodes.find(key) else {
-            return;
-        };
-        if let Some(n) = nodes.by_id.get_mut(&id).filter(|_| id != ROOT) {
-            n.parent = dir.0;
-            n.name = name.into();
+        if let Some(id) = nodes.find(key) {
+            if let Some(n) = nodes.by_id.get_mut(&id).filter(|_| id != ROOT) {
+                n.parent = dir.0;
+                n.name = name.into();
+            }
         }
+        Some((key, born))
     }
 }
 
@@ -422,6 +449,7 @@ fn reopen(proc_fd: &OwnedFd, fd: &OwnedFd, flags: i32) -> Result<OwnedFd> {
 impl HostFs {
     fn list_plus(&self, node: NodeId) -> Result<Vec<DirPlus>> {
         let fd = self.fd(node)?;
+        self.own.forget_dir(node.0);
         let dir = self.reopen(&fd, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let watched = self.watcher.lock().is_some();
         let mut out = Vec::new();
@@ -504,6 +532,8 @@ impl FileSystem for HostFs {
     fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Entry> {
         self.behind.settle(&[parent.0]);
         let dir = self.fd(parent)?;
+        // The vfs learns the name anew, found or not (own.rs).
+        self.own.forget_entry(parent.0, name);
         let fd = lookup_fd(dir.as_fd(), name)?;
         let mut entry = self.register(parent, name, fd)?;
         // Found by a name that had nothing queued, a file that has (it has
@@ -542,8 +572,11 @@ impl FileSystem for HostFs {
 
     fn setattr(&self, node: NodeId, set: &SetAttr) -> Result<Attr> {
         self.behind.settle(&[node.0]);
+        let _changing = self.own.changing();
         let fd = self.core().setattr(node, set)?;
-        sys::statx(fd.as_fd())
+        let attr = sys::statx(fd.as_fd())?;
+        self.own.inode(node.0, &attr);
+        Ok(attr)
     }
 
     fn completion(&self) -> Completion {
@@ -650,6 +683,7 @@ impl FileSystem for HostFs {
         check_name(name)?;
         self.behind.settle(&[parent.0]);
         let dir = self.fd(parent)?;
+        let _changing = self.own.changing();
         let how = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | (flags.0 & libc::O_ACCMODE);
         let file = sys::openat2(dir.as_fd(), name, how, mode & 0o7777, RESOLVE)?;
         let path = sys::openat(
@@ -659,7 +693,7 @@ impl FileSystem for HostFs {
             0,
         )?;
         self.settle_new(&path, Some(mode & 0o7777), owner)?;
-        let entry = self.register(parent, name, path)?;
+        let entry = self.register_made(parent, name, path)?;
         Ok((entry, self.new_handle(file)))
     }
 
@@ -705,20 +739,22 @@ impl FileSystem for HostFs {
         check_name(name)?;
         self.behind.settle(&[parent.0]);
         let dir = self.fd(parent)?;
+        let _changing = self.own.changing();
         sys::mkdirat(dir.as_fd(), name, mode & 0o7777)?;
         let fd = lookup_fd(dir.as_fd(), name)?;
         self.settle_new(&fd, Some(mode & 0o7777), owner)?;
-        self.register(parent, name, fd)
+        self.register_made(parent, name, fd)
     }
 
     fn symlink(&self, parent: NodeId, name: &[u8], target: &[u8], owner: Owner) -> Result<Entry> {
         check_name(name)?;
         self.behind.settle(&[parent.0]);
         let dir = self.fd(parent)?;
+        let _changing = self.own.changing();
         sys::symlinkat(target, dir.as_fd(), name)?;
         let fd = lookup_fd(dir.as_fd(), name)?;
         self.settle_new(&fd, None, owner)?;
-        self.register(parent, name, fd)
+        self.register_made(parent, name, fd)
     }
 
     fn mknod(
@@ -739,10 +775,11 @@ impl FileSystem for HostFs {
         }
         self.behind.settle(&[parent.0]);
         let dir = self.fd(parent)?;
+        let _changing = self.own.changing();
         sys::mknodat(dir.as_fd(), name, mode, rdev)?;
         let fd = lookup_fd(dir.as_fd(), name)?;
         self.settle_new(&fd, Some(mode & 0o7777), owner)?;
-        self.register(parent, name, fd)
+        self.register_made(parent, name, fd)
     }
 
     fn link(&self, node: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {
@@ -750,6 +787,7 @@ impl FileSystem for HostFs {
         self.behind.settle(&[node.0, newparent.0]);
         let fd = self.fd(node)?;
         let dir = self.fd(newparent)?;
+        let _changing = self.own.changing();
         // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; without it, link through
         // the /proc magic link of our own descriptor (same inode either way).
         match sys::linkat(fd.as_fd(), b"", dir.as_fd(), newname, libc::AT_EMPTY_PATH) {
@@ -766,7 +804,7 @@ impl FileSystem for HostFs {
             r => r?,
         }
         let new = lookup_fd(dir.as_fd(), newname)?;
-        self.register(newparent, newname, new)
+        self.register_made(newparent, newname, new)
     }
 
     fn unlink(&self, parent: NodeId, name: &[u8]) -> Result<()> {
@@ -801,6 +839,7 @@ impl FileSystem for HostFs {
     fn readdir(&self, node: NodeId) -> Result<Vec<DirEntry>> {
         self.behind.settle(&[node.0]);
         let fd = self.fd(node)?;
+        self.own.forget_dir(node.0);
         let dir = self.reopen(&fd, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let mut out = Vec::new();
         for (name, ino, dtype) in sys::getdents(dir.as_fd())? {

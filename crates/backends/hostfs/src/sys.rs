@@ -354,23 +354,6 @@ pub fn read(fd: BorrowedFd, buf: &mut [u8]) -> Result<usize> {
     Errno::result(n).map(|n| n as usize)
 }
 
-/// (device, inode) of `name` in `dir`, not following a symlink.
-pub fn fstatat_nofollow(dir: BorrowedFd, name: &[u8]) -> Result<(u64, u64)> {
-    let c = cstr(name)?;
-    // SAFETY: an all-zero stat is a valid value of this plain C struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: valid fd, C string and writable `st`.
-    Errno::result(unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &mut st,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })?;
-    Ok((st.st_dev, st.st_ino))
-}
-
 /// A notification-only fanotify group reporting directory fids and names
 /// (needs CAP_SYS_ADMIN and Linux 5.9); its queue without a limit if
 /// `unlimited` and allowed.

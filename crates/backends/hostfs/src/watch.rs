@@ -32,6 +32,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use walkfs_fsapi::{Change, ChangeSink, Errno, How, NodeId, Result, Seen, What};
 
+use crate::own::Own;
 use crate::sys;
 use crate::table::Table;
 
@@ -154,6 +155,8 @@ pub(crate) struct Watcher {
     sink: Arc<dyn ChangeSink>,
     table: Arc<Table>,
     proc_fd: Arc<OwnedFd>,
+    /// What hostfs's own calls left behind: their reports are marked.
+    own: Arc<Own>,
 }
 
 impl Watcher {
@@ -163,6 +166,7 @@ impl Watcher {
         sink: Arc<dyn ChangeSink>,
         table: Arc<Table>,
         proc_fd: Arc<OwnedFd>,
+        own: Arc<Own>,
     ) -> Result<Arc<Watcher>> {
         let fan = match source {
             WatchSource::Auto => sys::fanotify_init(unlimited).ok().map(|fd| Fan {
@@ -183,6 +187,7 @@ impl Watcher {
             sink,
             table,
             proc_fd,
+            own,
         });
         let dirs: Vec<(u64, (u64, u64))> = w
             .table
@@ -251,6 +256,7 @@ impl Watcher {
                         "inotify watch limit reached (fs.inotify.max_user_watches): \
                          changes on the host may go unseen; clients revalidate"
                     );
+                    self.own.clear();
                     self.sink.changed(&[Change::Degraded]);
                 }
             }
@@ -320,11 +326,15 @@ impl Watcher {
                         return;
                     }
                 };
+                // No change of ours is between its host call and its
+                // record while its report is checked (own.rs).
+                let gate = self.own.checking();
                 let changes = if i == 0 {
                     self.inotify_changes(&buf[..n])
                 } else {
                     self.fanotify_changes(&buf[..n])
                 };
+                drop(gate);
                 if !changes.is_empty() {
                     self.sink.changed(&changes);
                 }
@@ -347,6 +357,7 @@ impl Watcher {
             let name = &raw[..raw.iter().position(|&b| b == 0).unwrap_or(len)];
             buf = &buf[HEADER + len..];
             if mask & libc::IN_Q_OVERFLOW != 0 {
+                self.own.clear();
                 out.push(Change::All);
                 continue;
             }
@@ -365,6 +376,7 @@ impl Watcher {
                     what,
                     is_dir,
                     cookie,
+                    own: false,
                 };
                 self.dir_event(key, kind, how, name, &mut out);
             }
@@ -389,6 +401,7 @@ impl Watcher {
             };
             buf = &buf[event_len..];
             if mask & libc::FAN_Q_OVERFLOW != 0 {
+                self.own.clear();
                 out.push(Change::All);
                 continue;
             }
@@ -432,6 +445,7 @@ impl Watcher {
                         what,
                         is_dir,
                         cookie: 0,
+                        own: false,
                     };
                     self.dir_event(dir, kind, how, name, &mut out);
                 }
@@ -446,45 +460,80 @@ impl Watcher {
         let node = self.table.nodes.read().find(dir).unwrap_or(0);
         if name.is_empty() {
             if let Kind::Data = kind {
+                // Ours when the directory still has the attributes our
+                // last change of them left.
+                let own = node != 0
+                    && self.own.has_inode(node)
+                    && self
+                        .table
+                        .fd(NodeId(node))
+                        .and_then(|d| sys::statx(d.as_fd()))
+                        .is_ok_and(|a| self.own.inode_is(node, &a));
+                if !own {
+                    self.own.forget_inode(node);
+                }
                 out.push(Change::Inode {
                     node: NodeId(node),
                     ino: dir.1,
-                    how,
+                    how: How { own, ..how },
                     at: None,
                 });
             }
             return;
         }
-        let entry = Change::Entry {
+        let dfd = self.table.fd(NodeId(node)).ok();
+        let entry = |own: bool| Change::Entry {
             dir: NodeId(node),
             dir_ino: dir.1,
             name: name.to_vec(),
-            how,
+            how: How { own, ..how },
         };
         if let Kind::Entry = kind {
-            out.push(entry);
+            // Ours when the name still names what our last change of it
+            // left there (own.rs).
+            let own = node != 0
+                && self.own.entry_was(node, name).is_some()
+                && dfd
+                    .as_ref()
+                    .is_some_and(|d| match sys::identify_name(d.as_fd(), name) {
+                        Ok((_, key, born)) => self.own.entry_is(node, name, Some((key, born))),
+                        Err(Errno::ENOENT) => self.own.entry_is(node, name, None),
+                        Err(_) => false,
+                    });
+            if !own {
+                self.own.forget_entry(node, name);
+            }
+            out.push(entry(own));
             return;
         }
         // Data or attributes of a child: name the inode (a hard link
         // elsewhere shares it). When it cannot be found any more, the name
         // changed too and an entry event follows; drop the name now anyway.
-        let child = self
-            .table
-            .fd(NodeId(node))
-            .ok()
-            .and_then(|d| sys::fstatat_nofollow(d.as_fd(), name).ok());
+        let child = dfd
+            .as_ref()
+            .and_then(|d| sys::identify_name(d.as_fd(), name).ok());
         match child {
-            Some((dev, ino)) => out.push(Change::Inode {
-                node: NodeId(self.table.nodes.read().find((dev, ino)).unwrap_or(0)),
-                ino,
-                how,
-                at: Some(Seen {
-                    dir: NodeId(node),
-                    dir_ino: dir.1,
-                    name: name.to_vec(),
-                }),
-            }),
-            None => out.push(entry),
+            Some((attr, (dev, ino), _)) => {
+                let child = self.table.nodes.read().find((dev, ino)).unwrap_or(0);
+                let own = child != 0 && self.own.inode_is(child, &attr);
+                if !own {
+                    self.own.forget_inode(child);
+                }
+                out.push(Change::Inode {
+                    node: NodeId(child),
+                    ino,
+                    how: How { own, ..how },
+                    at: Some(Seen {
+                        dir: NodeId(node),
+                        dir_ino: dir.1,
+                        name: name.to_vec(),
+                    }),
+                })
+            }
+            None => {
+                self.own.forget_entry(node, name);
+                out.push(entry(false))
+            }
         }
     }
 }

@@ -207,6 +207,7 @@ fn decode_v2(buf: &[u8], nodes: &Nodes, root_ino: u64) -> Vec<Change> {
             what: What::from_code(r.what),
             is_dir: r.flags & IS_DIR != 0,
             cookie: r.cookie,
+            own: false,
         };
         match r.kind {
             ENTRY if held(r.ino) => out.push(Change::Entry {
