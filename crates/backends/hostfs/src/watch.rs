@@ -326,15 +326,11 @@ impl Watcher {
                         return;
                     }
                 };
-                // No change of ours is between its host call and its
-                // record while its report is checked (own.rs).
-                let gate = self.own.checking();
                 let changes = if i == 0 {
                     self.inotify_changes(&buf[..n])
                 } else {
                     self.fanotify_changes(&buf[..n])
                 };
-                drop(gate);
                 if !changes.is_empty() {
                     self.sink.changed(&changes);
                 }
@@ -457,6 +453,10 @@ impl Watcher {
     /// An event on `name` in the directory `dir` (or on the directory
     /// itself when `name` is empty).
     fn dir_event(&self, dir: (u64, u64), kind: Kind, how: How, name: &[u8], out: &mut Batch) {
+        // No change of ours is between its host call and its record while
+        // this report is checked (own.rs); held for this event only, so a
+        // change waits at most one check.
+        let _gate = self.own.checking();
         let node = self.table.nodes.read().find(dir).unwrap_or(0);
         if name.is_empty() {
             if let Kind::Data = kind {
