@@ -70,6 +70,19 @@ fn program(c: &Ctx, hold: &dyn Fn()) {
     c.ftruncate(fd, 2).expect("truncate");
     c.pwrite(fd, b"++", 2).expect("pwrite");
     c.close(fd).expect("close");
+    // Its times set after the writes (the trees are compared with their
+    // mtimes: "now" would differ between the two runs).
+    let t = Timespec {
+        sec: 1_500_000_000,
+        nsec: 0,
+    };
+    c.utimensat(
+        AT_FDCWD,
+        b"/a/f10",
+        [Some(TimeSet::At(t)), Some(TimeSet::At(t))],
+        0,
+    )
+    .expect("utimes");
     // Every name of /gone looked up (cached), then the queue held: the
     // unlinks below are answered at once and stay queued, and each
     // rmdir must wait for them.
