@@ -761,3 +761,48 @@ fn a_coherent_local_mount_keeps_what_it_made_and_sees_the_host_undo_it() {
         "z\n"
     );
 }
+
+/// Issue 38's ENOENT: a 9P client of `walkfs serve` makes a file; the host
+/// moves it away (the client is told, and learns the name is gone) and
+/// back, within the time the server remembers the client's own changes.
+/// The file is again what the client made, so the server took the report
+/// of its return for the client's own change and never sent it: the
+/// client kept the negative entry, ENOENT on a file the host had just put
+/// there. (ext4 reusing a freed inode number at once makes a new file at
+/// the name look the same: the flake under load.)
+#[test]
+fn a_file_the_host_moves_away_and_back_is_seen_back_over_9p() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let export = tmp.path().join("export");
+    std::fs::create_dir(&export).expect("mkdir");
+    let sock = tmp.path().join("sock");
+    let _server = common::serve(&export, &sock);
+    let c = vfs(&format!("unix:{}", sock.display()), "cache=coherent");
+    // Reports flowing (the server notes the client's changes from then
+    // on): a host change seen by the client.
+    assert_eq!(
+        c.fstatat(AT_FDCWD, b"/warm", 0).err(),
+        Some(walkfs_vfs::Errno::ENOENT)
+    );
+    std::fs::write(export.join("warm"), b"w").expect("write");
+    settle("reports flowing", || {
+        c.fstatat(AT_FDCWD, b"/warm", 0).is_ok()
+    });
+    c.mkdirat(AT_FDCWD, b"/d", 0o755).expect("mkdir");
+    let fd = c
+        .openat(AT_FDCWD, b"/d/f", libc::O_CREAT | libc::O_WRONLY, 0o644)
+        .expect("create");
+    c.write(fd, b"made by the client\n").expect("write");
+    c.close(fd).expect("close");
+    settle("the client's file on the host", || {
+        export.join("d/f").exists()
+    });
+    std::fs::rename(export.join("d/f"), export.join("d/g")).expect("rename away");
+    settle("the name seen gone", || {
+        c.fstatat(AT_FDCWD, b"/d/f", 0) == Err(walkfs_vfs::Errno::ENOENT)
+    });
+    std::fs::rename(export.join("d/g"), export.join("d/f")).expect("rename back");
+    settle("the file seen back", || {
+        c.fstatat(AT_FDCWD, b"/d/f", 0).is_ok()
+    });
+}

@@ -461,7 +461,22 @@ impl Req<'_> {
         let from = self.fid(0)?;
         let names = names.as_slice();
         let mut steps = Vec::with_capacity(names.len());
-        let to = from.ctx.walk_handle(node(&from)?, names, &mut steps)?;
+        let to = from.ctx.walk_handle(node(&from)?, names, &mut steps);
+        if self.s.own.any() {
+            // The names walked, and the one found missing: the client
+            // knows them as the host shows them now (own.rs).
+            if let Ok(x) = fstatx(&from) {
+                let mut dir = x.stx_ino;
+                for (i, name) in names.iter().enumerate().take(steps.len() + 1) {
+                    self.s.own.learned(dir, name);
+                    match steps.get(i) {
+                        Some(s) => dir = s.ino,
+                        None => break,
+                    }
+                }
+            }
+        }
+        let to = to?;
         let mut qids = Qids::default();
         for s in &steps {
             qids.push(qid_of_step(self.inos(), s));
@@ -646,6 +661,11 @@ impl Req<'_> {
         // where the next read starts.
         st.ctx.lseek(fd, offset as i64, libc::SEEK_SET)?;
         let entries = st.ctx.getdents(fd)?;
+        if self.s.own.any() {
+            if let Ok(x) = fstatx(&st) {
+                self.s.own.learned_dir(x.stx_ino);
+            }
+        }
         let max = count.min(self.s.iounit()) as usize;
         let start = p9::begin(out, msg::Rreaddir, self.tag);
         let at = out.len();

@@ -20,6 +20,16 @@
 //!
 //! A report that comes before its change was noted here is sent (it costs
 //! the client a revalidation, never a stale answer).
+//!
+//! Invariant: a note stands for what the connection's cache shows of its
+//! object, so it lives only while the connection can have learned nothing
+//! else of it. It goes when a report of the object is sent to the
+//! connection (the client drops what it had and learns the new state),
+//! and when the connection walks to the name or lists its directory. A
+//! file moved away and back, the client having seen it gone, is so never
+//! taken for untouched. And a name's file is known by its inode number
+//! and birth time: ext4 gives a new file the number of one just deleted,
+//! and the number alone would take the new file for the old.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -42,8 +52,12 @@ enum Key {
 
 /// What an object looked like right after this connection changed it.
 enum Is {
-    /// The name in `dir` names host file `want` (`None`: nothing).
-    Names { dir: Handle, want: Option<u64> },
+    /// The name in `dir` names host file `want`, (inode number, birth
+    /// time), the birth time 0 where unknown (`None`: nothing).
+    Names {
+        dir: Handle,
+        want: Option<(u64, i64)>,
+    },
     /// The file's attributes.
     Attrs { file: Handle, sig: Sig },
 }
@@ -63,6 +77,57 @@ fn sig(x: &Statx) -> Sig {
         x.stx_gid,
         x.stx_nlink,
     )
+}
+
+/// The key a report's object is noted under.
+fn key_of(c: &Change) -> Option<Key> {
+    match c {
+        Change::Entry { dir_ino, name, .. } => Some(Key::Entry(*dir_ino, name.clone())),
+        Change::Inode { ino, .. } => Some(Key::Inode(*ino)),
+        Change::All | Change::Degraded => None,
+    }
+}
+
+/// What `name` in `dir` names on the host now: `Some(None)` for nothing,
+/// `None` when that cannot be told. Asked of the host itself, through
+/// the backend's descriptor of the directory where it has one (a host
+/// directory): the cache above it may still hold what a report is about
+/// to drop, and only the host has the birth time.
+fn named(ctx: &Ctx, dir: &Handle, name: &[u8]) -> Option<Option<(u64, i64)>> {
+    use std::os::fd::AsRawFd;
+    let Ok(Some(fd)) = ctx.backend_fd(dir) else {
+        return match ctx.statx(dir, name, libc::AT_SYMLINK_NOFOLLOW, libc::STATX_INO) {
+            Ok(x) => Some(Some((x.stx_ino, 0))),
+            Err(walkfs_vfs::Errno::ENOENT) => Some(None),
+            Err(_) => None,
+        };
+    };
+    let name = std::ffi::CString::new(name).ok()?;
+    // SAFETY: an all-zero statx is a valid value of this plain C struct.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is an open descriptor we hold, `name` a C string,
+    // `st` writable.
+    let r = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_INO | libc::STATX_BTIME,
+            &mut st,
+        )
+    };
+    if r == 0 {
+        let born = if st.stx_mask & libc::STATX_BTIME != 0 {
+            st.stx_btime.tv_sec * 1_000_000_000 + i64::from(st.stx_btime.tv_nsec)
+        } else {
+            0
+        };
+        Some(Some((st.stx_ino, born)))
+    } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
+        Some(None)
+    } else {
+        None
+    }
 }
 
 /// How long a report's check waits for the connection's changes under
@@ -179,10 +244,9 @@ impl Own {
         let Ok(d) = ctx.statx(dir, b"", libc::AT_EMPTY_PATH, libc::STATX_INO) else {
             return;
         };
-        let want = ctx
-            .statx(dir, name, libc::AT_SYMLINK_NOFOLLOW, libc::STATX_INO)
-            .ok()
-            .map(|x| x.stx_ino);
+        let Some(want) = named(ctx, dir, name) else {
+            return;
+        };
         self.put(
             Key::Entry(d.stx_ino, name.to_vec()),
             Is::Names {
@@ -227,22 +291,41 @@ impl Own {
                 return true;
             }
             if self.seq.lock().0 == began || Instant::now() >= deadline {
+                // Sent: the connection learns the object anew.
+                if let Some(key) = key_of(c) {
+                    self.m.lock().v.remove(&key);
+                }
                 return false;
             }
         }
     }
 
+    /// The connection walked to `name` in the directory of host inode
+    /// `dir`, or found it missing: it knows what the host shows now.
+    pub fn learned(&self, dir: u64, name: &[u8]) {
+        let mut m = self.m.lock();
+        if !m.v.is_empty() {
+            m.v.remove(&Key::Entry(dir, name.to_vec()));
+        }
+    }
+
+    /// The connection listed the directory of host inode `dir`.
+    pub fn learned_dir(&self, dir: u64) {
+        let mut m = self.m.lock();
+        if !m.v.is_empty() {
+            m.v.retain(|k, _| !matches!(k, Key::Entry(d, _) if *d == dir));
+        }
+    }
+
     fn is_own_now(&self, ctx: &Ctx, c: &Change) -> bool {
-        let key = match c {
-            Change::Entry { dir_ino, name, .. } => Key::Entry(*dir_ino, name.clone()),
-            Change::Inode { ino, .. } => Key::Inode(*ino),
-            Change::All | Change::Degraded => return false,
+        let Some(key) = key_of(c) else {
+            return false;
         };
         let (dir, want, file, want_sig) = {
             let m = self.m.lock();
             match m.v.get(&key) {
                 Some((at, _)) if at.elapsed() >= KEEP => return false,
-                Some((_, Is::Names { dir, want })) => (Some(dir.clone()), *want, None, None),
+                Some((_, Is::Names { dir, want })) => (Some(dir.clone()), Some(*want), None, None),
                 Some((_, Is::Attrs { file, sig })) => (None, None, Some(file.clone()), Some(*sig)),
                 None => {
                     tracing::trace!("not own (unknown): {c:?}");
@@ -252,14 +335,11 @@ impl Own {
         };
         match (dir, c, file) {
             (Some(dir), Change::Entry { name, .. }, _) => {
-                let now = ctx
-                    .statx(&dir, name, libc::AT_SYMLINK_NOFOLLOW, libc::STATX_INO)
-                    .ok()
-                    .map(|x| x.stx_ino);
+                let now = named(ctx, &dir, name);
                 if now != want {
                     tracing::trace!("not own (now {now:?}, want {want:?}): {c:?}");
                 }
-                now == want
+                now.is_some() && now == want
             }
             (_, Change::Inode { .. }, Some(file)) => ctx
                 .statx(&file, b"", libc::AT_EMPTY_PATH, libc::STATX_BASIC_STATS)
