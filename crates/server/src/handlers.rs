@@ -468,9 +468,10 @@ impl Req<'_> {
             if let Ok(x) = fstatx(&from) {
                 let mut dir = x.stx_ino;
                 for (i, name) in names.iter().enumerate().take(steps.len() + 1) {
-                    self.s.own.learned(dir, name);
-                    match steps.get(i) {
-                        Some(s) => dir = s.ino,
+                    let seen = steps.get(i).map(|s| s.ino);
+                    self.s.own.learned(dir, name, seen);
+                    match seen {
+                        Some(ino) => dir = ino,
                         None => break,
                     }
                 }
@@ -663,7 +664,9 @@ impl Req<'_> {
         let entries = st.ctx.getdents(fd)?;
         if self.s.own.any() {
             if let Ok(x) = fstatx(&st) {
-                self.s.own.learned_dir(x.stx_ino);
+                let seen =
+                    |name: &[u8]| entries.iter().find(|e| &e.name[..] == name).map(|e| e.ino);
+                self.s.own.learned_dir(x.stx_ino, &seen, offset == 0);
             }
         }
         let max = count.min(self.s.iounit()) as usize;

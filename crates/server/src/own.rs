@@ -301,20 +301,39 @@ impl Own {
     }
 
     /// The connection walked to `name` in the directory of host inode
-    /// `dir`, or found it missing: it knows what the host shows now.
-    pub fn learned(&self, dir: u64, name: &[u8]) {
+    /// `dir` and found the file of inode number `seen` there (`None`:
+    /// nothing): where that is not what our note says, it now knows
+    /// otherwise, and the note goes. (A walk to a name this connection
+    /// just made, which the 9P client does for a fid of the new file,
+    /// finds what the note says and keeps it.)
+    pub fn learned(&self, dir: u64, name: &[u8], seen: Option<u64>) {
         let mut m = self.m.lock();
-        if !m.v.is_empty() {
-            m.v.remove(&Key::Entry(dir, name.to_vec()));
+        if m.v.is_empty() {
+            return;
+        }
+        let key = Key::Entry(dir, name.to_vec());
+        if let Some((_, Is::Names { want, .. })) = m.v.get(&key) {
+            if want.map(|w| w.0) != seen {
+                m.v.remove(&key);
+            }
         }
     }
 
-    /// The connection listed the directory of host inode `dir`.
-    pub fn learned_dir(&self, dir: u64) {
+    /// The connection listed the directory of host inode `dir`: `seen`
+    /// gives the inode number a name has in the listing; `whole`: the
+    /// listing is all of it (a name not in it is gone).
+    pub fn learned_dir(&self, dir: u64, seen: &dyn Fn(&[u8]) -> Option<u64>, whole: bool) {
         let mut m = self.m.lock();
-        if !m.v.is_empty() {
-            m.v.retain(|k, _| !matches!(k, Key::Entry(d, _) if *d == dir));
+        if m.v.is_empty() {
+            return;
         }
+        m.v.retain(|k, (_, is)| match (k, is) {
+            (Key::Entry(d, name), Is::Names { want, .. }) if *d == dir => {
+                let now = seen(name);
+                (now.is_none() && !whole) || now == want.map(|w| w.0)
+            }
+            _ => true,
+        });
     }
 
     fn is_own_now(&self, ctx: &Ctx, c: &Change) -> bool {
