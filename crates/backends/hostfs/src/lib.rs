@@ -710,9 +710,12 @@ impl FileSystem for HostFs {
     fn host_file(&self, node: NodeId, fh: FileHandle) -> Option<Arc<OwnedFd>> {
         self.behind.settle(&[node.0]);
         let file = self.handle(fh).ok()?;
-        let mut d = self.direct.lock();
-        if d.handles.insert(fh.0, node.0).is_none() {
-            *d.nodes.entry(node.0).or_insert(0) += 1;
+        // Only changes run behind need to know (submit): no lock otherwise.
+        if self.ordered.load(Relaxed) {
+            let mut d = self.direct.lock();
+            if d.handles.insert(fh.0, node.0).is_none() {
+                *d.nodes.entry(node.0).or_insert(0) += 1;
+            }
         }
         Some(file)
     }
@@ -724,6 +727,9 @@ impl FileSystem for HostFs {
     fn release(&self, _node: NodeId, fh: FileHandle) {
         // A queued write holds the descriptor until it ran.
         self.handles.lock().remove(&fh.0);
+        if !self.ordered.load(Relaxed) {
+            return;
+        }
         let mut d = self.direct.lock();
         if let Some(node) = d.handles.remove(&fh.0) {
             if let Some(n) = d.nodes.get_mut(&node) {
