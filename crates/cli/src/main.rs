@@ -110,6 +110,14 @@ enum Cmd {
         /// this many seconds (it stopped reading).
         #[arg(long, default_value_t = 30, value_name = "SECS")]
         reply_timeout_secs: u64,
+        /// Keep the server's state here: the inode numbers of files made
+        /// through grants (so they keep them across restarts and
+        /// crashes), and the key of the tickets reconnecting clients
+        /// show. Default: /var/lib/walkfs/serve/NAME for root, else
+        /// $XDG_STATE_HOME/walkfs/serve/NAME, NAME after DIR's path.
+        /// "none": nothing kept (numbers last as long as the process).
+        #[arg(long, value_name = "DIR|none")]
+        state_dir: Option<String>,
         /// vfs options for the export, after the default cache=coherent
         /// (the export is watched: changes made on the host are dropped
         /// from the server's cache and told to cache=coherent clients).
@@ -606,6 +614,31 @@ fn open(source: &str, options: &str) -> Result<walkfs_vfs::Ctx, String> {
     Ok(vfs.context(Creds::current()))
 }
 
+/// The inode numbers of `walkfs serve --state-dir`.
+fn open_ino_state(
+    export: &std::path::Path,
+    state_dir: Option<&str>,
+) -> Result<walkfs_server::inos::Inos, String> {
+    use walkfs_server::inos::Inos;
+    use walkfs_server::inostate::{default_dir, InoState};
+    if state_dir == Some("none") || !export.is_dir() {
+        return Ok(Inos::default());
+    }
+    let dir = state_dir.map_or_else(|| default_dir(export), std::path::PathBuf::from);
+    match InoState::open(&dir, export) {
+        Ok(state) => Ok(Inos::with_state(state)),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            tracing::warn!(
+                "state dir {}: {e}: numbers of files made now last while this server runs \
+                 (give --state-dir)",
+                dir.display()
+            );
+            Ok(Inos::default())
+        }
+        Err(e) => Err(format!("state dir {}: {e}", dir.display())),
+    }
+}
+
 fn run(cmd: Cmd) -> Result<(), String> {
     match cmd {
         Cmd::Serve {
@@ -622,6 +655,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             reply_delay_us,
             max_pending_bytes,
             reply_timeout_secs,
+            state_dir,
             options,
         } => {
             let addr = walkfs_p9::Addr::parse(&listen).ok_or_else(|| {
@@ -689,12 +723,15 @@ fn run(cmd: Cmd) -> Result<(), String> {
             if let Err(e) = walkfs_server::lease::prepare_host_guard() {
                 tracing::info!("leases: no fanotify permission events ({e}); none granted");
             }
+            // Read before the sandbox: the state directory lies outside
+            // the export, and checking the bindings opens files by handle.
+            let inos = open_ino_state(export, state_dir.as_deref())?;
             let done = walkfs_server::sandbox::enter(export.is_dir().then_some(export), sandbox)?;
             if !done.is_empty() {
                 tracing::info!("sandbox: {}", done.join(", "));
             }
             vfs.start_watching();
-            let server = walkfs_server::Server::new(vfs, cfg);
+            let server = walkfs_server::Server::with_inos(vfs, cfg, inos);
             tracing::info!("serving {dir} on {addr}");
             eprintln!("walkfs: serving {dir} on {addr}");
             server.serve(listener).map_err(|e| e.to_string())

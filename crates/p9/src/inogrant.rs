@@ -14,21 +14,27 @@
 
 /// The xattr name that asks for a range of inode numbers.
 pub const NAME: &[u8] = b"walkfs.inogrant";
-/// Bytes of the answer: `base[8] count[8]`.
-pub const RECORD: u64 = 16;
+/// The xattr name prefix that reclaims a range after a reconnect: the
+/// name is this followed by the range's record.
+pub const RECLAIM: &[u8] = b"walkfs.inoreclaim:";
+/// Bytes of the answer: `base[8] count[8] ticket[8]`.
+pub const RECORD: u64 = 24;
 
 /// The answer to a grant: numbers `base..base + count`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Grant {
     pub base: u64,
     pub count: u64,
+    /// The server's proof that it granted this range.
+    pub ticket: u64,
 }
 
 impl Grant {
     pub fn encode(&self) -> [u8; RECORD as usize] {
         let mut out = [0u8; RECORD as usize];
         out[..8].copy_from_slice(&self.base.to_le_bytes());
-        out[8..].copy_from_slice(&self.count.to_le_bytes());
+        out[8..16].copy_from_slice(&self.count.to_le_bytes());
+        out[16..].copy_from_slice(&self.ticket.to_le_bytes());
         out
     }
 
@@ -37,8 +43,13 @@ impl Grant {
     pub fn decode(buf: &[u8]) -> Option<Grant> {
         let buf: &[u8; RECORD as usize] = buf.try_into().ok()?;
         let base = u64::from_le_bytes(buf[..8].try_into().ok()?);
-        let count = u64::from_le_bytes(buf[8..].try_into().ok()?);
-        (count > 0 && base.checked_add(count).is_some()).then_some(Grant { base, count })
+        let count = u64::from_le_bytes(buf[8..16].try_into().ok()?);
+        let ticket = u64::from_le_bytes(buf[16..].try_into().ok()?);
+        (count > 0 && base.checked_add(count).is_some()).then_some(Grant {
+            base,
+            count,
+            ticket,
+        })
     }
 
     pub fn contains(&self, ino: u64) -> bool {
@@ -55,16 +66,22 @@ mod tests {
         let g = Grant {
             base: 0x7f00_0000_0000_0000,
             count: 4096,
+            ticket: 99,
         };
         assert_eq!(Grant::decode(&g.encode()), Some(g));
         assert!(g.contains(g.base) && g.contains(g.base + 4095));
         assert!(!g.contains(g.base + 4096) && !g.contains(g.base - 1));
-        assert_eq!(Grant::decode(&g.encode()[..15]), None);
-        let empty = Grant { base: 1, count: 0 };
+        assert_eq!(Grant::decode(&g.encode()[..23]), None);
+        let empty = Grant {
+            base: 1,
+            count: 0,
+            ticket: 0,
+        };
         assert_eq!(Grant::decode(&empty.encode()), None);
         let wraps = Grant {
             base: u64::MAX,
             count: 2,
+            ticket: 0,
         };
         assert_eq!(Grant::decode(&wraps.encode()), None);
     }

@@ -295,6 +295,9 @@ pub(crate) fn handle(
         Fcall::Txattrwalk { name, .. } if name.0 == p9::dirplus::NAME => r.list_plus(out),
         Fcall::Txattrwalk { name, .. } if name.0 == p9::order::NAME => r.order(out),
         Fcall::Txattrwalk { name, .. } if name.0 == p9::inogrant::NAME => r.inogrant(out),
+        Fcall::Txattrwalk { name, .. } if name.0.starts_with(p9::inogrant::RECLAIM) => {
+            r.inoreclaim(&name.0[p9::inogrant::RECLAIM.len()..], out)
+        }
         Fcall::Txattrwalk { name, newfid, .. } if name.0 == p9::lease::NAME => r.lease(newfid, out),
         Fcall::Txattrwalk { .. } | Fcall::Txattrcreate { .. } => Err(Errno::EOPNOTSUPP),
         Fcall::Tmknod {
@@ -326,31 +329,63 @@ impl Req<'_> {
         &self.s.server.inos
     }
 
-    /// Make a file with `make`, which returns it and its attributes: with
-    /// `granted`, a number this connection was granted, the file is bound
-    /// to it (inos.rs); the number is spent even if the create fails.
-    /// Returns what `make` made and the file's qid.
+    /// Make `name` in `dir` with `make`, which returns what it made and
+    /// its attributes: with `granted`, a number this connection was
+    /// granted, the file is bound to it (inos.rs); the number is spent
+    /// even if the create fails. Returns what was made and its qid.
+    ///
+    /// A create a reconnected client replays (it cannot know whether the
+    /// server carried it out before the connection dropped) finds the
+    /// file there, bound to the very number it names: that is the
+    /// client's own file, and `again` gives what the create would have
+    /// (an open of it, for `Tlcreatei`), never truncating what was
+    /// written to it since.
     fn made<T>(
         &self,
         granted: Option<u64>,
+        at: (&Ctx, &Handle, &[u8]),
         make: impl FnOnce() -> Result<(T, Statx)>,
+        again: impl FnOnce(&Statx) -> Result<T>,
     ) -> Result<(T, Qid)> {
         let Some(g) = granted else {
             let (t, x) = make()?;
             return Ok((t, qid_of_statx(self.inos(), &x)));
         };
-        if !self.s.unspent.lock().spend(g) {
-            tracing::info!(
-                "{}: create with number {g:#x}, not granted to it",
-                self.s.peer
+        let (ctx, dir, name) = at;
+        let spent = self.s.unspent.lock().spend(g);
+        if spent {
+            let locate = || {
+                let fd = ctx.backend_fd(dir).ok().flatten()?;
+                crate::inostate::HostHandle::of(std::os::fd::AsFd::as_fd(&*fd), name).ok()
+            };
+            let r = self.inos().make(
+                g,
+                || {
+                    let (t, x) = make()?;
+                    Ok(((t, x.stx_mode as u32), x.stx_ino))
+                },
+                locate,
             );
-            return Err(Errno::EINVAL);
+            match r {
+                Ok((t, mode)) => return Ok((t, qid_raw(mode, g))),
+                Err(Errno::EEXIST) => {}
+                Err(e) => return Err(e),
+            }
         }
-        let (t, mode) = self.inos().make(g, || {
-            let (t, x) = make()?;
-            Ok(((t, x.stx_mode as u32), x.stx_ino))
-        })?;
-        Ok((t, qid_raw(mode, g)))
+        let there = statx_at(ctx, dir, name).ok();
+        if let Some(x) = there.filter(|x| self.inos().granted_of(x.stx_ino) == Some(g)) {
+            tracing::debug!("{}: create of {g:#x} replayed", self.s.peer);
+            let t = again(&x)?;
+            return Ok((t, qid_raw(x.stx_mode as u32, g)));
+        }
+        if spent {
+            return Err(Errno::EEXIST);
+        }
+        tracing::info!(
+            "{}: create with number {g:#x}, not granted to it",
+            self.s.peer
+        );
+        Err(Errno::EINVAL)
     }
 
     /// When something is bound (inos.rs) and `name` in `dir` is a
@@ -581,8 +616,9 @@ impl Req<'_> {
         // waits until the file is noted under this connection's lease.
         let leases = &self.s.server.leases;
         let _making = leases.any().then(|| leases.begin_make());
-        let ((), qid) = self.made(ino, || {
-            let fd = ctx.openat(node(&st)?, name.0, flags, mode & 0o7777)?;
+        let dir = node(&st)?;
+        // Open `fd` as the fid's file.
+        let adopt = |fd: i32| -> Result<Statx> {
             let made = ctx.handle_of(fd).and_then(|h| {
                 let mut x = Statx::default();
                 ctx.fstatx_into(fd, libc::STATX_BASIC_STATS, &mut x)?;
@@ -595,20 +631,27 @@ impl Req<'_> {
                 })?;
                 Ok(x)
             });
-            match r {
-                Ok(x) => {
-                    self.cover(&ctx, &st, fd);
-                    if let Ok(dir) = node(&st) {
-                        note.entry(&ctx, dir, name.0);
-                    }
-                    Ok(((), x))
-                }
-                Err(e) => {
-                    let _ = ctx.close(fd);
-                    Err(e)
-                }
+            if r.is_err() {
+                let _ = ctx.close(fd);
             }
-        })?;
+            r
+        };
+        let ((), qid) = self.made(
+            ino,
+            (&ctx, dir, name.0),
+            || {
+                let fd = ctx.openat(dir, name.0, flags, mode & 0o7777)?;
+                let x = adopt(fd)?;
+                self.cover(&ctx, &st, fd);
+                note.entry(&ctx, dir, name.0);
+                Ok(((), x))
+            },
+            |_| {
+                let keep = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+                let fd = ctx.openat(dir, name.0, keep | libc::O_NOFOLLOW, 0)?;
+                adopt(fd).map(|_| ())
+            },
+        )?;
         let iounit = self.s.iounit();
         self.reply(
             match ino {
@@ -728,10 +771,15 @@ impl Req<'_> {
         let note = self.s.own.begin();
         let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
         let dir = node(&st)?;
-        let ((), qid) = self.made(ino, || {
-            ctx.mkdirat(dir, name.0, mode & 0o7777)?;
-            Ok(((), statx_at(&ctx, dir, name.0)?))
-        })?;
+        let ((), qid) = self.made(
+            ino,
+            (&ctx, dir, name.0),
+            || {
+                ctx.mkdirat(dir, name.0, mode & 0o7777)?;
+                Ok(((), statx_at(&ctx, dir, name.0)?))
+            },
+            |_| Ok(()),
+        )?;
         note.entry(&ctx, dir, name.0);
         self.reply(
             match ino {
@@ -754,10 +802,15 @@ impl Req<'_> {
         let note = self.s.own.begin();
         let (st, ctx) = creating(self.s, || self.fid(0), name.0, gid)?;
         let dir = node(&st)?;
-        let ((), qid) = self.made(ino, || {
-            ctx.symlinkat(symtgt.0, dir, name.0)?;
-            Ok(((), statx_at(&ctx, dir, name.0)?))
-        })?;
+        let ((), qid) = self.made(
+            ino,
+            (&ctx, dir, name.0),
+            || {
+                ctx.symlinkat(symtgt.0, dir, name.0)?;
+                Ok(((), statx_at(&ctx, dir, name.0)?))
+            },
+            |_| Ok(()),
+        )?;
         note.entry(&ctx, dir, name.0);
         self.reply(
             match ino {
@@ -842,8 +895,10 @@ impl Req<'_> {
     /// `Tfsync`.
     fn fsync(&self, out: &mut Vec<u8>) -> Result<()> {
         // Writes reach the backend at once (no write-back cache here);
-        // the backends have no durability call to pass on.
+        // the backends have no durability call to pass on. The numbers
+        // of the files made so far are made durable.
         self.fid(0)?;
+        self.inos().sync();
         self.reply(Fcall::Rfsync {}, out)
     }
 
@@ -970,10 +1025,15 @@ impl Req<'_> {
         // own kernel's business, and a device node here is inert.
         let dev = libc::makedev(major, minor);
         let dir = node(&st)?;
-        let ((), qid) = self.made(ino, || {
-            ctx.mknodat(dir, name.0, mode, dev)?;
-            Ok(((), statx_at(&ctx, dir, name.0)?))
-        })?;
+        let ((), qid) = self.made(
+            ino,
+            (&ctx, dir, name.0),
+            || {
+                ctx.mknodat(dir, name.0, mode, dev)?;
+                Ok(((), statx_at(&ctx, dir, name.0)?))
+            },
+            |_| Ok(()),
+        )?;
         note.entry(&ctx, dir, name.0);
         self.reply(
             match ino {
@@ -1043,6 +1103,34 @@ impl Req<'_> {
             },
             out,
         )
+    }
+}
+
+impl Req<'_> {
+    /// `Txattrwalk("walkfs.inoreclaim:" + record)`: a range granted
+    /// before a reconnect is this connection's again, if its ticket is
+    /// ours (inos.rs). Its numbers' creates may be replayed (see
+    /// [`Req::made`]) and the rest spent as before.
+    fn inoreclaim(&self, record: &[u8], out: &mut Vec<u8>) -> Result<()> {
+        writable(self.s)?;
+        let st = self.fid(0)?;
+        let nf = self.newfid.ok_or(Errno::EINVAL)?;
+        let g = p9::inogrant::Grant::decode(record).ok_or(Errno::EINVAL)?;
+        if !self.inos().reclaim(&g) {
+            tracing::info!("{}: reclaim of a range not granted here", self.s.peer);
+            return Err(Errno::EPERM);
+        }
+        if !self.s.unspent.lock().add(g) {
+            return Err(Errno::EAGAIN);
+        }
+        nf.complete(FidState {
+            ctx: Arc::clone(&st.ctx),
+            node: None,
+            open: None,
+            listing: Some(Arc::new(Vec::new())),
+            lease: None,
+        });
+        self.reply(Fcall::Rxattrwalk { size: 0 }, out)
     }
 }
 

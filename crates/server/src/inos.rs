@@ -4,20 +4,28 @@
 //! A file's number on the wire (its qid path, what every client shows
 //! as `st_ino`) is the host's inode number, except for a file a client
 //! made with a granted number: that file shows the granted number, to
-//! every client and through every one of its names, for as long as the
-//! server runs. Granted numbers come from [`FIRST`] up, far above any
-//! inode number ext4, xfs, btrfs or tmpfs hands out, so the two spaces do
-//! not meet.
+//! every client and through every one of its names, for as long as it
+//! exists: across restarts of the server too, when the server keeps a
+//! state directory (inostate.rs). Granted numbers come from [`FIRST`] up,
+//! far above any inode number ext4, xfs, btrfs or tmpfs hands out, so the
+//! two spaces do not meet.
 //!
 //! Every qid the server sends goes through [`Inos::shown`]: one relaxed
 //! load while nothing is bound (a server whose clients never asked for a
 //! grant), one read-locked hash lookup after.
+//!
+//! Invariants (under `bound`'s lock): `by_host` and `by_granted` are
+//! inverse maps; a granted number is bound to at most one live host
+//! file; every binding in them is in the journal before the create that
+//! made it is answered.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use walkfs_p9::inogrant::Grant;
+
+use crate::inostate::{HostHandle, InoState};
 
 /// The first number the server grants.
 pub(crate) const FIRST: u64 = 0x7f00_0000_0000_0000;
@@ -27,37 +35,119 @@ pub(crate) const MAX_GRANT: u64 = 1 << 16;
 /// asks again about once per this many creates.
 pub(crate) const GRANT: u64 = 4096;
 /// Unspent ranges one connection may hold (a client asks for the next
-/// when its current one runs low, so two suffice).
+/// when its current one runs low, so two suffice; a reconnecting client
+/// reclaims at most two).
 const MAX_RANGES: usize = 4;
+/// Numbers reserved in the journal at a time: one record per this many
+/// granted.
+const RESERVE_STEP: u64 = 1 << 24;
+
+#[derive(Default)]
+struct Bindings {
+    /// Host inode number -> the granted number its file was made with.
+    by_host: HashMap<u64, u64>,
+    /// Granted number -> host inode number.
+    by_granted: HashMap<u64, u64>,
+}
 
 /// The server's number space: what it granted and what is bound.
-pub(crate) struct Inos {
+pub struct Inos {
     next: AtomicU64,
-    /// Host inode number -> the granted number its file was made with.
-    bound: RwLock<HashMap<u64, u64>>,
+    /// Numbers below this are recorded as possibly granted.
+    reserved: Mutex<u64>,
+    bound: RwLock<Bindings>,
     /// Set once anything is bound: until then [`Inos::shown`] needs no
     /// lock. Never cleared (a lookup in an empty map is cheap enough).
     any: AtomicBool,
+    /// Where bindings outlive the server, if anywhere.
+    state: Option<InoState>,
+    /// The key of grant tickets.
+    secret: [u8; 16],
 }
 
 impl Default for Inos {
+    /// Bindings for this server's life only; tickets keyed by a secret of
+    /// this process.
     fn default() -> Inos {
+        let mut secret = [0u8; 16];
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        secret[..8].copy_from_slice(&now.to_le_bytes());
+        secret[8..].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
         Inos {
             next: AtomicU64::new(FIRST),
-            bound: RwLock::new(HashMap::new()),
+            reserved: Mutex::new(u64::MAX),
+            bound: RwLock::new(Bindings::default()),
             any: AtomicBool::new(false),
+            state: None,
+            secret,
         }
     }
 }
 
 impl Inos {
+    /// Numbers kept in `state` (inostate.rs): the bindings that survived
+    /// are shown from the start, and grants go on above every number a
+    /// previous server may have granted.
+    pub fn with_state(state: InoState) -> Inos {
+        let loaded = state.loaded.lock().take();
+        let mut b = Bindings::default();
+        let mut next = FIRST;
+        if let Some(l) = loaded {
+            next = l.reserved;
+            for (host, bound) in l.bound {
+                b.by_host.insert(host, bound.granted);
+                b.by_granted.insert(bound.granted, host);
+            }
+        }
+        let any = !b.by_host.is_empty();
+        Inos {
+            next: AtomicU64::new(next),
+            reserved: Mutex::new(next),
+            bound: RwLock::new(b),
+            any: AtomicBool::new(any),
+            secret: state.secret,
+            state: Some(state),
+        }
+    }
+
     /// Hand out the next `count` numbers (at most [`MAX_GRANT`]). Numbers
     /// are never handed out twice, even after their connection closed
-    /// unspent: 2^56 of them last longer than any server.
+    /// unspent, nor by a later server on the same state: 2^56 of them
+    /// last longer than any server.
     pub fn grant(&self, count: u64) -> Grant {
         let count = count.clamp(1, MAX_GRANT);
         let base = self.next.fetch_add(count, Relaxed);
-        Grant { base, count }
+        if let Some(state) = &self.state {
+            let mut r = self.reserved.lock();
+            if base + count > *r {
+                *r = base + count + RESERVE_STEP;
+                state.reserve(*r);
+            }
+        }
+        Grant {
+            base,
+            count,
+            ticket: self.ticket(base, count),
+        }
+    }
+
+    fn ticket(&self, base: u64, count: u64) -> u64 {
+        let mut m = [0u8; 16];
+        m[..8].copy_from_slice(&base.to_le_bytes());
+        m[8..].copy_from_slice(&count.to_le_bytes());
+        siphash(&self.secret, &m)
+    }
+
+    /// A range a client shows again after a reconnect: its own if the
+    /// ticket is this server's (or a previous one's on the same state)
+    /// and the range was granted.
+    pub fn reclaim(&self, g: &Grant) -> bool {
+        g.count <= MAX_GRANT
+            && g.base >= FIRST
+            && g.base.checked_add(g.count).is_some_and(|end| end <= self.next.load(Relaxed))
+            && g.ticket == self.ticket(g.base, g.count)
     }
 
     /// The number clients see for the host file `host`.
@@ -66,39 +156,65 @@ impl Inos {
         if !self.any.load(SeqCst) {
             return host;
         }
-        self.bound.read().get(&host).copied().unwrap_or(host)
+        self.bound.read().by_host.get(&host).copied().unwrap_or(host)
+    }
+
+    /// The granted number host file `host` is bound to, if any.
+    pub fn granted_of(&self, host: u64) -> Option<u64> {
+        if !self.any.load(SeqCst) {
+            return None;
+        }
+        self.bound.read().by_host.get(&host).copied()
     }
 
     /// Make a file with `make` (which returns it and its host number)
-    /// and bind it to `granted`. The map stays write-locked from before
-    /// the file exists until it is bound, so no qid of it is ever sent
-    /// with the host number: a reader that found the file takes the
-    /// lock after the create began (`any` is set first; the kernel's
-    /// create orders the store before any stat that sees the file).
-    /// `make` must not send a qid itself.
-    pub fn make<T>(
+    /// and bind it to `granted`; `locate` gives its host handle, for the
+    /// journal. The map stays write-locked from before the file exists
+    /// until it is bound, so no qid of it is ever sent with the host
+    /// number: a reader that found the file takes the lock after the
+    /// create began (`any` is set first; the kernel's create orders the
+    /// store before any stat that sees the file). `make` must not send a
+    /// qid itself. `EEXIST` when `granted` names a live file already.
+    pub(crate) fn make<T>(
         &self,
         granted: u64,
         make: impl FnOnce() -> walkfs_vfs::Result<(T, u64)>,
+        locate: impl FnOnce() -> Option<HostHandle>,
     ) -> walkfs_vfs::Result<T> {
         let mut map = self.bound.write();
+        if map.by_granted.contains_key(&granted) {
+            return Err(walkfs_vfs::Errno::EEXIST);
+        }
         self.any.store(true, SeqCst);
         let (t, host) = make()?;
-        map.insert(host, granted);
+        if let Some(old) = map.by_host.insert(host, granted) {
+            map.by_granted.remove(&old);
+        }
+        map.by_granted.insert(granted, host);
+        if let Some(state) = &self.state {
+            state.bind(granted, host, locate().as_ref());
+        }
         Ok(t)
     }
 
     #[cfg(test)]
     fn bind(&self, host: u64, granted: u64) {
-        let _ = self.make(granted, || Ok(((), host)));
+        let _ = self.make(granted, || Ok(((), host)), || None);
     }
 
     /// The file with host number `host` is gone (its last name removed
     /// through this server): its number may go to another file, which
     /// must not inherit the granted one.
     pub fn unbind(&self, host: u64) {
-        if self.any.load(SeqCst) {
-            self.bound.write().remove(&host);
+        if !self.any.load(SeqCst) {
+            return;
+        }
+        let mut map = self.bound.write();
+        if let Some(g) = map.by_host.remove(&host) {
+            map.by_granted.remove(&g);
+            if let Some(state) = &self.state {
+                state.unbind(g, host);
+            }
         }
     }
 
@@ -109,8 +225,64 @@ impl Inos {
 
     /// Files showing a granted number.
     pub fn bound(&self) -> usize {
-        self.bound.read().len()
+        self.bound.read().by_host.len()
     }
+
+    /// Make the journal durable.
+    pub fn sync(&self) {
+        if let Some(state) = &self.state {
+            if let Err(e) = state.sync() {
+                tracing::warn!("inode journal: {e}");
+            }
+        }
+    }
+}
+
+/// SipHash-2-4 of `m` under `key`: the grant tickets' MAC, and a stable
+/// hash for names.
+pub(crate) fn siphash(key: &[u8; 16], m: &[u8]) -> u64 {
+    let k0 = u64::from_le_bytes(key[..8].try_into().unwrap_or([0; 8]));
+    let k1 = u64::from_le_bytes(key[8..].try_into().unwrap_or([0; 8]));
+    let mut v = [
+        k0 ^ 0x736f_6d65_7073_6575,
+        k1 ^ 0x646f_7261_6e64_6f6d,
+        k0 ^ 0x6c79_6765_6e65_7261,
+        k1 ^ 0x7465_6462_7974_6573,
+    ];
+    fn round(v: &mut [u64; 4]) {
+        v[0] = v[0].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(13) ^ v[0];
+        v[0] = v[0].rotate_left(32);
+        v[2] = v[2].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(16) ^ v[2];
+        v[0] = v[0].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(21) ^ v[0];
+        v[2] = v[2].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(17) ^ v[2];
+        v[2] = v[2].rotate_left(32);
+    }
+    let mut chunks = m.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+        v[3] ^= w;
+        round(&mut v);
+        round(&mut v);
+        v[0] ^= w;
+    }
+    let mut last = [0u8; 8];
+    let rest = chunks.remainder();
+    last[..rest.len()].copy_from_slice(rest);
+    last[7] = m.len() as u8;
+    let w = u64::from_le_bytes(last);
+    v[3] ^= w;
+    round(&mut v);
+    round(&mut v);
+    v[0] ^= w;
+    v[2] ^= 0xff;
+    for _ in 0..4 {
+        round(&mut v);
+    }
+    v[0] ^ v[1] ^ v[2] ^ v[3]
 }
 
 /// One connection's granted numbers not yet spent.
@@ -165,7 +337,7 @@ impl Unspent {
 
 #[cfg(test)]
 mod tests {
-    use super::{Inos, Unspent, FIRST, MAX_GRANT};
+    use super::{siphash, Grant, Inos, Unspent, FIRST, MAX_GRANT};
 
     #[test]
     fn numbers_are_granted_once_and_spent_once_by_their_connection() {
@@ -186,6 +358,35 @@ mod tests {
             assert!(mine.add(inos.grant(1)));
         }
         assert!(!mine.add(inos.grant(1)), "too many ranges held");
+    }
+
+    #[test]
+    fn siphash_matches_the_reference_vector() {
+        // SipHash-2-4 paper, appendix A: key 00..0f, message 00..0e.
+        let key: [u8; 16] = std::array::from_fn(|i| i as u8);
+        let m: Vec<u8> = (0..15u8).collect();
+        assert_eq!(siphash(&key, &m), 0xa129_ca61_49be_45e5);
+    }
+
+    #[test]
+    fn a_ticket_reclaims_its_own_range_only() {
+        let inos = Inos::default();
+        let g = inos.grant(10);
+        assert!(inos.reclaim(&g));
+        let forged = Grant {
+            base: g.base + 1,
+            ..g
+        };
+        assert!(!inos.reclaim(&forged));
+        let other = Inos::default();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        assert!(!Inos::default().reclaim(&g) || other.secret == inos.secret);
+        // A number bound already cannot name a second file.
+        inos.bind(5, g.base);
+        assert_eq!(
+            inos.make(g.base, || Ok(((), 6)), || None).err(),
+            Some(walkfs_vfs::Errno::EEXIST)
+        );
     }
 
     #[test]

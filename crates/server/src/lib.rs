@@ -32,7 +32,8 @@ pub mod fid;
 #[doc(hidden)]
 pub mod fuzz;
 mod handlers;
-mod inos;
+pub mod inos;
+pub mod inostate;
 pub mod lease;
 mod link;
 pub mod notify;
@@ -137,6 +138,12 @@ impl Server {
     /// Start the worker pool. Connections come with [`Server::serve`] or
     /// [`Server::serve_stream`].
     pub fn new(vfs: Vfs, cfg: Config) -> Arc<Server> {
+        Server::with_inos(vfs, cfg, inos::Inos::default())
+    }
+
+    /// [`Server::new`] with the inode numbers `inos` (kept in a state
+    /// directory: [`inos::Inos::with_state`]).
+    pub fn with_inos(vfs: Vfs, cfg: Config, inos: inos::Inos) -> Arc<Server> {
         let (tx, rx) = crossbeam_channel::unbounded::<conn::Work>();
         let threads = if cfg.inline_all {
             0
@@ -145,7 +152,7 @@ impl Server {
         };
         // Changes the vfs sees (on the host, by any client) go to every
         // subscribed client once the server's own cache has dropped them.
-        let inos = Arc::new(inos::Inos::default());
+        let inos = Arc::new(inos);
         let hub = Arc::new(notify::Hub::new(Arc::clone(&inos)));
         vfs.add_change_listener(hub.clone());
         let link = (!cfg.reply_delay.is_zero()).then(|| link::Link::start(cfg.reply_delay));

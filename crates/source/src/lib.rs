@@ -119,6 +119,10 @@ pub struct BackendOptions {
     /// behind.rs). Off by default: on a machine with few cores the
     /// hand-over costs more than the host call it hides.
     pub host_behind: bool,
+    /// For a 9P source at an address: when the connection drops,
+    /// reconnect and carry on, programs waiting at most this many
+    /// seconds (`reconnect=SECONDS`; 0: fail at once, with `ENOTCONN`).
+    pub reconnect_secs: u32,
 }
 
 impl Default for BackendOptions {
@@ -131,6 +135,7 @@ impl Default for BackendOptions {
             host_fds: walkfs_hostfs::DEFAULT_CACHED_FDS as u32,
             watch_queue_unlimited: false,
             host_behind: false,
+            reconnect_secs: walkfs_p9client::DEFAULT_RECONNECT.as_secs() as u32,
         }
     }
 }
@@ -145,6 +150,7 @@ impl BackendOptions {
         "host_fds",
         "watch_queue",
         "host_behind",
+        "reconnect",
     ];
 
     /// Is `name` a backend's option (rather than the vfs's)?
@@ -170,6 +176,7 @@ impl BackendOptions {
             "secret_file" if !value.is_empty() => self.secret_file = Some(PathBuf::from(value)),
             "fids" => self.fids = count(value, 1)?,
             "host_fds" => self.host_fds = count(value, 1)?,
+            "reconnect" => self.reconnect_secs = count(value, 0)?,
             "watch_queue" => {
                 self.watch_queue_unlimited = match value {
                     "unlimited" => true,
@@ -251,7 +258,7 @@ pub fn open_held(source: &str, opts: &SourceOptions) -> Result<Vfs> {
 pub fn open_source(source: &Source, opts: &SourceOptions, start: bool) -> Result<Vfs> {
     match source {
         Source::Mem => Vfs::new(Arc::new(walkfs_memfs::MemFs::new()), &opts.vfs),
-        Source::P9(addr) => open_9p(addr.connect().map_err(Errno::from)?, opts),
+        Source::P9(addr) => open_9p_at(&addr.to_string(), opts),
         Source::Host(dir) => {
             let host = walkfs_hostfs::HostFs::with_cached_fds(dir, opts.backend.host_fds as usize)?;
             host.set_watch_queue_unlimited(opts.backend.watch_queue_unlimited);
@@ -270,6 +277,21 @@ pub fn open_source(source: &Source, opts: &SourceOptions, start: bool) -> Result
 /// socket, or one end of a socketpair whose other end a server in this
 /// process serves, see [`serve_in_process`]).
 pub fn open_9p(stream: Stream, opts: &SourceOptions) -> Result<Vfs> {
+    let cfg = p9_config(opts)?;
+    let fs = Arc::new(walkfs_p9client::P9Fs::on_stream(stream, &cfg)?);
+    Vfs::new(fs, &opts.vfs)
+}
+
+/// A vfs over the 9P server at `addr`, dialed again when the connection
+/// drops (`reconnect=SECONDS`).
+pub fn open_9p_at(addr: &str, opts: &SourceOptions) -> Result<Vfs> {
+    let cfg = p9_config(opts)?;
+    let fs = Arc::new(walkfs_p9client::P9Fs::connect(addr, &cfg)?);
+    Vfs::new(fs, &opts.vfs)
+}
+
+/// The 9P client's configuration for `opts`.
+fn p9_config(opts: &SourceOptions) -> Result<walkfs_p9client::Config> {
     let b = &opts.backend;
     let secret = match &b.secret_file {
         Some(path) => Some(read_secret(path)?),
@@ -282,10 +304,10 @@ pub fn open_9p(stream: Stream, opts: &SourceOptions) -> Result<Vfs> {
         // Ask the server to report changes only when they are used.
         notify: opts.vfs.cache == CachePolicy::Coherent,
         node_fids: b.fids as usize,
+        reconnect: std::time::Duration::from_secs(u64::from(b.reconnect_secs)),
         ..Default::default()
     };
-    let fs = Arc::new(walkfs_p9client::P9Fs::on_stream(stream, &cfg)?);
-    Vfs::new(fs, &opts.vfs)
+    Ok(cfg)
 }
 
 /// Export `source` (a host directory or `mem:`) with a `walkfs serve` in
@@ -303,7 +325,23 @@ pub fn serve_in_process(source: &str, opts: &SourceOptions, cfg: ServerConfig) -
     served.vfs.max_dentries = SERVE_DENTRIES;
     served.backend.host_fds = opts.backend.host_fds;
     let vfs = open(source, &served)?;
-    let server = walkfs_server::Server::new(vfs, cfg);
+    // A host directory's files keep the numbers they were made with
+    // across mounts (the server's state: walkfs_server::inostate).
+    let export = std::path::Path::new(source);
+    let inos = match export.is_dir() {
+        true => {
+            let dir = walkfs_server::inostate::default_dir(export);
+            match walkfs_server::inostate::InoState::open(&dir, export) {
+                Ok(state) => walkfs_server::inos::Inos::with_state(state),
+                Err(e) => {
+                    tracing::warn!("state dir {}: {e}; numbers last one mount", dir.display());
+                    walkfs_server::inos::Inos::default()
+                }
+            }
+        }
+        false => walkfs_server::inos::Inos::default(),
+    };
+    let server = walkfs_server::Server::with_inos(vfs, cfg, inos);
     let (a, b) = std::os::unix::net::UnixStream::pair().map_err(Errno::from)?;
     server.serve_stream(Stream::Unix(a));
     Ok(Stream::Unix(b))

@@ -135,7 +135,7 @@ impl Leases {
     /// The server refused lease `fid` with `e` (`EAGAIN`: not now; else
     /// it does not grant leases at all).
     pub fn refused(&self, fid: u32, e: Errno) {
-        if e != Errno::EAGAIN {
+        if e != Errno::EAGAIN && e != Errno::ENOTCONN {
             self.on.store(false, Relaxed);
         }
         let mut t = self.t.lock();
@@ -173,6 +173,15 @@ impl Leases {
     /// for the answer (at most [`SETTLE`]): a grant comes a round trip
     /// after the ask, sooner than the file's own changes, which queue
     /// behind everything sent before them.
+    /// The connection went, and every lease with it (recover.rs): each
+    /// is recalled; returns their fids, which name nothing any more.
+    pub fn lose_all(&self) -> Vec<u32> {
+        let fids: Vec<u32> = self.t.lock().by_fid.keys().copied().collect();
+        fids.into_iter()
+            .filter_map(|f| self.recall(f).map(|r| r.fid))
+            .collect()
+    }
+
     pub fn covers(&self, node: u64) -> bool {
         let deadline = Instant::now() + SETTLE;
         let mut t = self.t.lock();

@@ -16,6 +16,7 @@ mod ahead;
 mod lease;
 mod nodes;
 mod notify;
+mod recover;
 mod rpc;
 
 use nodes::{Need, Nodes};
@@ -53,7 +54,17 @@ pub struct Config {
     /// Fids kept for cached nodes beyond those in use (open files and
     /// calls in flight hold theirs as long as they need them).
     pub node_fids: usize,
+    /// When the connection drops, reconnect (to a restarted server too)
+    /// and carry on; programs wait at most this long, then get
+    /// `ENOTCONN`. Zero: fail at once. Only for a client that knows how
+    /// to dial again ([`P9Fs::connect`]).
+    pub reconnect: std::time::Duration,
 }
+
+/// Default of [`Config::reconnect`]: long enough for a server to be
+/// restarted (an upgrade, a crash and its supervisor), short enough that
+/// a server gone for good does not hang programs for long.
+pub const DEFAULT_RECONNECT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Default for Config {
     fn default() -> Config {
@@ -65,6 +76,7 @@ impl Default for Config {
             secret: None,
             notify: false,
             node_fids: DEFAULT_NODE_FIDS,
+            reconnect: DEFAULT_RECONNECT,
         }
     }
 }
@@ -107,6 +119,32 @@ fn authenticate(rpc: &rpc::Rpc, cfg: &Config, secret: &[u8]) -> Result<u32> {
         },
     )?;
     Ok(AUTH_FID)
+}
+
+/// Authenticate if a secret is given, and attach `ROOT_FID`: the root's
+/// qid path.
+pub(crate) fn attach(rpc: &rpc::Rpc, cfg: &Config) -> Result<u64> {
+    let afid = match &cfg.secret {
+        Some(secret) => authenticate(rpc, cfg, secret)?,
+        None => NOFID,
+    };
+    let attached = rpc.call(
+        Fcall::Tattach {
+            fid: ROOT_FID,
+            afid,
+            uname: Str(b""),
+            aname: Str(cfg.aname.as_bytes()),
+            n_uname: cfg.uid,
+        },
+        |r| match r {
+            Fcall::Rattach { qid } => Ok(qid.path),
+            r => Err(err_of(&r)),
+        },
+    );
+    if afid != NOFID {
+        rpc.send_forget(Fcall::Tclunk { fid: afid });
+    }
+    attached
 }
 
 /// Does the server promise to run a connection's changes in order
@@ -166,6 +204,15 @@ pub struct P9Fs {
     grants: Mutex<Option<(u64, u64)>>,
     /// Leases on directories this client makes files in (lease.rs).
     leases: Arc<lease::Leases>,
+    /// Open files, to open again after a reconnect (recover.rs).
+    opens: recover::Opens,
+    /// The last grants received, with their tickets (recover.rs).
+    tickets: Arc<Mutex<Vec<Grant>>>,
+    /// Where changes go (set by `watch_changes`): told after a reconnect
+    /// that anything may have changed.
+    sink: Arc<Mutex<Option<Arc<dyn walkfs_fsapi::ChangeSink>>>>,
+    /// Reconnects done.
+    reconnects: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Fid numbers: handed out, and given back for reuse.
@@ -175,7 +222,7 @@ pub(crate) struct Fids {
 }
 
 impl Fids {
-    fn alloc(&self) -> u32 {
+    pub(crate) fn alloc(&self) -> u32 {
         if let Some(f) = self.free.lock().pop() {
             return f;
         }
@@ -288,37 +335,32 @@ impl P9Fs {
         }
     }
 
-    /// Connect to `addr` (`unix:PATH` or `tcp:HOST:PORT`) and attach.
+    /// Connect to `addr` (`unix:PATH` or `tcp:HOST:PORT`) and attach;
+    /// with [`Config::reconnect`], dial `addr` again whenever the
+    /// connection drops (recover.rs).
     pub fn connect(addr: &str, cfg: &Config) -> Result<P9Fs> {
         let a = Addr::parse(addr).ok_or(Errno::EINVAL)?;
         let stream = a.connect().map_err(Errno::from)?;
-        P9Fs::on_stream(stream, cfg)
+        let dial: recover::Dial = Arc::new(move || a.connect());
+        P9Fs::on_stream_dialing(stream, cfg, (!cfg.reconnect.is_zero()).then_some(dial))
     }
 
-    /// Attach over an already connected stream.
+    /// Attach over an already connected stream (a lost connection is
+    /// final: there is nothing to dial).
     pub fn on_stream(stream: p9::Stream, cfg: &Config) -> Result<P9Fs> {
-        let rpc = rpc::Rpc::start(stream, cfg.msize.max(p9::MIN_MSIZE))?;
-        let afid = match &cfg.secret {
-            Some(secret) => authenticate(&rpc, cfg, secret)?,
-            None => NOFID,
-        };
-        let attached = rpc.call(
-            Fcall::Tattach {
-                fid: ROOT_FID,
-                afid,
-                uname: Str(b""),
-                aname: Str(cfg.aname.as_bytes()),
-                n_uname: cfg.uid,
-            },
-            |r| match r {
-                Fcall::Rattach { qid } => Ok(qid.path),
-                r => Err(err_of(&r)),
-            },
-        );
-        if afid != NOFID {
-            rpc.send_forget(Fcall::Tclunk { fid: afid });
-        }
-        let root_ino = attached?;
+        P9Fs::on_stream_dialing(stream, cfg, None)
+    }
+
+    /// Attach over `stream`; with `dial`, reconnect through it when the
+    /// connection drops.
+    pub fn on_stream_dialing(
+        stream: p9::Stream,
+        cfg: &Config,
+        dial: Option<recover::Dial>,
+    ) -> Result<P9Fs> {
+        let bound = dial.as_ref().map(|_| cfg.reconnect);
+        let rpc = rpc::Rpc::start(stream, cfg.msize.max(p9::MIN_MSIZE), bound)?;
+        let root_ino = attach(&rpc, cfg)?;
         let notify = if cfg.notify {
             notify::subscribe(&rpc)
         } else {
@@ -352,11 +394,32 @@ impl P9Fs {
             iounit,
             pipeline: std::sync::atomic::AtomicBool::new(true),
             attach_uid: cfg.uid,
+            opens: Arc::default(),
+            tickets: Arc::default(),
+            sink: Arc::default(),
+            reconnects: Arc::default(),
         };
         // Nodes are made behind the caller only where changes are
         // (a server that keeps a connection's order).
         if fs.ordered {
             *fs.grants.lock() = fs.ask_grant().map(|g| (g.base, g.base + g.count));
+        }
+        if let Some(dial) = dial {
+            let recovery = recover::Recovery {
+                rpc: Arc::downgrade(&fs.rpc),
+                dial,
+                cfg: cfg.clone(),
+                root_ino,
+                nodes: Arc::clone(&fs.nodes),
+                fids: Arc::clone(&fs.fids),
+                opens: Arc::clone(&fs.opens),
+                tickets: Arc::clone(&fs.tickets),
+                notify: fs.notify.is_some(),
+                leases: Arc::clone(&fs.leases),
+                sink: Arc::clone(&fs.sink),
+                count: Arc::clone(&fs.reconnects),
+            };
+            fs.rpc.on_lost(Arc::new(move || recovery.run()));
         }
         Ok(fs)
     }
@@ -394,7 +457,18 @@ impl P9Fs {
         if sent.is_err() || got.is_none() {
             tracing::debug!("9p server grants no inode numbers: nodes are made with a round trip");
         }
-        got.filter(|_| sent.is_ok())
+        let got = got.filter(|_| sent.is_ok());
+        if let Some(g) = got {
+            // The ranges a replay after a reconnect may name: this one
+            // and the one before (spent, but its last creates may be
+            // unanswered).
+            let mut t = self.tickets.lock();
+            t.push(g);
+            if t.len() > 2 {
+                t.remove(0);
+            }
+        }
+        got
     }
 
     /// Ask for a lease on the directory `dirfid` names, as lease fid
@@ -1014,6 +1088,20 @@ impl P9Fs {
         l.finish(&self.rpc, &self.fids, &self.nodes)
     }
 
+    /// Open file `fid` of node `id`: opened again after a reconnect.
+    fn opened(&self, fid: u32, id: u64, flags: OpenFlags) {
+        if self.rpc.reconnect().is_some() {
+            self.opens
+                .lock()
+                .insert(fid, (id, recover::reopen_flags(flags.0)));
+        }
+    }
+
+    /// Reconnects done since the mount.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects.load(Relaxed)
+    }
+
     fn simple(&self, req: Fcall<'_>) -> Result<()> {
         self.rpc.call(req, |_| Ok(()))
     }
@@ -1099,6 +1187,8 @@ impl Drop for P9Fs {
     /// returns at once on a dead connection).
     fn drop(&mut self) {
         let _ = self.rpc.drain();
+        // Closed first: the end of the connection is no loss to recover.
+        self.rpc.close();
         self.rpc.shutdown();
     }
 }
@@ -1184,6 +1274,7 @@ impl FileSystem for P9Fs {
         let Some(version) = self.notify else {
             return Err(Errno::EOPNOTSUPP);
         };
+        *self.sink.lock() = Some(Arc::clone(&sink));
         notify::start(
             version,
             Arc::downgrade(&self.rpc),
@@ -1438,6 +1529,10 @@ impl FileSystem for P9Fs {
         let mut reqs = Vec::with_capacity(4);
         let mut open = None;
         let is_dir = matches!(what, Make::Dir { .. });
+        let what_flags = match what {
+            Make::File { mode, flags } => Make::File { mode, flags },
+            _ => Make::Dir { mode: 0 },
+        };
         match what {
             Make::File { mode, flags } => {
                 let nf = self.alloc_fid();
@@ -1536,6 +1631,9 @@ impl FileSystem for P9Fs {
             Some(f) => self.clunk(f),
             None => self.trim(),
         }
+        if let (Some(f), Make::File { flags, .. }) = (open, what_flags) {
+            self.opened(f, ino, flags);
+        }
         Ok(open.map(|f| FileHandle(f as u64)))
     }
 
@@ -1554,6 +1652,7 @@ impl FileSystem for P9Fs {
         let pin = self.pin(node)?;
         let f = self.open_fid(pin.fid, flags.0 as u32)?;
         pin.keep();
+        self.opened(f, node.0, flags);
         Ok(FileHandle(f as u64))
     }
 
@@ -1585,6 +1684,7 @@ impl FileSystem for P9Fs {
             // No path fid (see `Nodes::adopt_open`).
             None => self.nodes.lock().adopt_open(attr.ino, parent.0, name),
         }
+        self.opened(nf, attr.ino, flags);
         Ok((
             Entry {
                 node: NodeId(attr.ino),
@@ -1742,6 +1842,7 @@ impl FileSystem for P9Fs {
             return Err(self.abandon(nf, walked, e));
         }
         let fh = FileHandle(nf as u64);
+        self.opened(nf, node.0, flags);
         let first = match got {
             Ok(n) => Ok(n),
             // Read before the open: a server that runs a fid's requests
@@ -1828,6 +1929,7 @@ impl FileSystem for P9Fs {
 
     fn release(&self, node: NodeId, fh: FileHandle) {
         if let Ok(fid) = u32::try_from(fh.0) {
+            self.opens.lock().remove(&fid);
             self.clunk(fid);
         }
         // The pin `open` or `create` kept.

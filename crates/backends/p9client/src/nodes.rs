@@ -324,6 +324,52 @@ impl Nodes {
         Some(n.fid)
     }
 
+    /// The names and qid paths from the root to `id` (empty for the
+    /// root); `None` when a link of the chain is gone.
+    pub fn path_of(&self, id: u64) -> Option<(Vec<Name>, Vec<u64>)> {
+        let (mut names, mut ids) = (Vec::new(), Vec::new());
+        let mut cur = id;
+        while cur != self.root {
+            let n = self.by_id.get(&cur)?;
+            if names.len() >= MAX_DEPTH || n.parent == cur {
+                return None;
+            }
+            names.push(n.name.clone());
+            ids.push(cur);
+            cur = n.parent;
+        }
+        names.reverse();
+        ids.reverse();
+        Some((names, ids))
+    }
+
+    /// Every node holding a fid (the root aside), with its path from the
+    /// root: what a reconnect walks again (recover.rs).
+    #[allow(clippy::type_complexity)]
+    pub fn held_paths(&self) -> Vec<(u64, u32, Vec<Name>, Vec<u64>)> {
+        self.by_id
+            .iter()
+            .filter(|(&id, n)| id != self.root && crate::recover::is_node_fid(n.fid))
+            .filter_map(|(&id, n)| {
+                let (names, ids) = self.path_of(id)?;
+                Some((id, n.fid, names, ids))
+            })
+            .collect()
+    }
+
+    /// `id` no longer holds `fid` (it could not be walked again after a
+    /// reconnect): its next use walks to it. `true` if it held it.
+    pub fn release_fid(&mut self, id: u64, fid: u32) -> bool {
+        match self.by_id.get_mut(&id) {
+            Some(n) if n.fid == fid && id != self.root => {
+                n.fid = NOFID;
+                self.held -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Release fids of unused nodes until at most `cap` are held; the
     /// fids to clunk (after the table's lock is dropped).
     pub fn trim(&mut self) -> Vec<u32> {

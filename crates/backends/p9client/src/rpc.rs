@@ -6,17 +6,28 @@
 //! type, bytes, and the time callers spent waiting for replies (seed 003's
 //! I/O-wait accounting).
 //!
-//! A lost connection is final: every waiting caller and every later call
-//! fails at once with `ENOTCONN` (what a FUSE mount whose daemon died
-//! gives), nothing hangs, and nothing is re-sent. The client does not
-//! reconnect: after a server restart its fids would name nothing, and
-//! silently re-walking paths could land on different files; the mount
-//! is unmounted and mounted again.
+//! A lost connection:
+//! - without reconnecting ([`Rpc::start`] with no bound) is final: every
+//!   waiting caller and every later call fails at once with `ENOTCONN`
+//!   (what a FUSE mount whose daemon died gives), and nothing hangs;
+//! - with a reconnect bound, is a pause. Callers wait (at most the
+//!   bound); the client's recovery (recover.rs) dials again, and on the
+//!   new connection rebuilds the fids, then [`Rpc::resume`] re-sends the
+//!   changes sent without waiting that were not answered, in the order
+//!   they were first sent, and opens the gate: each waiting call sends
+//!   its requests again. A change answered once is never sent again; a
+//!   change the server may have carried out before it died is sent again
+//!   marked *replayed*, and its reply is read knowing that (an unlink
+//!   that finds the name gone did its work the first time).
+//!
+//! Invariant a reader of `dead` relies on: while `dead` is set, only the
+//! recovery thread writes to the connection; every other sender waits at
+//! the gate ([`Rpc::wait_up`]).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use walkfs_fsapi::{Done, Errno, Result};
@@ -136,8 +147,20 @@ pub type Then = Arc<dyn Fn(usize, Option<Fcall<'_>>) + Send + Sync>;
 
 /// A reply the reader deals with itself: nobody waits on its slot.
 enum Pending {
-    Change(AsyncOp),
+    Change(Change),
     Then(usize, Then),
+}
+
+/// An asynchronous change in flight.
+struct Change {
+    op: AsyncOp,
+    /// The request as sent (kept only when the connection may be
+    /// re-made, to send again), and its place in the order of sending.
+    frame: Option<Vec<u8>>,
+    seq: u64,
+    /// Sent again after a reconnect: the server may have carried it out
+    /// already.
+    replayed: bool,
 }
 
 /// Asynchronous changes in flight.
@@ -159,32 +182,37 @@ pub struct Rpc {
     /// whose replies go to a callback.
     changes: Vec<Mutex<Option<Pending>>>,
     inflight: Inflight,
+    /// The gate is shut: the connection is down, or being rebuilt (see
+    /// the module's invariant).
     dead: AtomicBool,
+    /// The present connection is broken (its reader saw the end, or a
+    /// write failed): whoever waits on it for a reply stops waiting.
+    broken: AtomicBool,
+    /// Down for good: no reconnect, or it gave up.
+    closed: AtomicBool,
+    /// How long callers wait for a reconnect; `None`: never reconnect.
+    reconnect: Option<Duration>,
+    /// The connection's generation (a reader of an older one is ignored).
+    epoch: AtomicU64,
+    /// The gate: notified when the connection is up again or closed.
+    gate: Mutex<()>,
+    gate_cv: Condvar,
+    /// The thread rebuilding the connection (it passes the gate).
+    recovering: Mutex<Option<std::thread::ThreadId>>,
+    /// Called (on a thread of its own) when a connection is lost and may
+    /// be made again.
+    on_lost: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
+    seq: AtomicU64,
     pub msize: u32,
     pub counters: Counters,
 }
 
 impl Rpc {
     /// Negotiate the version on `stream` and start the reply reader.
-    pub fn start(mut stream: Stream, msize: u32) -> Result<Arc<Rpc>> {
-        let mut out = Vec::new();
-        Fcall::Tversion {
-            msize,
-            version: walkfs_p9::Str(VERSION),
-        }
-        .encode(NOTAG, &mut out);
-        stream.write_all(&out).map_err(Errno::from)?;
-        let mut buf = Vec::new();
-        if !read_frame(&mut stream, &mut buf, msize.max(MIN_MSIZE)).map_err(Errno::from)? {
-            return Err(Errno::ECONNRESET);
-        }
-        let msize = match Fcall::decode(&buf).map_err(|_| Errno::EPROTO)?.1 {
-            Fcall::Rversion { msize: m, version } if version.0 == VERSION && m >= MIN_MSIZE => {
-                m.min(msize)
-            }
-            Fcall::Rlerror { ecode } => return Err(Errno::from_wire(ecode)),
-            _ => return Err(Errno::EPROTONOSUPPORT),
-        };
+    /// With `reconnect`, a lost connection is a pause of at most that
+    /// long (see the module doc).
+    pub fn start(stream: Stream, msize: u32, reconnect: Option<Duration>) -> Result<Arc<Rpc>> {
+        let (stream, msize) = negotiate(stream, msize)?;
         let reader = stream.try_clone().map_err(Errno::from)?;
         let rpc = Arc::new(Rpc {
             writer: Mutex::new(stream),
@@ -195,27 +223,266 @@ impl Rpc {
             changes: (0..TAGS).map(|_| Mutex::new(None)).collect(),
             inflight: Inflight::default(),
             dead: AtomicBool::new(false),
+            broken: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            reconnect,
+            epoch: AtomicU64::new(0),
+            gate: Mutex::new(()),
+            gate_cv: Condvar::new(),
+            recovering: Mutex::new(None),
+            on_lost: Mutex::new(None),
+            seq: AtomicU64::new(0),
             msize,
             counters: Counters::default(),
         });
-        let r = Arc::downgrade(&rpc);
-        std::thread::Builder::new()
-            .name("9p-client-reader".into())
-            .spawn(move || reader_loop(r, reader, msize))
-            .map_err(Errno::from)?;
+        rpc.start_reader(reader, 0)?;
         Ok(rpc)
     }
 
-    /// A free tag; `None` once the connection is dead (tags held by
-    /// requests whose replies will never come are never given back, so
-    /// waiting for one would be forever).
+    fn start_reader(self: &Arc<Self>, reader: Stream, epoch: u64) -> Result<()> {
+        let r = Arc::downgrade(self);
+        let msize = self.msize;
+        std::thread::Builder::new()
+            .name("9p-client-reader".into())
+            .spawn(move || reader_loop(r, reader, msize, epoch))
+            .map(drop)
+            .map_err(Errno::from)
+    }
+
+    /// What recovers a lost connection (recover.rs).
+    pub fn on_lost(&self, f: Arc<dyn Fn() + Send + Sync>) {
+        *self.on_lost.lock() = Some(f);
+    }
+
+    /// The reconnect bound, if the client reconnects.
+    pub fn reconnect(&self) -> Option<Duration> {
+        self.reconnect
+    }
+
+    /// Use `stream` from now on (the recovery thread, which must call
+    /// [`Rpc::resume`] or [`Rpc::close`] next): the version is
+    /// negotiated again, and must give at least the msize agreed first.
+    pub fn replace(self: &Arc<Self>, stream: Stream) -> Result<()> {
+        let (stream, msize) = negotiate(stream, self.msize)?;
+        if msize < self.msize {
+            return Err(Errno::EPROTO);
+        }
+        let reader = stream.try_clone().map_err(Errno::from)?;
+        *self.recovering.lock() = Some(std::thread::current().id());
+        let epoch = {
+            let mut w = self.writer.lock();
+            *w = stream;
+            let e = self.epoch.fetch_add(1, Relaxed) + 1;
+            self.broken.store(false, Relaxed);
+            e
+        };
+        self.start_reader(reader, epoch)
+    }
+
+    /// The fids the unanswered changes make (a walk's new fid): the
+    /// recovery leaves them for the changes' replay to make again.
+    pub fn pending_newfids(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        for c in &self.changes {
+            if let Some(Pending::Change(ch)) = &*c.lock() {
+                if let Some(Ok((_, Fcall::Twalk { newfid, .. }))) =
+                    ch.frame.as_deref().map(Fcall::decode)
+                {
+                    out.push(newfid);
+                }
+            }
+        }
+        out
+    }
+
+    /// The connection is rebuilt: send the unanswered changes again, in
+    /// the order first sent, then let every waiting caller through.
+    pub fn resume(&self) -> Result<()> {
+        let mut again: Vec<(u64, Vec<u8>)> = Vec::new();
+        for c in &self.changes {
+            if let Some(Pending::Change(ch)) = &mut *c.lock() {
+                if let Some(f) = &ch.frame {
+                    ch.replayed = true;
+                    again.push((ch.seq, f.clone()));
+                }
+            }
+        }
+        again.sort_by_key(|(seq, _)| *seq);
+        let n = again.len();
+        let mut out = Vec::new();
+        for (_, f) in again {
+            out.extend_from_slice(&f);
+        }
+        if !out.is_empty() && self.writer.lock().write_all(&out).is_err() {
+            return Err(Errno::ENOTCONN);
+        }
+        if n > 0 {
+            tracing::info!("9p: {n} unanswered changes sent again");
+        }
+        *self.recovering.lock() = None;
+        let _g = self.gate.lock();
+        self.dead.store(false, Relaxed);
+        self.gate_cv.notify_all();
+        Ok(())
+    }
+
+    /// Give up: the connection stays down, every waiting caller and
+    /// unanswered change gets `ENOTCONN`.
+    pub fn close(&self) {
+        *self.recovering.lock() = None;
+        {
+            let _g = self.gate.lock();
+            self.closed.store(true, Relaxed);
+            self.dead.store(true, Relaxed);
+            self.gate_cv.notify_all();
+        }
+        self.wake_all();
+        for c in &self.changes {
+            let p = c.lock().take();
+            if let Some(Pending::Change(ch)) = p {
+                ch.op.finish(Err(Errno::ENOTCONN));
+                self.change_finished();
+            }
+        }
+    }
+
+    /// Is this thread the one rebuilding the connection?
+    fn is_recovering(&self) -> bool {
+        *self.recovering.lock() == Some(std::thread::current().id())
+    }
+
+    /// Wait until the connection is up (at most the reconnect bound);
+    /// `ENOTCONN` if it is closed or stays down.
+    fn wait_up(&self) -> Result<()> {
+        if !self.dead.load(Relaxed) {
+            return Ok(());
+        }
+        if self.closed.load(Relaxed) || self.reconnect.is_none() {
+            return Err(Errno::ENOTCONN);
+        }
+        if self.is_recovering() {
+            return Ok(());
+        }
+        let bound = self.reconnect.unwrap_or_default();
+        let until = Instant::now() + bound;
+        let mut g = self.gate.lock();
+        while self.dead.load(Relaxed) && !self.closed.load(Relaxed) {
+            if self.gate_cv.wait_until(&mut g, until).timed_out() {
+                break;
+            }
+        }
+        if self.dead.load(Relaxed) {
+            return Err(Errno::ENOTCONN);
+        }
+        Ok(())
+    }
+
+    /// Everyone waiting on a slot, a tag or the changes in flight looks
+    /// at `dead` again.
+    fn wake_all(&self) {
+        for s in &self.slots {
+            let _g = s.reply.lock();
+            s.cv.notify_all();
+        }
+        {
+            let _g = self.free.lock();
+            self.free_cv.notify_all();
+        }
+        let _g = self.inflight.n.lock();
+        self.inflight.cv.notify_all();
+    }
+
+    /// The connection of `epoch` is lost (its reader saw the end, or a
+    /// write failed). The first loss shuts the gate and starts the
+    /// recovery; a loss while recovering only wakes the recovery's own
+    /// waits (it dials again).
+    fn lost(&self, epoch: u64) {
+        if self.epoch.load(Relaxed) != epoch || self.broken.swap(true, Relaxed) {
+            return;
+        }
+        let _ = self.writer.lock().shutdown();
+        let was_dead = {
+            let _g = self.gate.lock();
+            self.dead.swap(true, Relaxed)
+        };
+        self.wake_all();
+        if was_dead {
+            return;
+        }
+        let keep = self.reconnect.is_some() && !self.closed.load(Relaxed);
+        // Whoever waits for a callback's reply learns it will never come;
+        // a change's outcome waits for the replay when there is one.
+        for (t, c) in self.changes.iter().enumerate() {
+            let mut g = c.lock();
+            let p = match &*g {
+                Some(Pending::Change(ch)) if keep && ch.frame.is_some() => continue,
+                _ => g.take(),
+            };
+            drop(g);
+            match p {
+                Some(Pending::Then(i, then)) => {
+                    then(i, None);
+                    if keep {
+                        self.put_tag(t as u16);
+                    }
+                }
+                Some(Pending::Change(ch)) => {
+                    ch.op.finish(Err(Errno::ENOTCONN));
+                    self.change_finished();
+                    if keep {
+                        self.put_tag(t as u16);
+                    }
+                }
+                None => {}
+            }
+        }
+        if !keep {
+            self.closed.store(true, Relaxed);
+            self.wake_all();
+            return;
+        }
+        // Clunks sent and never answered: their fids went with the
+        // connection.
+        for (t, o) in self.orphan.iter().enumerate() {
+            if o.swap(false, Relaxed) {
+                self.put_tag(t as u16);
+            }
+        }
+        let recover = self.on_lost.lock().clone();
+        match recover {
+            Some(f) => {
+                let spawned = std::thread::Builder::new()
+                    .name("9p-reconnect".into())
+                    .spawn(move || f());
+                if spawned.is_err() {
+                    self.close();
+                }
+            }
+            None => self.close(),
+        }
+    }
+
+    /// Write `out` to the connection; a failure loses it.
+    fn write_out(&self, out: &[u8]) -> bool {
+        let epoch = self.epoch.load(Relaxed);
+        let ok = self.writer.lock().write_all(out).is_ok();
+        if !ok {
+            self.lost(epoch);
+        }
+        ok
+    }
+
+    /// A free tag; `None` once the connection is closed (without a
+    /// reconnect, tags held by requests whose replies will never come are
+    /// never given back, so waiting for one would be forever).
     fn take_tag(&self) -> Option<u16> {
         let mut f = self.free.lock();
         loop {
             if let Some(t) = f.pop() {
                 return Some(t);
             }
-            if self.dead.load(Relaxed) {
+            if self.closed.load(Relaxed) || (self.dead.load(Relaxed) && self.reconnect.is_none())
+            {
                 return None;
             }
             self.free_cv.wait(&mut f);
@@ -230,14 +497,15 @@ impl Rpc {
     /// Send `reqs` back to back in one write and wait for every reply:
     /// one round trip for a chain like walk + open. Each reply frame is
     /// passed to `each` (in request order) while its buffer is alive.
+    /// The connection lost before every reply came: once it is made
+    /// again the requests are sent again (all of them: the replies that
+    /// came are dropped), so a chain runs whole on one connection.
     pub fn call_many(
         &self,
         reqs: &[Fcall<'_>],
         mut each: impl FnMut(usize, Fcall<'_>),
     ) -> Result<()> {
-        if self.dead.load(Relaxed) {
-            return Err(Errno::ENOTCONN);
-        }
+        self.wait_up()?;
         let mut tags: Vec<u16> = Vec::with_capacity(reqs.len());
         for _ in reqs {
             match self.take_tag() {
@@ -261,40 +529,55 @@ impl Rpc {
             }
             return Err(Errno::EMSGSIZE);
         }
-        self.counters
-            .bytes_sent
-            .fetch_add(out.len() as u64, Relaxed);
         let t0 = Instant::now();
-        let w = self.writer.lock().write_all(&out);
-        if w.is_err() {
-            self.dead.store(true, Relaxed);
-            for t in tags {
-                self.put_tag(t);
-            }
-            return Err(Errno::ENOTCONN);
-        }
-        let mut result = Ok(());
-        for (i, &t) in tags.iter().enumerate() {
-            let slot = &self.slots[t as usize];
-            let frame = {
-                let mut g = slot.reply.lock();
-                loop {
-                    if let Some(f) = g.take() {
-                        break Some(f);
+        let frames = loop {
+            self.counters
+                .bytes_sent
+                .fetch_add(out.len() as u64, Relaxed);
+            let mut frames = Vec::with_capacity(tags.len());
+            if self.write_out(&out) {
+                for &t in &tags {
+                    let slot = &self.slots[t as usize];
+                    let mut g = slot.reply.lock();
+                    let f = loop {
+                        if let Some(f) = g.take() {
+                            break Some(f);
+                        }
+                        if self.broken.load(Relaxed) {
+                            break None;
+                        }
+                        slot.cv.wait(&mut g);
+                    };
+                    match f {
+                        Some(f) => frames.push(f),
+                        None => break,
                     }
-                    if self.dead.load(Relaxed) {
-                        break None;
-                    }
-                    slot.cv.wait(&mut g);
                 }
-            };
+            }
+            if frames.len() == tags.len() {
+                break Ok(frames);
+            }
+            // Lost: whatever came for these tags is dropped, and the
+            // batch goes again on the next connection.
+            for &t in &tags {
+                self.slots[t as usize].reply.lock().take();
+            }
+            if self.is_recovering() {
+                break Err(Errno::ENOTCONN);
+            }
+            if let Err(e) = self.wait_up() {
+                break Err(e);
+            }
+        };
+        for &t in &tags {
             self.put_tag(t);
-            match frame {
-                Some(f) => match Fcall::decode(&f) {
-                    Ok((_, msg)) => each(i, msg),
-                    Err(_) => result = Err(Errno::EPROTO),
-                },
-                None => result = Err(Errno::ENOTCONN),
+        }
+        let frames = frames?;
+        let mut result = Ok(());
+        for (i, f) in frames.iter().enumerate() {
+            match Fcall::decode(f) {
+                Ok((_, msg)) => each(i, msg),
+                Err(_) => result = Err(Errno::EPROTO),
             }
         }
         self.counters
@@ -320,9 +603,10 @@ impl Rpc {
         out
     }
 
-    /// Send a request whose reply nobody needs (a clunk).
+    /// Send a request whose reply nobody needs (a clunk). Not sent while
+    /// the connection is down: the fid went with it.
     pub fn send_forget(&self, req: Fcall<'_>) {
-        if self.dead.load(Relaxed) {
+        if self.dead.load(Relaxed) && !self.is_recovering() {
             return;
         }
         let Some(t) = self.take_tag() else { return };
@@ -333,19 +617,14 @@ impl Rpc {
         self.counters
             .bytes_sent
             .fetch_add(out.len() as u64, Relaxed);
-        let w = self.writer.lock().write_all(&out);
-        if w.is_err() {
-            self.dead.store(true, Relaxed);
-        }
+        self.write_out(&out);
     }
 
     /// Send `reqs` back to back in one write and return at once; the
     /// reader hands each reply to `then` (see [`Then`]). For work a
     /// caller may use later (a directory read ahead), never for changes.
     pub fn send_then(&self, reqs: &[Fcall<'_>], then: Then) -> Result<()> {
-        if self.dead.load(Relaxed) {
-            return Err(Errno::ENOTCONN);
-        }
+        self.wait_up()?;
         let mut out = Vec::with_capacity(128 * reqs.len());
         let mut tags = Vec::with_capacity(reqs.len());
         for (i, r) in reqs.iter().enumerate() {
@@ -364,10 +643,8 @@ impl Rpc {
         self.counters
             .bytes_sent
             .fetch_add(out.len() as u64, Relaxed);
-        if self.writer.lock().write_all(&out).is_err() {
-            // The reader, if it has not yet, tells `then` of the death.
-            self.dead.store(true, Relaxed);
-            self.shutdown();
+        if !self.write_out(&out) {
+            // Whoever saw the loss tells `then` of it.
             return Err(Errno::ENOTCONN);
         }
         Ok(())
@@ -383,59 +660,83 @@ impl Rpc {
 
     /// [`Rpc::send_async`] of several changes, back to back in one
     /// write: `ops[i]` gets the outcome of `reqs[i]`. All or none are
-    /// sent (`ENOTCONN`: none, and no `done` is called).
+    /// sent (`ENOTCONN`: none, and no `done` is called). With a
+    /// reconnect, a change sent is kept until answered: a loss of the
+    /// connection sends it again on the next.
     pub fn send_async_many(&self, reqs: &[Fcall<'_>], ops: Vec<AsyncOp>) -> Result<()> {
         debug_assert_eq!(reqs.len(), ops.len());
         let n = reqs.len();
-        {
-            let mut inflight = self.inflight.n.lock();
-            while *inflight + n > MAX_ASYNC.max(n) && !self.dead.load(Relaxed) {
-                self.inflight.cv.wait(&mut inflight);
-            }
-            *inflight += n;
-        }
-        let not_sent = |rpc: &Rpc, ops: Vec<AsyncOp>, tags: &[u16]| {
+        let not_sent = |rpc: &Rpc, ops: Vec<AsyncOp>, tags: &[u16], counted: bool| {
             for t in tags {
                 rpc.put_tag(*t);
             }
             for op in ops {
                 op.disarm();
             }
-            for _ in 0..n {
-                rpc.change_finished();
+            if counted {
+                for _ in 0..n {
+                    rpc.change_finished();
+                }
             }
             Err(Errno::ENOTCONN)
         };
-        if self.dead.load(Relaxed) {
-            return not_sent(self, ops, &[]);
+        if let Err(e) = self.wait_up() {
+            for op in ops {
+                op.disarm();
+            }
+            return Err(e);
+        }
+        {
+            let mut inflight = self.inflight.n.lock();
+            while *inflight + n > MAX_ASYNC.max(n) && !self.closed.load(Relaxed) {
+                if self.dead.load(Relaxed) && self.reconnect.is_none() {
+                    break;
+                }
+                self.inflight.cv.wait(&mut inflight);
+            }
+            *inflight += n;
+        }
+        if self.closed.load(Relaxed) || (self.dead.load(Relaxed) && self.reconnect.is_none()) {
+            return not_sent(self, ops, &[], true);
         }
         let mut tags = Vec::with_capacity(n);
         for _ in 0..n {
             match self.take_tag() {
                 Some(t) => tags.push(t),
-                None => return not_sent(self, ops, &tags),
+                None => return not_sent(self, ops, &tags, true),
             }
         }
+        let keep = self.reconnect.is_some();
         let mut out = Vec::with_capacity(64 * n);
         for ((req, op), &t) in reqs.iter().zip(ops).zip(&tags) {
-            *self.changes[t as usize].lock() = Some(Pending::Change(op));
+            let at = out.len();
             req.encode(t, &mut out);
+            let seq = self.seq.fetch_add(1, Relaxed);
+            let frame = keep.then(|| out[at..].to_vec());
+            *self.changes[t as usize].lock() = Some(Pending::Change(Change {
+                op,
+                frame,
+                seq,
+                replayed: false,
+            }));
             self.counters.rpcs[req.msg_type() as usize].fetch_add(1, Relaxed);
         }
         self.counters
             .bytes_sent
             .fetch_add(out.len() as u64, Relaxed);
-        let w = self.writer.lock().write_all(&out);
-        if w.is_err() {
-            self.dead.store(true, Relaxed);
+        if !self.write_out(&out) {
+            if keep {
+                // Kept, and sent again once the connection is back.
+                return Ok(());
+            }
             // What the reader, seeing the death, has not reported yet is
             // reported by the caller's error; if it has reported all,
             // the outcome went where it belongs and the caller must not
             // hear it twice.
             let mut left = 0;
             for t in &tags {
-                if let Some(Pending::Change(op)) = self.changes[*t as usize].lock().take() {
-                    op.disarm();
+                if let Some(Pending::Change(ch)) = self.changes[*t as usize].lock().take() {
+                    ch.op.disarm();
                     left += 1;
                 }
             }
@@ -452,29 +753,45 @@ impl Rpc {
 
     /// Wait until no asynchronous change is in flight (their errors have
     /// all been handed to `on_error`). `ENOTCONN` if the connection died
-    /// with changes unanswered: whether the server carried them out is
-    /// unknown.
+    /// for good with changes unanswered: whether the server carried them
+    /// out is unknown.
     pub fn drain(&self) -> Result<()> {
         let mut n = self.inflight.n.lock();
         while *n > 0 {
-            if self.dead.load(Relaxed) {
+            if self.closed.load(Relaxed) || (self.dead.load(Relaxed) && self.reconnect.is_none())
+            {
                 return Err(Errno::ENOTCONN);
             }
-            self.inflight.cv.wait(&mut n);
+            self.inflight
+                .cv
+                .wait_for(&mut n, Duration::from_millis(200));
         }
         Ok(())
     }
 
-    /// The reply to asynchronous change `op`: its outcome goes to its
-    /// `done`.
-    fn change_done(&self, op: AsyncOp, frame: &[u8]) {
+    /// The reply to asynchronous change `ch`: its outcome goes to its
+    /// `done`. A replayed change may find its work done by its first
+    /// sending: a removal whose name is gone, a link whose name exists,
+    /// succeeded then.
+    fn change_done(&self, ch: Change, frame: &[u8]) {
+        let ty = ch.frame.as_ref().and_then(|f| f.get(4).copied());
         let r = match Fcall::decode(frame) {
-            Ok((_, Fcall::Rlerror { ecode })) => Err(Errno::from_wire(ecode)),
-            Ok((_, Fcall::Rwrite { count })) if count < op.expect => Err(Errno::ENOSPC),
+            Ok((_, Fcall::Rlerror { ecode })) => {
+                let e = Errno::from_wire(ecode);
+                match (ch.replayed, ty, e) {
+                    (true, Some(walkfs_p9::msg::Tunlinkat | walkfs_p9::msg::Trenameat), Errno::ENOENT)
+                    | (true, Some(walkfs_p9::msg::Tlink), Errno::EEXIST) => {
+                        tracing::debug!("9p: a replayed change had been carried out");
+                        Ok(())
+                    }
+                    _ => Err(e),
+                }
+            }
+            Ok((_, Fcall::Rwrite { count })) if count < ch.op.expect => Err(Errno::ENOSPC),
             Ok(_) => Ok(()),
             Err(_) => Err(Errno::EPROTO),
         };
-        op.finish(r);
+        ch.op.finish(r);
         self.change_finished();
     }
 
@@ -483,13 +800,41 @@ impl Rpc {
         self.inflight.cv.notify_all();
     }
 
+    /// Down (for now, or for good).
     pub fn is_dead(&self) -> bool {
         self.dead.load(Relaxed)
+    }
+
+    /// Down for good.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Relaxed)
     }
 
     pub fn shutdown(&self) {
         let _ = self.writer.lock().shutdown();
     }
+}
+/// Negotiate the version on `stream`: the stream and the msize agreed.
+fn negotiate(mut stream: Stream, msize: u32) -> Result<(Stream, u32)> {
+    let mut out = Vec::new();
+    Fcall::Tversion {
+        msize,
+        version: walkfs_p9::Str(VERSION),
+    }
+    .encode(NOTAG, &mut out);
+    stream.write_all(&out).map_err(Errno::from)?;
+    let mut buf = Vec::new();
+    if !read_frame(&mut stream, &mut buf, msize.max(MIN_MSIZE)).map_err(Errno::from)? {
+        return Err(Errno::ECONNRESET);
+    }
+    let msize = match Fcall::decode(&buf).map_err(|_| Errno::EPROTO)?.1 {
+        Fcall::Rversion { msize: m, version } if version.0 == VERSION && m >= MIN_MSIZE => {
+            m.min(msize)
+        }
+        Fcall::Rlerror { ecode } => return Err(Errno::from_wire(ecode)),
+        _ => return Err(Errno::EPROTONOSUPPORT),
+    };
+    Ok((stream, msize))
 }
 
 impl Drop for Rpc {
@@ -498,42 +843,21 @@ impl Drop for Rpc {
     }
 }
 
-fn reader_loop(rpc: std::sync::Weak<Rpc>, stream: Stream, msize: u32) {
+fn reader_loop(rpc: std::sync::Weak<Rpc>, stream: Stream, msize: u32, epoch: u64) {
     // One read(2) per reply (or per batch of replies) rather than two.
     let mut stream = std::io::BufReader::with_capacity(16 * 1024, stream);
     let mut buf = Vec::new();
     loop {
         let ok = read_frame(&mut stream, &mut buf, msize);
         let Some(rpc) = rpc.upgrade() else { return };
+        if rpc.epoch.load(Relaxed) != epoch {
+            // A connection replaced since: nothing of it counts.
+            return;
+        }
         match ok {
             Ok(true) => {}
             Ok(false) | Err(_) => {
-                rpc.dead.store(true, Relaxed);
-                for s in &rpc.slots {
-                    let _g = s.reply.lock();
-                    s.cv.notify_all();
-                }
-                // And whoever waits for a free tag or for changes.
-                {
-                    let _g = rpc.free.lock();
-                    rpc.free_cv.notify_all();
-                }
-                let _g = rpc.inflight.n.lock();
-                rpc.inflight.cv.notify_all();
-                drop(_g);
-                // Whoever waits for a callback's reply or a change's
-                // outcome learns it will never come.
-                for c in &rpc.changes {
-                    let p = c.lock().take();
-                    match p {
-                        Some(Pending::Then(i, then)) => then(i, None),
-                        Some(Pending::Change(op)) => {
-                            op.finish(Err(Errno::ENOTCONN));
-                            rpc.change_finished();
-                        }
-                        None => {}
-                    }
-                }
+                rpc.lost(epoch);
                 return;
             }
         }
@@ -553,9 +877,9 @@ fn reader_loop(rpc: std::sync::Weak<Rpc>, stream: Stream, msize: u32) {
         }
         let pending = rpc.changes[t].lock().take();
         match pending {
-            Some(Pending::Change(op)) => {
+            Some(Pending::Change(ch)) => {
                 rpc.put_tag(tag);
-                rpc.change_done(op, &buf);
+                rpc.change_done(ch, &buf);
                 continue;
             }
             Some(Pending::Then(i, then)) => {
