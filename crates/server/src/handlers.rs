@@ -353,13 +353,14 @@ impl Req<'_> {
         };
         let (ctx, dir, name) = at;
         let spent = self.s.unspent.lock().spend(g);
+        let locate = || {
+            let fd = ctx.backend_fd(dir).ok().flatten()?;
+            crate::inostate::HostHandle::of(std::os::fd::AsFd::as_fd(&*fd), name).ok()
+        };
         if spent {
-            let locate = || {
-                let fd = ctx.backend_fd(dir).ok().flatten()?;
-                crate::inostate::HostHandle::of(std::os::fd::AsFd::as_fd(&*fd), name).ok()
-            };
             let r = self.inos().make(
                 g,
+                name,
                 || {
                     let (t, x) = make()?;
                     Ok(((t, x.stx_mode as u32), x.stx_ino))
@@ -373,7 +374,19 @@ impl Req<'_> {
             }
         }
         let there = statx_at(ctx, dir, name).ok();
-        if let Some(x) = there.filter(|x| self.inos().granted_of(x.stx_ino) == Some(g)) {
+        let ours = |x: &Statx| {
+            if self.inos().granted_of(x.stx_ino) == Some(g) {
+                return true;
+            }
+            // Made by a server that died before it bound the file?
+            let born = match crate::own::named(ctx, dir, name) {
+                Some(Some((ino, born))) if ino == x.stx_ino => born,
+                _ => return false,
+            };
+            self.inos()
+                .adopt_intended(g, name, x.stx_ino, born, locate)
+        };
+        if let Some(x) = there.filter(ours) {
             tracing::debug!("{}: create of {g:#x} replayed", self.s.peer);
             let t = again(&x)?;
             return Ok((t, qid_raw(x.stx_mode as u32, g)));

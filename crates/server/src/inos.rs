@@ -38,6 +38,9 @@ pub(crate) const GRANT: u64 = 4096;
 /// when its current one runs low, so two suffice; a reconnecting client
 /// reclaims at most two).
 const MAX_RANGES: usize = 4;
+/// How far a file's birth time may lag the clock the intent was stamped
+/// with: filesystems stamp with the coarse clock, up to a tick behind.
+const BIRTH_SLACK_NS: i64 = 20_000_000;
 /// Numbers reserved in the journal at a time: one record per this many
 /// granted.
 const RESERVE_STEP: u64 = 1 << 24;
@@ -63,6 +66,9 @@ pub struct Inos {
     state: Option<InoState>,
     /// The key of grant tickets.
     secret: [u8; 16],
+    /// Creates a previous server began and may not have bound
+    /// (inostate.rs): granted -> (time begun, name).
+    intents: Mutex<HashMap<u64, (i64, Vec<u8>)>>,
 }
 
 impl Default for Inos {
@@ -82,6 +88,7 @@ impl Default for Inos {
             any: AtomicBool::new(false),
             state: None,
             secret,
+            intents: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -94,8 +101,10 @@ impl Inos {
         let loaded = state.loaded.lock().take();
         let mut b = Bindings::default();
         let mut next = FIRST;
+        let mut intents = HashMap::new();
         if let Some(l) = loaded {
             next = l.reserved;
+            intents = l.intents;
             for (host, bound) in l.bound {
                 b.by_host.insert(host, bound.granted);
                 b.by_granted.insert(bound.granted, host);
@@ -109,6 +118,7 @@ impl Inos {
             any: AtomicBool::new(any),
             secret: state.secret,
             state: Some(state),
+            intents: Mutex::new(intents),
         }
     }
 
@@ -178,6 +188,7 @@ impl Inos {
     pub(crate) fn make<T>(
         &self,
         granted: u64,
+        name: &[u8],
         make: impl FnOnce() -> walkfs_vfs::Result<(T, u64)>,
         locate: impl FnOnce() -> Option<HostHandle>,
     ) -> walkfs_vfs::Result<T> {
@@ -186,6 +197,9 @@ impl Inos {
             return Err(walkfs_vfs::Errno::EEXIST);
         }
         self.any.store(true, SeqCst);
+        if let Some(state) = &self.state {
+            state.intent(granted, name);
+        }
         let (t, host) = make()?;
         if let Some(old) = map.by_host.insert(host, granted) {
             map.by_granted.remove(&old);
@@ -199,7 +213,43 @@ impl Inos {
 
     #[cfg(test)]
     fn bind(&self, host: u64, granted: u64) {
-        let _ = self.make(granted, || Ok(((), host)), || None);
+        let _ = self.make(granted, b"t", || Ok(((), host)), || None);
+    }
+
+    /// A replayed create of `granted` finds `name` made by no binding:
+    /// a previous server made it and died before binding it if it began
+    /// that create, with that name, before the file was born. Then the
+    /// file is bound now, and `true`.
+    pub(crate) fn adopt_intended(
+        &self,
+        granted: u64,
+        name: &[u8],
+        host: u64,
+        born: i64,
+        locate: impl FnOnce() -> Option<HostHandle>,
+    ) -> bool {
+        let ours = {
+            let i = self.intents.lock();
+            i.get(&granted)
+                .is_some_and(|(at, n)| {
+                    n.as_slice() == name && born != 0 && born >= at - BIRTH_SLACK_NS
+                })
+        };
+        if !ours {
+            return false;
+        }
+        let mut map = self.bound.write();
+        if map.by_granted.contains_key(&granted) || map.by_host.contains_key(&host) {
+            return false;
+        }
+        self.any.store(true, SeqCst);
+        map.by_host.insert(host, granted);
+        map.by_granted.insert(granted, host);
+        self.intents.lock().remove(&granted);
+        if let Some(state) = &self.state {
+            state.bind(granted, host, locate().as_ref());
+        }
+        true
     }
 
     /// The file with host number `host` is gone (its last name removed
@@ -384,7 +434,7 @@ mod tests {
         // A number bound already cannot name a second file.
         inos.bind(5, g.base);
         assert_eq!(
-            inos.make(g.base, || Ok(((), 6)), || None).err(),
+            inos.make(g.base, b"t", || Ok(((), 6)), || None).err(),
             Some(walkfs_vfs::Errno::EEXIST)
         );
     }

@@ -12,7 +12,12 @@
 //!   reuses the number);
 //! - *unbind*: the file lost its last name through this server;
 //! - *reserve*: every number below this one may have been granted (the
-//!   next server grants above it).
+//!   next server grants above it);
+//! - *intent*: a create with a granted number is about to run (the
+//!   number, the time, the name): a server killed between the create and
+//!   its *bind* left a file no binding names, and the client's replay of
+//!   the create finds it; a file of that name born after the intent is
+//!   the one the create made.
 //!
 //! A record is in the page cache once `write` returns, so a server killed
 //! with SIGKILL loses nothing; a host crash may lose the records of the
@@ -51,6 +56,7 @@ const RESERVE: u8 = 3;
 /// `granted`): handles of another filesystem, one made afresh at the same
 /// path say, are dropped unopened.
 const FS: u8 = 4;
+const INTENT: u8 = 5;
 /// `MAX_HANDLE_SZ` of the kernel.
 pub(crate) const MAX_HANDLE: usize = 128;
 /// Fixed part of a record: kind, handle length, handle type, granted,
@@ -90,7 +96,8 @@ impl HostHandle {
                 name.as_ptr(),
                 &mut h as *mut RawHandle,
                 &mut mount_id as *mut libc::c_int,
-                libc::AT_SYMLINK_NOFOLLOW,
+                // Symlinks are not followed unless AT_SYMLINK_FOLLOW.
+                0,
             )
         };
         if r != 0 {
@@ -143,6 +150,8 @@ pub(crate) struct Loaded {
     pub bound: HashMap<u64, Bound>,
     /// The next server grants from here.
     pub reserved: u64,
+    /// Creates begun and not seen bound: granted -> (time, name).
+    pub intents: HashMap<u64, (i64, Vec<u8>)>,
 }
 
 /// The open journal.
@@ -245,6 +254,9 @@ impl InoState {
         for (host, b) in &loaded.bound {
             encode(BIND, b.granted, *host, b.handle.as_ref(), &mut out);
         }
+        for (g, (at, name)) in &loaded.intents {
+            encode_intent(*g, *at, name, &mut out);
+        }
         {
             let mut f = OpenOptions::new()
                 .write(true)
@@ -290,6 +302,16 @@ impl InoState {
         self.append(UNBIND, granted, host, None);
     }
 
+    /// A create with `granted` is about to make `name`.
+    pub(crate) fn intent(&self, granted: u64, name: &[u8]) {
+        let at = now_ns();
+        let mut rec = Vec::with_capacity(HEAD + name.len());
+        encode_intent(granted, at, name, &mut rec);
+        if let Err(e) = self.file.lock().write_all(&rec) {
+            tracing::warn!("inode journal {}: {e}", self.dir.display());
+        }
+    }
+
     pub(crate) fn reserve(&self, upto: u64) {
         self.append(RESERVE, upto, 0, None);
     }
@@ -300,16 +322,38 @@ impl InoState {
     }
 }
 
+fn encode_intent(granted: u64, at: i64, name: &[u8], out: &mut Vec<u8>) {
+    let name = &name[..name.len().min(MAX_HANDLE)];
+    let h = HostHandle {
+        ty: 0,
+        bytes: name.to_vec(),
+    };
+    encode(INTENT, granted, at as u64, Some(&h), out);
+}
+
+/// Nanoseconds since the epoch (what a birth time is in).
+pub(crate) fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
 /// Replay `records` and keep the bindings whose files still exist.
 fn check(records: Vec<(u8, u64, u64, Option<HostHandle>)>, mount: BorrowedFd, fsid: u64) -> Loaded {
     let mut bound: HashMap<u64, Bound> = HashMap::new();
     let mut reserved = crate::inos::FIRST;
     let mut same_fs = true;
+    let mut intents = HashMap::new();
     for (kind, granted, host, handle) in records {
         match kind {
             FS => same_fs = granted == fsid,
+            INTENT => {
+                let name = handle.map(|h| h.bytes).unwrap_or_default();
+                intents.insert(granted, (host as i64, name));
+            }
             BIND => {
                 reserved = reserved.max(granted + 1);
+                intents.remove(&granted);
                 bound.insert(host, Bound { granted, handle });
             }
             UNBIND => {
@@ -360,7 +404,14 @@ fn check(records: Vec<(u8, u64, u64, Option<HostHandle>)>, mount: BorrowedFd, fs
     if unchecked > 0 {
         tracing::info!("inode numbers: {unchecked} bindings without a handle dropped");
     }
-    Loaded { bound, reserved }
+    if !same_fs {
+        intents.clear();
+    }
+    Loaded {
+        bound,
+        reserved,
+        intents,
+    }
 }
 
 /// The filesystem id of `fd`'s filesystem.

@@ -93,7 +93,7 @@ fn key_of(c: &Change) -> Option<Key> {
 /// the backend's descriptor of the directory where it has one (a host
 /// directory): the cache above it may still hold what a report is about
 /// to drop, and only the host has the birth time.
-fn named(ctx: &Ctx, dir: &Handle, name: &[u8]) -> Option<Option<(u64, i64)>> {
+pub(crate) fn named(ctx: &Ctx, dir: &Handle, name: &[u8]) -> Option<Option<(u64, i64)>> {
     use std::os::fd::AsRawFd;
     let Ok(Some(fd)) = ctx.backend_fd(dir) else {
         return match ctx.statx(dir, name, libc::AT_SYMLINK_NOFOLLOW, libc::STATX_INO) {

@@ -128,7 +128,10 @@ impl Recovery {
         if self.notify && crate::notify::subscribe(rpc).is_none() {
             tracing::warn!("9p: notifications not offered after the reconnect");
         }
+        // Every change registered from here on waits for the gate.
+        rpc.barrier();
         let skip: HashSet<u32> = rpc.pending_newfids().into_iter().collect();
+        tracing::debug!("9p: fids the unanswered changes make: {skip:?}");
         let (walked, dropped) = self.nodes_again(rpc, &skip)?;
         let (opened, stale) = self.opens_again(rpc, &skip)?;
         tracing::info!(
@@ -150,7 +153,8 @@ impl Recovery {
             match walk_as(rpc, fid, &names, &ids) {
                 Ok(()) => walked += 1,
                 Err(Errno::ENOTCONN) => return Err(Errno::ENOTCONN),
-                Err(_) => {
+                Err(e) => {
+                    tracing::debug!("9p: fid {fid} of {id:#x} not walked again: {e}");
                     dropped += 1;
                     if self.nodes.lock().release_fid(id, fid) {
                         self.fids.free(fid);
@@ -189,7 +193,9 @@ impl Recovery {
                 Err(Errno::ENOTCONN) => return Err(Errno::ENOTCONN),
                 Err(e) => {
                     stale += 1;
-                    tracing::info!("9p: an open file could not be opened again: {e}");
+                    tracing::info!(
+                        "9p: open file {fid} of {node:#x} could not be opened again: {e}"
+                    );
                 }
             }
         }

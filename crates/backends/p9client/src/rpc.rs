@@ -151,13 +151,20 @@ enum Pending {
     Then(usize, Then),
 }
 
+/// Changes sent in one write: (order of sending, request frame). A
+/// batch's requests depend on each other (a clone walk, then a create
+/// on the clone): when any of them is unanswered at a reconnect, all are
+/// sent again, the answered ones as *ghosts* whose replies are dropped
+/// (a fid an answered walk made died with the connection).
+type Batch = Vec<(u64, Vec<u8>)>;
+
 /// An asynchronous change in flight.
 struct Change {
     op: AsyncOp,
-    /// The request as sent (kept only when the connection may be
-    /// re-made, to send again), and its place in the order of sending.
-    frame: Option<Vec<u8>>,
-    seq: u64,
+    /// The requests sent in one write with it, as sent (each with its
+    /// place in the order of sending), and its index among them: kept
+    /// only when the connection may be re-made, to send again.
+    batch: Option<(Arc<Batch>, usize)>,
     /// Sent again after a reconnect: the server may have carried it out
     /// already.
     replayed: bool,
@@ -199,12 +206,25 @@ pub struct Rpc {
     gate_cv: Condvar,
     /// The thread rebuilding the connection (it passes the gate).
     recovering: Mutex<Option<std::thread::ThreadId>>,
+    /// Held (shared) by a sender from its look at `dead` until its
+    /// changes are registered and written; the recovery takes it
+    /// exclusively once ([`Rpc::barrier`]), after which every change
+    /// registered is one it sees, and no other is registered until the
+    /// gate opens.
+    sending: parking_lot::RwLock<()>,
     /// Called (on a thread of its own) when a connection is lost and may
     /// be made again.
     on_lost: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
     seq: AtomicU64,
     pub msize: u32,
     pub counters: Counters,
+}
+
+impl Change {
+    /// The request as sent (when kept).
+    fn frame(&self) -> Option<&[u8]> {
+        self.batch.as_ref().map(|(b, i)| &b[*i].1[..])
+    }
 }
 
 impl Rpc {
@@ -230,6 +250,7 @@ impl Rpc {
             gate: Mutex::new(()),
             gate_cv: Condvar::new(),
             recovering: Mutex::new(None),
+            sending: parking_lot::RwLock::new(()),
             on_lost: Mutex::new(None),
             seq: AtomicU64::new(0),
             msize,
@@ -279,15 +300,37 @@ impl Rpc {
         self.start_reader(reader, epoch)
     }
 
-    /// The fids the unanswered changes make (a walk's new fid): the
-    /// recovery leaves them for the changes' replay to make again.
-    pub fn pending_newfids(&self) -> Vec<u32> {
-        let mut out = Vec::new();
+    /// Wait until no sender is between its look at the gate and its
+    /// write (see `sending`).
+    pub fn barrier(&self) {
+        drop(self.sending.write());
+    }
+
+    /// The batches of the unanswered changes: each batch once, with the
+    /// indexes of its parts still unanswered.
+    fn pending_batches(&self) -> Vec<(Arc<Batch>, Vec<usize>)> {
+        let mut by: std::collections::HashMap<*const Batch, (Arc<Batch>, Vec<usize>)> =
+            std::collections::HashMap::new();
         for c in &self.changes {
             if let Some(Pending::Change(ch)) = &*c.lock() {
-                if let Some(Ok((_, Fcall::Twalk { newfid, .. }))) =
-                    ch.frame.as_deref().map(Fcall::decode)
-                {
+                if let Some((b, i)) = &ch.batch {
+                    by.entry(Arc::as_ptr(b))
+                        .or_insert_with(|| (Arc::clone(b), Vec::new()))
+                        .1
+                        .push(*i);
+                }
+            }
+        }
+        by.into_values().collect()
+    }
+
+    /// The fids the unanswered changes' batches make (a walk's new fid):
+    /// the recovery leaves them for the replay to make again.
+    pub fn pending_newfids(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        for (b, _) in self.pending_batches() {
+            for (_, f) in b.iter() {
+                if let Ok((_, Fcall::Twalk { newfid, .. })) = Fcall::decode(f) {
                     out.push(newfid);
                 }
             }
@@ -296,19 +339,37 @@ impl Rpc {
     }
 
     /// The connection is rebuilt: send the unanswered changes again, in
-    /// the order first sent, then let every waiting caller through.
+    /// the order first sent (with the answered parts of their batches,
+    /// as ghosts: see [`Batch`]), then let every waiting caller through.
     pub fn resume(&self) -> Result<()> {
-        let mut again: Vec<(u64, Vec<u8>)> = Vec::new();
         for c in &self.changes {
             if let Some(Pending::Change(ch)) = &mut *c.lock() {
-                if let Some(f) = &ch.frame {
-                    ch.replayed = true;
-                    again.push((ch.seq, f.clone()));
+                ch.replayed = true;
+            }
+        }
+        let mut again: Vec<(u64, Vec<u8>)> = Vec::new();
+        let (mut live, mut ghosts) = (0, 0);
+        for (b, unanswered) in self.pending_batches() {
+            for (i, (seq, f)) in b.iter().enumerate() {
+                if unanswered.contains(&i) {
+                    live += 1;
+                    again.push((*seq, f.clone()));
+                    continue;
                 }
+                let Some(t) = self.take_tag() else {
+                    return Err(Errno::ENOTCONN);
+                };
+                self.orphan[t as usize].store(true, Relaxed);
+                let mut g = f.clone();
+                // size[4] type[1] tag[2]
+                if g.len() >= 7 {
+                    g[5..7].copy_from_slice(&t.to_le_bytes());
+                }
+                ghosts += 1;
+                again.push((*seq, g));
             }
         }
         again.sort_by_key(|(seq, _)| *seq);
-        let n = again.len();
         let mut out = Vec::new();
         for (_, f) in again {
             out.extend_from_slice(&f);
@@ -316,8 +377,8 @@ impl Rpc {
         if !out.is_empty() && self.writer.lock().write_all(&out).is_err() {
             return Err(Errno::ENOTCONN);
         }
-        if n > 0 {
-            tracing::info!("9p: {n} unanswered changes sent again");
+        if live > 0 {
+            tracing::info!("9p: {live} unanswered changes sent again ({ghosts} answered parts of their batches with them)");
         }
         *self.recovering.lock() = None;
         let _g = self.gate.lock();
@@ -415,7 +476,7 @@ impl Rpc {
         for (t, c) in self.changes.iter().enumerate() {
             let mut g = c.lock();
             let p = match &*g {
-                Some(Pending::Change(ch)) if keep && ch.frame.is_some() => continue,
+                Some(Pending::Change(ch)) if keep && ch.batch.is_some() => continue,
                 _ => g.take(),
             };
             drop(g);
@@ -463,9 +524,17 @@ impl Rpc {
     }
 
     /// Write `out` to the connection; a failure loses it.
+    /// Refused while the gate is shut (to all but the recovery): a
+    /// sender that looked at the gate before the loss must not write on
+    /// the next connection before its fids are rebuilt.
     fn write_out(&self, out: &[u8]) -> bool {
+        let mut w = self.writer.lock();
+        if self.dead.load(Relaxed) && !self.is_recovering() {
+            return false;
+        }
         let epoch = self.epoch.load(Relaxed);
-        let ok = self.writer.lock().write_all(out).is_ok();
+        let ok = w.write_all(out).is_ok();
+        drop(w);
         if !ok {
             self.lost(epoch);
         }
@@ -643,8 +712,17 @@ impl Rpc {
         self.counters
             .bytes_sent
             .fetch_add(out.len() as u64, Relaxed);
+        let _sending = self.sending.read();
         if !self.write_out(&out) {
-            // Whoever saw the loss tells `then` of it.
+            // Not written, or written to a connection now lost: a
+            // callback still registered hears it here (the loss may have
+            // been seen before it was registered).
+            for (i, t) in tags.into_iter().enumerate() {
+                if let Some(Pending::Then(..)) = self.changes[t as usize].lock().take() {
+                    then(i, None);
+                    self.put_tag(t);
+                }
+            }
             return Err(Errno::ENOTCONN);
         }
         Ok(())
@@ -707,24 +785,42 @@ impl Rpc {
             }
         }
         let keep = self.reconnect.is_some();
+        // Registered and written under `sending`, past a gate that is
+        // open (or after the recovery's barrier: then shut, and the
+        // changes wait, kept, for the replay).
+        let mut sending = self.sending.read();
+        while keep && self.dead.load(Relaxed) && !self.is_recovering() {
+            drop(sending);
+            if self.wait_up().is_err() {
+                return not_sent(self, ops, &tags, true);
+            }
+            sending = self.sending.read();
+        }
         let mut out = Vec::with_capacity(64 * n);
-        for ((req, op), &t) in reqs.iter().zip(ops).zip(&tags) {
+        let mut batch: Batch = Vec::with_capacity(if keep { n } else { 0 });
+        for (req, &t) in reqs.iter().zip(&tags) {
             let at = out.len();
             req.encode(t, &mut out);
             let seq = self.seq.fetch_add(1, Relaxed);
-            let frame = keep.then(|| out[at..].to_vec());
+            if keep {
+                batch.push((seq, out[at..].to_vec()));
+            }
+            self.counters.rpcs[req.msg_type() as usize].fetch_add(1, Relaxed);
+        }
+        let batch = keep.then(|| Arc::new(batch));
+        for (i, (op, &t)) in ops.into_iter().zip(&tags).enumerate() {
             *self.changes[t as usize].lock() = Some(Pending::Change(Change {
                 op,
-                frame,
-                seq,
+                batch: batch.as_ref().map(|b| (Arc::clone(b), i)),
                 replayed: false,
             }));
-            self.counters.rpcs[req.msg_type() as usize].fetch_add(1, Relaxed);
         }
         self.counters
             .bytes_sent
             .fetch_add(out.len() as u64, Relaxed);
-        if !self.write_out(&out) {
+        let written = self.write_out(&out);
+        drop(sending);
+        if !written {
             if keep {
                 // Kept, and sent again once the connection is back.
                 return Ok(());
@@ -774,7 +870,7 @@ impl Rpc {
     /// sending: a removal whose name is gone, a link whose name exists,
     /// succeeded then.
     fn change_done(&self, ch: Change, frame: &[u8]) {
-        let ty = ch.frame.as_ref().and_then(|f| f.get(4).copied());
+        let ty = ch.frame().and_then(|f| f.get(4).copied());
         let r = match Fcall::decode(frame) {
             Ok((_, Fcall::Rlerror { ecode })) => {
                 let e = Errno::from_wire(ecode);
