@@ -20,10 +20,11 @@ fn fd_count(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
-/// The client does not reconnect: once its server is gone every call
-/// that needs the server fails at once (ENOTCONN), a writer in the middle
-/// of its loop stops with an error instead of hanging, and the mount
-/// unmounts cleanly.
+/// A client told not to reconnect (`reconnect=0`): once its server is
+/// gone every call that needs the server fails at once (ENOTCONN), a
+/// writer in the middle of its loop stops with an error instead of
+/// hanging, and the mount unmounts cleanly. (Reconnecting, the default:
+/// restart.rs.)
 #[test]
 fn a_killed_server_fails_calls_fast_and_the_mount_unmounts() {
     let t = tempfile::tempdir().expect("tempdir");
@@ -40,7 +41,11 @@ fn a_killed_server_fails_calls_fast_and_the_mount_unmounts() {
     std::fs::create_dir(src.join("sub")).expect("mkdir");
     let mut server = serve(&src, &sock);
     let addr = format!("unix:{}", sock.display());
-    let _m = Mount::new(Path::new(&addr), &mnt, "cache=loose,negtimeout=-1");
+    let _m = Mount::new(
+        Path::new(&addr),
+        &mnt,
+        "cache=loose,negtimeout=-1,reconnect=0",
+    );
     assert_eq!(
         std::fs::read_to_string(mnt.join("a")).expect("read"),
         "before"
@@ -313,7 +318,7 @@ impl LoggedMount {
             .arg("mount")
             .arg(src)
             .arg(mnt)
-            .args(["--foreground", "-o", "cache=loose"])
+            .args(["--foreground", "-o", "cache=loose,reconnect=0"])
             .args(extra)
             .env("RUST_LOG", "warn")
             .stderr(f)

@@ -383,8 +383,7 @@ impl Req<'_> {
                 Some(Some((ino, born))) if ino == x.stx_ino => born,
                 _ => return false,
             };
-            self.inos()
-                .adopt_intended(g, name, x.stx_ino, born, locate)
+            self.inos().adopt_intended(g, name, x.stx_ino, born, locate)
         };
         if let Some(x) = there.filter(ours) {
             tracing::debug!("{}: create of {g:#x} replayed", self.s.peer);

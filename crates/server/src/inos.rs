@@ -156,7 +156,9 @@ impl Inos {
     pub fn reclaim(&self, g: &Grant) -> bool {
         g.count <= MAX_GRANT
             && g.base >= FIRST
-            && g.base.checked_add(g.count).is_some_and(|end| end <= self.next.load(Relaxed))
+            && g.base
+                .checked_add(g.count)
+                .is_some_and(|end| end <= self.next.load(Relaxed))
             && g.ticket == self.ticket(g.base, g.count)
     }
 
@@ -166,7 +168,12 @@ impl Inos {
         if !self.any.load(SeqCst) {
             return host;
         }
-        self.bound.read().by_host.get(&host).copied().unwrap_or(host)
+        self.bound
+            .read()
+            .by_host
+            .get(&host)
+            .copied()
+            .unwrap_or(host)
     }
 
     /// The granted number host file `host` is bound to, if any.
@@ -230,10 +237,9 @@ impl Inos {
     ) -> bool {
         let ours = {
             let i = self.intents.lock();
-            i.get(&granted)
-                .is_some_and(|(at, n)| {
-                    n.as_slice() == name && born != 0 && born >= at - BIRTH_SLACK_NS
-                })
+            i.get(&granted).is_some_and(|(at, n)| {
+                n.as_slice() == name && born != 0 && born >= at - BIRTH_SLACK_NS
+            })
         };
         if !ours {
             return false;

@@ -483,7 +483,13 @@ fn name_of(canon: &Path) -> String {
         .unwrap_or_else(|| "root".into());
     let last: String = last
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(40)
         .collect();
     format!("{last}-{h:016x}")
@@ -526,8 +532,16 @@ mod tests {
         }
         {
             let s = InoState::open(state.path(), export.path()).unwrap();
-            s.bind(crate::inos::FIRST + 1, host["kept"].0, Some(&host["kept"].1));
-            s.bind(crate::inos::FIRST + 2, host["gone"].0, Some(&host["gone"].1));
+            s.bind(
+                crate::inos::FIRST + 1,
+                host["kept"].0,
+                Some(&host["kept"].1),
+            );
+            s.bind(
+                crate::inos::FIRST + 2,
+                host["gone"].0,
+                Some(&host["gone"].1),
+            );
             s.reserve(crate::inos::FIRST + 4096);
         }
         std::fs::remove_file(export.path().join("gone")).unwrap();

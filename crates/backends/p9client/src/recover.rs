@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use walkfs_fsapi::{Change, ChangeSink, Errno, Name, Result};
 use walkfs_p9::inogrant::Grant;
-use walkfs_p9::{self as p9, Fcall, Names, Stream, Str, NOFID};
+use walkfs_p9::{self as p9, Fcall, Names, Str, Stream, NOFID};
 
 use crate::lease::Leases;
 use crate::nodes::Nodes;
@@ -79,7 +79,9 @@ impl Recovery {
     /// Reconnect until it works or the bound runs out (then the mount
     /// fails for good, as without reconnecting).
     pub fn run(&self) {
-        let Some(rpc) = self.rpc.upgrade() else { return };
+        let Some(rpc) = self.rpc.upgrade() else {
+            return;
+        };
         let bound = rpc.reconnect().unwrap_or_default();
         let until = Instant::now() + bound;
         tracing::warn!("9p: connection lost; reconnecting (programs wait up to {bound:?})");

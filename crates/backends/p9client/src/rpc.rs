@@ -550,8 +550,7 @@ impl Rpc {
             if let Some(t) = f.pop() {
                 return Some(t);
             }
-            if self.closed.load(Relaxed) || (self.dead.load(Relaxed) && self.reconnect.is_none())
-            {
+            if self.closed.load(Relaxed) || (self.dead.load(Relaxed) && self.reconnect.is_none()) {
                 return None;
             }
             self.free_cv.wait(&mut f);
@@ -854,8 +853,7 @@ impl Rpc {
     pub fn drain(&self) -> Result<()> {
         let mut n = self.inflight.n.lock();
         while *n > 0 {
-            if self.closed.load(Relaxed) || (self.dead.load(Relaxed) && self.reconnect.is_none())
-            {
+            if self.closed.load(Relaxed) || (self.dead.load(Relaxed) && self.reconnect.is_none()) {
                 return Err(Errno::ENOTCONN);
             }
             self.inflight
@@ -875,7 +873,11 @@ impl Rpc {
             Ok((_, Fcall::Rlerror { ecode })) => {
                 let e = Errno::from_wire(ecode);
                 match (ch.replayed, ty, e) {
-                    (true, Some(walkfs_p9::msg::Tunlinkat | walkfs_p9::msg::Trenameat), Errno::ENOENT)
+                    (
+                        true,
+                        Some(walkfs_p9::msg::Tunlinkat | walkfs_p9::msg::Trenameat),
+                        Errno::ENOENT,
+                    )
                     | (true, Some(walkfs_p9::msg::Tlink), Errno::EEXIST) => {
                         tracing::debug!("9p: a replayed change had been carried out");
                         Ok(())

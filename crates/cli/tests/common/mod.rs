@@ -139,9 +139,18 @@ pub fn serve(dir: &Path, sock: &Path) -> Kill {
 
 /// [`serve`] with more of `walkfs serve`'s arguments.
 pub fn serve_with(dir: &Path, sock: &Path, extra: &[&str]) -> Kill {
+    // The server's state beside its socket (not in /var/lib), unless the
+    // test names one.
+    let mut state = Vec::new();
+    if !extra.contains(&"--state-dir") {
+        let mut name = sock.file_name().expect("socket name").to_os_string();
+        name.push(".state");
+        state = vec!["--state-dir".into(), sock.with_file_name(name)];
+    }
     let child = walkfs()
         .args(["serve", dir.to_str().expect("utf8"), "--listen"])
         .arg(format!("unix:{}", sock.display()))
+        .args(&state)
         .args(extra)
         .stderr(if std::env::var_os("WALKFS_TEST_SERVE_LOG").is_some() {
             Stdio::inherit()
