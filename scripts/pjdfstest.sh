@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pjdfstest (POSIX file-system conformance suite) through a walkfs FUSE mount.
 #
-#   bash scripts/pjdfstest.sh [-o MOUNT_OPTS] [--via-9p | --serve[=DELAY_US]] [--native] [FOLDER...]
+#   bash scripts/pjdfstest.sh [-o MOUNT_OPTS] [--via-9p | --serve[=DELAY_US] [--restart=S,...]] [--native] [FOLDER...]
 #
 # Builds pjdfstest from ../shared/tools/pjdfstest-*.tar.gz into
 # target/pjdfstest/ (once; skipped with exit 0 when the tarball is absent),
@@ -12,7 +12,10 @@
 # and prints the failed assertions per test file and the totals. --via-9p
 # mounts through the whole 9P stack (the in-process server); --serve mounts
 # a separate `walkfs serve` process (on a unix socket, replies held
-# DELAY_US microseconds when given: a slow link). --native
+# DELAY_US microseconds when given: a slow link); with --restart=S,... that
+# server is killed with SIGKILL and started again (same state directory) S
+# seconds after the tests start, for each S: the mount reconnects and the
+# tests must not notice. --native
 # runs the same on the plain host directory (the reference: ext4 fails 0).
 # Exit status: 0 when no assertion failed, 1 otherwise.
 #
@@ -26,7 +29,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
-opts="" native=0 via9p=() serve="" folders=()
+opts="" native=0 via9p=() serve="" restarts="" folders=()
 while [ $# -gt 0 ]; do
     case "$1" in
         -o) [ $# -ge 2 ] || { usage >&2; exit 2; }; opts=$2; shift 2 ;;
@@ -35,6 +38,7 @@ while [ $# -gt 0 ]; do
         --via-9p) via9p=(--via-9p); shift ;;
         --serve) serve=0; shift ;;
         --serve=*) serve=${1#--serve=}; shift ;;
+        --restart=*) restarts=${1#--restart=}; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; folders+=("$@"); break ;;
         -*) echo "pjdfstest.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -107,7 +111,7 @@ mapfile -t expected < <(find "${targets[@]}" -name '*.t' -type f | sort -u)
 if [ $native = 1 ]; then
     label=native
 else
-    label=walkfs${via9p:+-9p}${serve:+-serve$serve}${opts:+-$(printf %s "$opts" | tr -c 'A-Za-z0-9=_.\n-' _)}
+    label=walkfs${via9p:+-9p}${serve:+-serve$serve}${restarts:+-restart}${opts:+-$(printf %s "$opts" | tr -c 'A-Za-z0-9=_.\n-' _)}
     if [ -z "${WALKFS:-}" ] && [ ! -x "$repo/target/release/walkfs" ]; then
         cargo build --release -p walkfs-cli --quiet || exit 2
     fi
@@ -123,6 +127,7 @@ chmod 0755 "$src" "$mnt"
 
 mounted=0
 server=""
+restarter=""
 cleanup() {
     cd /
     if [ $mounted = 1 ]; then
@@ -130,6 +135,15 @@ cleanup() {
             { echo "pjdfstest: $mnt busy, lazy unmount" >&2; fusermount3 -uz "$mnt" 2>/dev/null; } ||
             umount -l "$mnt" 2>/dev/null
         mounted=0
+    fi
+    if [ -n "$restarter" ]; then
+        kill "$restarter" 2>/dev/null
+        wait "$restarter" 2>/dev/null
+        restarter=""
+    fi
+    if [ -f "$run/server.pid" ]; then
+        kill "$(cat "$run/server.pid")" 2>/dev/null
+        rm -f "$run/server.pid"
     fi
     if [ -n "$server" ]; then
         kill "$server" 2>/dev/null
@@ -168,8 +182,9 @@ else
     if [ -n "$serve" ]; then
         sock=$run/serve.sock
         RUST_LOG=warn "$walkfs" serve "$src" --listen "unix:$sock" --reply-delay-us "$serve" \
-            2>"$run/serve.log" &
+            --state-dir "$run/state" 2>"$run/serve.log" &
         server=$!
+        echo $server >"$run/server.pid"
         for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
         [ -S "$sock" ] || { echo "pjdfstest: walkfs serve did not start ($run/serve.log)" >&2; exit 2; }
         from=unix:$sock
@@ -213,6 +228,22 @@ echo "pjdfstest: prove -r ${targets[*]#"$pjd"/} (${#expected[@]} files) in $work
 start=$(date +%s)
 timeout -k 30 "$total_timeout" prove -r -j "${PJDFSTEST_JOBS:-1}" --exec "$wrapper" "${targets[@]}" &
 runner=$!
+if [ -n "$restarts" ] && [ -n "$serve" ]; then
+    (
+        last=0
+        for at in ${restarts//,/ }; do
+            sleep $((at - last))
+            last=$at
+            kill -9 "$(cat "$run/server.pid")" 2>/dev/null
+            sleep 0.2
+            RUST_LOG=warn "$walkfs" serve "$src" --listen "unix:$sock" --reply-delay-us "$serve" \
+                --state-dir "$run/state" 2>>"$run/serve.log" &
+            echo $! >"$run/server.pid"
+            echo "pjdfstest: walkfs serve killed (SIGKILL) and restarted at ${at}s" >&2
+        done
+    ) &
+    restarter=$!
+fi
 wait $runner
 prc=$?
 runner=""

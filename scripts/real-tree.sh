@@ -6,8 +6,13 @@
 # through `walkfs mount --via-9p DIR`, through a separate `walkfs serve
 # --reply-delay-us D` (a server D µs away; REAL_TREE_DELAY_US, default 200)
 # and `walkfs mount unix:SOCK`, and through bindfs (what a user would pick
-# instead; skipped when not installed). REAL_TREE_MODES (space-separated:
-# native mount via-9p serve bindfs) picks some; native always runs first. Each step is timed
+# instead; skipped when not installed). Mode `serve-restart` (not run by
+# default) is `serve` with the server killed with SIGKILL and started again
+# (same state directory) at the seconds REAL_TREE_RESTARTS gives (default
+# "4 12 25", counted from the untar's start) while the untar and git run;
+# its tree on the host is checked against native too. REAL_TREE_MODES
+# (space-separated: native mount via-9p serve serve-restart bindfs) picks
+# some; native always runs first. Each step is timed
 # (`find` alone, then the listing); the listing (names, types, sizes of
 # non-directories, modes, link targets), the content checksum and git's answers must equal the native
 # run's. REAL_TREE_MOUNT_OPTS gives the walkfs mounts options (e.g.
@@ -45,12 +50,34 @@ if [ -z "$tarball" ]; then
 fi
 work=$(mktemp -d /var/tmp/walkfs-real-tree.XXXXXX)
 server=""
+restarter=""
 stop_server() {
+    if [ -n "$restarter" ]; then
+        kill "$restarter" 2>/dev/null || true
+        wait "$restarter" 2>/dev/null || true
+        restarter=""
+    fi
+    if [ -f "$work/server.pid" ]; then
+        kill "$(cat "$work/server.pid")" 2>/dev/null || true
+        rm -f "$work/server.pid"
+    fi
     if [ -n "$server" ]; then
         kill "$server" 2>/dev/null || true
         wait "$server" 2>/dev/null || true
         server=""
     fi
+}
+# walkfs serve of $src on $work/serve.sock, its pid in $work/server.pid,
+# returning once it listens.
+start_server() {
+    "$walkfs" serve "$src" --listen "unix:$work/serve.sock" --reply-delay-us "$delay" \
+        --state-dir "$work/state" 2>>"$work/serve.log" &
+    echo $! >"$work/server.pid"
+    for _ in $(seq 100); do
+        python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])' \
+            "$work/serve.sock" 2>/dev/null && return 0
+        sleep 0.05
+    done
 }
 cleanup() {
     mountpoint -q "$work/mnt" 2>/dev/null && umount "$work/mnt"
@@ -92,6 +119,13 @@ listing() {
     (cd "$1" && find . \( -type d -printf '%p d - %m\n' \) -o -printf '%p %y %s %m %l\n' |
         LC_ALL=C sort) >"$work/listing.$mode"
     sha256sum <"$work/listing.$mode" | cut -c1-16
+}
+# Listing and content checksums of a tree, git's directory left out.
+tree_sums() {
+    (cd "$1" && find . -name .git -prune -o \( -type d -printf '%p d - %m\n' \) -o \
+        -printf '%p %y %s %m %l\n' | LC_ALL=C sort | sha256sum | cut -c1-16)
+    (cd "$1" && find . -name .git -prune -o -type f -print0 | LC_ALL=C sort -z |
+        xargs -0 cat | sha256sum | cut -c1-16)
 }
 content() { (cd "$1" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 cat | sha256sum | cut -c1-16); }
 gitrun() {
@@ -138,6 +172,25 @@ for mode in "${modes[@]}"; do
         root=$work/mnt
         echo "real-tree: serve: walkfs serve --reply-delay-us $delay" >&2
         ;;
+    serve-restart)
+        rm -rf "$work/serve.sock" "$work/state"
+        start_server
+        "$walkfs" mount "unix:$work/serve.sock" "$work/mnt" ${mopts:+-o "$mopts"}
+        root=$work/mnt
+        (
+            last=0
+            for at in ${REAL_TREE_RESTARTS:-4 12 25}; do
+                sleep $((at - last))
+                last=$at
+                kill -9 "$(cat "$work/server.pid")"
+                sleep 0.2
+                start_server
+                echo "real-tree: server killed (SIGKILL) and restarted at ${at}s" >&2
+            done
+        ) &
+        restarter=$!
+        echo "real-tree: serve-restart: walkfs serve --reply-delay-us $delay, killed at ${REAL_TREE_RESTARTS:-4 12 25} s" >&2
+        ;;
     bindfs) bindfs "$src" "$work/mnt"; root=$work/mnt ;;
     esac
     echo "== $mode" >&2
@@ -147,6 +200,21 @@ for mode in "${modes[@]}"; do
     c=$(content "$root")
     g=$(t git gitrun "$root" | tr '\n' ' ')
     n=$(find "$root" | wc -l)
+    if [ "$mode" = serve-restart ]; then
+        # Every restart done, everything sent: the host's own tree.
+        wait "$restarter" 2>/dev/null || true
+        restarter=""
+        "$walkfs" sync "$work/mnt" || { echo "real-tree: $mode: walkfs sync failed" >&2; status=1; }
+        # The host's tree (git's directory aside) against what the
+        # mount shows now: every change the mount acknowledged is there.
+        h=$(tree_sums "$src")
+        m=$(tree_sums "$root")
+        echo "$mode: host $h mount $m" >&2
+        if [ "$h" != "$m" ]; then
+            echo "real-tree: $mode: the host's tree differs from the mount's" >&2
+            status=1
+        fi
+    fi
     t rm-rf rm -rf "$root"/*
     left=$(find "$root" -mindepth 1 | wc -l)
     if [ "$mode" != native ]; then

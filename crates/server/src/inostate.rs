@@ -356,10 +356,8 @@ fn check(records: Vec<(u8, u64, u64, Option<HostHandle>)>, mount: BorrowedFd, fs
                 intents.remove(&granted);
                 bound.insert(host, Bound { granted, handle });
             }
-            UNBIND => {
-                if bound.get(&host).is_some_and(|b| b.granted == granted) {
-                    bound.remove(&host);
-                }
+            UNBIND if bound.get(&host).is_some_and(|b| b.granted == granted) => {
+                bound.remove(&host);
             }
             RESERVE => reserved = reserved.max(granted),
             _ => {}

@@ -394,7 +394,7 @@ mod tests {
     #[test]
     fn options_are_routed_by_name() {
         let o = SourceOptions::parse(
-            "cache=coherent,msize=65536,aname=/srv,fids=64,host_fds=8,secret_file=/k,negtimeout=0,fastpath=0,dir_readahead=4,watch_queue=unlimited,host_behind=1",
+            "cache=coherent,msize=65536,aname=/srv,fids=64,host_fds=8,secret_file=/k,negtimeout=0,fastpath=0,dir_readahead=4,watch_queue=unlimited,host_behind=1,reconnect=5",
         )
         .unwrap();
         assert_eq!(o.vfs.cache, CachePolicy::Coherent);
@@ -410,8 +410,11 @@ mod tests {
                 host_fds: 8,
                 watch_queue_unlimited: true,
                 host_behind: true,
+                reconnect_secs: 5,
             }
         );
+        assert_eq!(SourceOptions::default().backend.reconnect_secs, 60);
+        assert!(SourceOptions::parse("reconnect=-1").is_err());
         assert!(SourceOptions::parse("watch_queue=some").is_err());
         assert!(SourceOptions::parse("host_behind=yes").is_err());
         assert_eq!(o.vfs.dir_readahead, 4);
