@@ -625,15 +625,18 @@ impl Rpc {
             if frames.len() == tags.len() {
                 break Ok(frames);
             }
-            // Lost: whatever came for these tags is dropped, and the
-            // batch goes again on the next connection.
+            // Lost: the batch goes again on the next connection, and
+            // whatever came for these tags on this one is dropped (once
+            // the gate opens: the old reader files nothing after that).
+            let up = if self.is_recovering() {
+                Err(Errno::ENOTCONN)
+            } else {
+                self.wait_up()
+            };
             for &t in &tags {
                 self.slots[t as usize].reply.lock().take();
             }
-            if self.is_recovering() {
-                break Err(Errno::ENOTCONN);
-            }
-            if let Err(e) = self.wait_up() {
+            if let Err(e) = up {
                 break Err(e);
             }
         };
@@ -948,8 +951,10 @@ fn reader_loop(rpc: std::sync::Weak<Rpc>, stream: Stream, msize: u32, epoch: u64
     loop {
         let ok = read_frame(&mut stream, &mut buf, msize);
         let Some(rpc) = rpc.upgrade() else { return };
-        if rpc.epoch.load(Relaxed) != epoch {
-            // A connection replaced since: nothing of it counts.
+        if rpc.epoch.load(Relaxed) != epoch || rpc.broken.load(Relaxed) {
+            // A connection lost, or replaced since: nothing more of it
+            // counts (its callers were told to send again; a reply filed
+            // now could land in a slot reused on the next connection).
             return;
         }
         match ok {
