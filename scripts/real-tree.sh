@@ -58,7 +58,12 @@ stop_server() {
         restarter=""
     fi
     if [ -f "$work/server.pid" ]; then
-        kill "$(cat "$work/server.pid")" 2>/dev/null || true
+        local p
+        p=$(cat "$work/server.pid")
+        kill "$p" 2>/dev/null || true
+        # Not our child (the restarter started it): wait until it is gone,
+        # or the file system it holds cannot be unmounted.
+        for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         rm -f "$work/server.pid"
     fi
     if [ -n "$server" ]; then
