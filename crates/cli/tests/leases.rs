@@ -18,13 +18,16 @@ fn root() -> bool {
 }
 
 /// A served directory and a coherent mount of it, the link 200 µs away.
+/// Fields drop in order: the mount before its server (a mount whose
+/// server is gone waits, up to its reconnect bound, for the changes it
+/// still owes), both before the directory.
 struct Setup {
-    _t: tempfile::TempDir,
+    mount: Option<Mount>,
+    _server: Kill,
     host: std::path::PathBuf,
     mnt: std::path::PathBuf,
     sock: std::path::PathBuf,
-    _server: Kill,
-    mount: Option<Mount>,
+    _t: tempfile::TempDir,
 }
 
 /// `None` (and a line saying so) where the test cannot run: not root.
