@@ -13,14 +13,7 @@ use common::*;
 
 #[test]
 fn after_sync_a_killed_mount_daemon_loses_nothing() {
-    let t = tempfile::tempdir().expect("tempdir");
-    let (src, mnt, sock) = (
-        t.path().join("src"),
-        t.path().join("mnt"),
-        t.path().join("s.sock"),
-    );
-    std::fs::create_dir(&src).expect("mkdir");
-    std::fs::create_dir(&mnt).expect("mkdir");
+    let Dirs { t: _t, src, mnt, sock } = dirs();
     for i in 0..100 {
         std::fs::write(src.join(format!("old{i}")), "old").expect("write");
     }

@@ -27,14 +27,7 @@ fn fd_count(pid: u32) -> usize {
 /// restart.rs.)
 #[test]
 fn a_killed_server_fails_calls_fast_and_the_mount_unmounts() {
-    let t = tempfile::tempdir().expect("tempdir");
-    let (src, mnt, sock) = (
-        t.path().join("src"),
-        t.path().join("mnt"),
-        t.path().join("s.sock"),
-    );
-    std::fs::create_dir(&src).expect("mkdir");
-    std::fs::create_dir(&mnt).expect("mkdir");
+    let Dirs { t: _t, src, mnt, sock } = dirs();
     std::fs::write(src.join("a"), "before").expect("write");
     // A directory the mount never lists: a lookup in it needs the server
     // (the root, listed while the writer creates, answers for itself).
@@ -515,14 +508,7 @@ fn a_directory_made_unwritable_on_the_host_fails_an_unlink_behind_the_caller() {
 
 #[test]
 fn a_server_killed_with_writes_in_flight_fails_their_fsync() {
-    let t = tempfile::tempdir().expect("tempdir");
-    let (src, mnt, sock) = (
-        t.path().join("src"),
-        t.path().join("mnt"),
-        t.path().join("s.sock"),
-    );
-    std::fs::create_dir(&src).expect("mkdir");
-    std::fs::create_dir(&mnt).expect("mkdir");
+    let Dirs { t, src, mnt, sock } = dirs();
     // Replies half a second late: what is written stays in flight.
     let mut server = serve_with(&src, &sock, &["--reply-delay-us", "500000"]);
     let m = LoggedMount::start(

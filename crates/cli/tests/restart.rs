@@ -4,6 +4,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,31 +16,18 @@ use common::*;
 /// Numbers the server grants start here (crates/server/src/inos.rs).
 const GRANTED: u64 = 0x7f00_0000_0000_0000;
 
-struct Setup {
-    _t: tempfile::TempDir,
-    src: PathBuf,
-    mnt: PathBuf,
-    sock: PathBuf,
-}
+type Setup = Dirs;
 
 fn setup() -> Setup {
-    let t = tempfile::tempdir().expect("tempdir");
-    let (src, mnt, sock) = (
-        t.path().join("src"),
-        t.path().join("mnt"),
-        t.path().join("s.sock"),
-    );
-    std::fs::create_dir(&src).expect("mkdir");
-    std::fs::create_dir(&mnt).expect("mkdir");
-    Setup {
-        _t: t,
-        src,
-        mnt,
-        sock,
-    }
+    dirs()
 }
 
-impl Setup {
+trait Served {
+    fn addr(&self) -> String;
+    fn serve(&self, extra: &[&str]) -> Kill;
+}
+
+impl Served for Setup {
     fn addr(&self) -> String {
         format!("unix:{}", self.sock.display())
     }

@@ -1095,54 +1095,56 @@ impl Req<'_> {
     /// `Txattrwalk("walkfs.inogrant")`: a fid whose read gives a range of
     /// inode numbers for this connection's creates (docs/inode-grants.md).
     fn inogrant(&self, out: &mut Vec<u8>) -> Result<()> {
-        writable(self.s)?;
-        let st = self.fid(0)?;
-        let nf = self.newfid.ok_or(Errno::EINVAL)?;
-        let g = self.inos().grant(crate::inos::GRANT);
-        if !self.s.unspent.lock().add(g) {
-            return Err(Errno::EAGAIN);
-        }
-        nf.complete(FidState {
-            ctx: Arc::clone(&st.ctx),
-            node: None,
-            open: None,
-            listing: Some(Arc::new(g.encode().to_vec())),
-            lease: None,
-        });
-        self.reply(
-            Fcall::Rxattrwalk {
-                size: p9::inogrant::RECORD,
-            },
-            out,
-        )
+        self.range_answer(|inos| Ok(inos.grant(crate::inos::GRANT)), true, out)
     }
-}
 
-impl Req<'_> {
     /// `Txattrwalk("walkfs.inoreclaim:" + record)`: a range granted
     /// before a reconnect is this connection's again, if its ticket is
     /// ours (inos.rs). Its numbers' creates may be replayed (see
     /// [`Req::made`]) and the rest spent as before.
     fn inoreclaim(&self, record: &[u8], out: &mut Vec<u8>) -> Result<()> {
+        let g = p9::inogrant::Grant::decode(record).ok_or(Errno::EINVAL)?;
+        let peer = &self.s.peer;
+        let check = |inos: &Inos| {
+            if inos.reclaim(&g) {
+                return Ok(g);
+            }
+            tracing::info!("{peer}: reclaim of a range not granted here");
+            Err(Errno::EPERM)
+        };
+        self.range_answer(check, false, out)
+    }
+
+    /// A range of numbers for this connection (from `get`), and the
+    /// `Rxattrwalk` answering for it: with `readable`, the new fid reads
+    /// the range's record; else it reads nothing.
+    fn range_answer(
+        &self,
+        get: impl FnOnce(&Inos) -> Result<p9::inogrant::Grant>,
+        readable: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
         writable(self.s)?;
         let st = self.fid(0)?;
         let nf = self.newfid.ok_or(Errno::EINVAL)?;
-        let g = p9::inogrant::Grant::decode(record).ok_or(Errno::EINVAL)?;
-        if !self.inos().reclaim(&g) {
-            tracing::info!("{}: reclaim of a range not granted here", self.s.peer);
-            return Err(Errno::EPERM);
-        }
+        let g = get(self.inos())?;
         if !self.s.unspent.lock().add(g) {
             return Err(Errno::EAGAIN);
         }
+        let body = if readable {
+            g.encode().to_vec()
+        } else {
+            Vec::new()
+        };
+        let size = body.len() as u64;
         nf.complete(FidState {
             ctx: Arc::clone(&st.ctx),
             node: None,
             open: None,
-            listing: Some(Arc::new(Vec::new())),
+            listing: Some(Arc::new(body)),
             lease: None,
         });
-        self.reply(Fcall::Rxattrwalk { size: 0 }, out)
+        self.reply(Fcall::Rxattrwalk { size }, out)
     }
 }
 

@@ -169,3 +169,26 @@ pub fn serve_with(dir: &Path, sock: &Path, extra: &[&str]) -> Kill {
     }
     Kill(child)
 }
+
+/// A temporary directory holding an export `src`, a mount point `mnt`
+/// and the path of a server's socket `sock`.
+#[allow(dead_code)]
+pub struct Dirs {
+    pub t: tempfile::TempDir,
+    pub src: std::path::PathBuf,
+    pub mnt: std::path::PathBuf,
+    pub sock: std::path::PathBuf,
+}
+
+#[allow(dead_code)]
+pub fn dirs() -> Dirs {
+    let t = tempfile::tempdir().expect("tempdir");
+    let (src, mnt, sock) = (
+        t.path().join("src"),
+        t.path().join("mnt"),
+        t.path().join("s.sock"),
+    );
+    std::fs::create_dir(&src).expect("mkdir");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    Dirs { t, src, mnt, sock }
+}
