@@ -13,7 +13,12 @@ use common::*;
 
 #[test]
 fn after_sync_a_killed_mount_daemon_loses_nothing() {
-    let Dirs { t: _t, src, mnt, sock } = dirs();
+    let Dirs {
+        t: _t,
+        src,
+        mnt,
+        sock,
+    } = dirs();
     for i in 0..100 {
         std::fs::write(src.join(format!("old{i}")), "old").expect("write");
     }

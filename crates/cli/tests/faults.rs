@@ -27,7 +27,12 @@ fn fd_count(pid: u32) -> usize {
 /// restart.rs.)
 #[test]
 fn a_killed_server_fails_calls_fast_and_the_mount_unmounts() {
-    let Dirs { t: _t, src, mnt, sock } = dirs();
+    let Dirs {
+        t: _t,
+        src,
+        mnt,
+        sock,
+    } = dirs();
     std::fs::write(src.join("a"), "before").expect("write");
     // A directory the mount never lists: a lookup in it needs the server
     // (the root, listed while the writer creates, answers for itself).
