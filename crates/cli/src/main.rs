@@ -627,7 +627,9 @@ fn open_ino_state(
     let dir = state_dir.map_or_else(|| default_dir(export), std::path::PathBuf::from);
     match InoState::open(&dir, export) {
         Ok(state) => Ok(Inos::with_state(state)),
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+        // The default place unusable (a read-only /var/lib, no home), or
+        // taken by another server: serve all the same, and say what is lost.
+        Err(e) if state_dir.is_none() || e.kind() == std::io::ErrorKind::WouldBlock => {
             tracing::warn!(
                 "state dir {}: {e}: numbers of files made now last while this server runs \
                  (give --state-dir)",
