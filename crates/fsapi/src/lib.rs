@@ -151,6 +151,11 @@ pub struct Attr {
     pub atime: Timespec,
     pub mtime: Timespec,
     pub ctime: Timespec,
+    /// When the file was made (`stx_btime`); zero when the backend cannot
+    /// tell. It names the file's incarnation: a host reuses an inode
+    /// number (ext4 at once), never a birth time, so two files of one
+    /// number are told apart by it ([`Attr::generation`]).
+    pub btime: Timespec,
     /// True when an ACL or another mechanism beyond the mode bits decides
     /// access: the vfs then never takes the MAY_EXEC fast path for it.
     pub has_acl: bool,
@@ -165,6 +170,28 @@ impl Attr {
     }
     pub fn is_symlink(&self) -> bool {
         self.mode & libc::S_IFMT == libc::S_IFLNK
+    }
+    /// The file's generation: FUSE's `generation`, 9P's `qid.version`.
+    pub fn generation(&self) -> u32 {
+        generation_of(self.btime.as_nanos())
+    }
+}
+
+/// The generation of a file born at `born` (nanoseconds since the epoch;
+/// 0 = unknown, generation 0). 32 bits, what the kernel keeps
+/// (`i_generation`) and a qid carries: the birth time folded, so files of
+/// one inode number born a nanosecond apart differ. Never 0 for a known
+/// birth time (0 means "no generation" to readers that compare).
+pub fn generation_of(born: i64) -> u32 {
+    if born == 0 {
+        return 0;
+    }
+    let b = born as u64;
+    let g = (b ^ (b >> 32)) as u32;
+    if g == 0 {
+        1
+    } else {
+        g
     }
 }
 
@@ -503,6 +530,9 @@ impl Make<'_> {
             atime: now,
             mtime: now,
             ctime: now,
+            // Unknown until the backend says: a guess would be taken for
+            // another file's when the true one arrives.
+            btime: Timespec::default(),
             has_acl: false,
         }
     }

@@ -66,6 +66,13 @@ struct Node {
     key: (u64, u64),
     /// Where requests on the node start: the name it was last found by.
     handle: Handle,
+    /// The file's generation (its birth time folded; 0 until known).
+    born: u32,
+    /// The generation the kernel was given with the node id. It stays
+    /// what the first entry said (a file made behind the caller is born
+    /// unknown and learns its time later: the kernel takes a changed
+    /// generation for another file) until another file takes the node id.
+    sent: u32,
 }
 
 #[derive(Default)]
@@ -180,6 +187,14 @@ fn stat_of(ctx: &Ctx, h: &Handle) -> Result<Statx, Errno> {
     )
 }
 
+/// The generation of the file `x` describes (0: birth time unknown).
+fn generation_of_statx(x: &Statx) -> u32 {
+    if x.stx_mask & libc::STATX_BTIME == 0 {
+        return 0;
+    }
+    walkfs_vfs::generation_of(x.stx_btime.tv_sec * 1_000_000_000 + i64::from(x.stx_btime.tv_nsec))
+}
+
 fn key_of(x: &Statx) -> (u64, u64) {
     (
         (u64::from(x.stx_dev_major) << 32) | u64::from(x.stx_dev_minor),
@@ -206,6 +221,8 @@ impl WalkFuse {
                 nlookup: 1,
                 key: key_of(&x),
                 handle: root.clone(),
+                born: 0,
+                sent: 0,
             },
         );
         nodes.keys.insert(key_of(&x), ROOT);
@@ -344,10 +361,35 @@ impl WalkFuse {
     /// from `h` from now on (the name it was found by last).
     fn remember(&self, h: Handle, x: &Statx) -> u64 {
         let key = key_of(x);
+        let born = generation_of_statx(x);
         let mut nodes = self.nodes.write();
         if let Some(id) = nodes.find(key) {
             if let Some(n) = nodes.by_id.get_mut(&id) {
                 n.nlookup += 1;
+                if n.born != 0 && born != 0 && n.born != born && id != ROOT {
+                    // The host gave a deleted file's inode number to a
+                    // new file. The node id goes to the new file with a
+                    // new generation: the kernel then takes its inode of
+                    // the old file for stale (fuse_iget) and never shows
+                    // that one's cached pages or attributes as the new
+                    // file's. The lookup count is the sum of both (the
+                    // kernel forgets each inode under the one node id).
+                    n.born = born;
+                    n.sent = if born == n.sent {
+                        born.wrapping_add(1).max(1)
+                    } else {
+                        born
+                    };
+                    let old = std::mem::replace(&mut n.handle, h);
+                    drop(nodes);
+                    drop(old);
+                    // Its own open files are the old file's.
+                    self.io.remove(id);
+                    return id;
+                }
+                if n.born == 0 {
+                    n.born = born;
+                }
                 if id != ROOT && !n.handle.same(&h) {
                     // The old handle is dropped after the lock (below).
                     let old = std::mem::replace(&mut n.handle, h);
@@ -372,6 +414,8 @@ impl WalkFuse {
                 nlookup: 1,
                 key,
                 handle: h,
+                born,
+                sent: born,
             },
         );
         nodes.keys.insert(key, id);
@@ -448,9 +492,15 @@ impl WalkFuse {
     fn entry_out(&self, a: abi::Attr) -> abi::EntryOut {
         let (entry_valid, entry_valid_nsec) = ttl(self.entry_ttl());
         let (attr_valid, attr_valid_nsec) = ttl(self.attr_ttl());
+        let generation = self
+            .nodes
+            .read()
+            .by_id
+            .get(&a.ino)
+            .map_or(0, |n| u64::from(n.sent));
         abi::EntryOut {
             nodeid: a.ino,
-            generation: 0,
+            generation,
             entry_valid,
             attr_valid,
             entry_valid_nsec,

@@ -59,6 +59,8 @@ pub const GETATTR_INO: u64 = 0x100;
 pub const GETATTR_SIZE: u64 = 0x200;
 pub const GETATTR_BLOCKS: u64 = 0x400;
 pub const GETATTR_BASIC: u64 = 0x7ff;
+pub const GETATTR_BTIME: u64 = 0x800;
+pub const GETATTR_GEN: u64 = 0x1000;
 
 /// `Tsetattr.valid` bits.
 pub const SETATTR_MODE: u32 = 0x1;

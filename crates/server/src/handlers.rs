@@ -24,12 +24,15 @@ const OPEN_MASK: u32 =
 /// size would split one file into several inodes in a kernel client
 /// whenever it changed (and a walk answered from the cache has no
 /// attributes to derive it from).
-fn qid_of(inos: &Inos, mode: u32, ino: u64) -> Qid {
-    qid_raw(mode, inos.shown(ino))
+/// The qid of the host file `ino` of type `mode` born at `born` (0:
+/// unknown): its number as clients know it, its generation as version.
+fn qid_of(inos: &Inos, mode: u32, ino: u64, born: i64) -> Qid {
+    qid_raw(mode, inos.shown_born(ino, born), born)
 }
 
-/// The qid of a file of type `mode` with wire number `path`.
-fn qid_raw(mode: u32, path: u64) -> Qid {
+/// The qid of a file of type `mode` with wire number `path`, born at
+/// `born`.
+fn qid_raw(mode: u32, path: u64, born: i64) -> Qid {
     let ty = match mode & libc::S_IFMT {
         libc::S_IFDIR => p9::QTDIR,
         libc::S_IFLNK => p9::QTSYMLINK,
@@ -37,23 +40,37 @@ fn qid_raw(mode: u32, path: u64) -> Qid {
     };
     Qid {
         ty,
-        version: 0,
+        version: walkfs_vfs::generation_of(born),
         path,
     }
 }
 
+/// Birth time of `x` in nanoseconds (0: unknown).
+fn born_of(x: &Statx) -> i64 {
+    if x.stx_mask & libc::STATX_BTIME == 0 {
+        return 0;
+    }
+    x.stx_btime.tv_sec * 1_000_000_000 + i64::from(x.stx_btime.tv_nsec)
+}
+
 fn qid_of_statx(inos: &Inos, st: &Statx) -> Qid {
-    qid_of(inos, st.stx_mode as u32, st.stx_ino)
+    qid_of(inos, st.stx_mode as u32, st.stx_ino, born_of(st))
 }
 
 fn qid_of_step(inos: &Inos, s: &NameStep) -> Qid {
-    qid_of(inos, s.mode, s.ino)
+    qid_of(inos, s.mode, s.ino, s.born)
 }
 
 /// `Rgetattr`'s stat of a file.
 fn stat_of(inos: &Inos, x: &Statx) -> p9::Stat {
+    let born = x.stx_mask & libc::STATX_BTIME != 0;
     p9::Stat {
-        valid: p9::GETATTR_BASIC,
+        valid: p9::GETATTR_BASIC
+            | if born {
+                p9::GETATTR_BTIME | p9::GETATTR_GEN
+            } else {
+                0
+            },
         qid: qid_of_statx(inos, x),
         mode: x.stx_mode as u32,
         uid: x.stx_uid,
@@ -69,6 +86,9 @@ fn stat_of(inos: &Inos, x: &Statx) -> p9::Stat {
         mtime_nsec: x.stx_mtime.tv_nsec as u64,
         ctime_sec: x.stx_ctime.tv_sec as u64,
         ctime_nsec: x.stx_ctime.tv_nsec as u64,
+        btime_sec: x.stx_btime.tv_sec as u64,
+        btime_nsec: u64::from(x.stx_btime.tv_nsec),
+        gen: u64::from(walkfs_vfs::generation_of(born_of(x))),
         ..p9::Stat::default()
     }
 }
@@ -363,19 +383,19 @@ impl Req<'_> {
                 name,
                 || {
                     let (t, x) = make()?;
-                    Ok(((t, x.stx_mode as u32), x.stx_ino))
+                    Ok(((t, x.stx_mode as u32, born_of(&x)), x.stx_ino, born_of(&x)))
                 },
                 locate,
             );
             match r {
-                Ok((t, mode)) => return Ok((t, qid_raw(mode, g))),
+                Ok((t, mode, born)) => return Ok((t, qid_raw(mode, g, born))),
                 Err(Errno::EEXIST) => {}
                 Err(e) => return Err(e),
             }
         }
         let there = statx_at(ctx, dir, name).ok();
         let ours = |x: &Statx| {
-            if self.inos().granted_of(x.stx_ino) == Some(g) {
+            if self.inos().granted_born(x.stx_ino, born_of(x)) == Some(g) {
                 return true;
             }
             // Made by a server that died before it bound the file?
@@ -388,7 +408,7 @@ impl Req<'_> {
         if let Some(x) = there.filter(ours) {
             tracing::debug!("{}: create of {g:#x} replayed", self.s.peer);
             let t = again(&x)?;
-            return Ok((t, qid_raw(x.stx_mode as u32, g)));
+            return Ok((t, qid_raw(x.stx_mode as u32, g, born_of(&x))));
         }
         if spent {
             return Err(Errno::EEXIST);
@@ -737,7 +757,7 @@ impl Req<'_> {
             let mode = e.kind.mode_bits();
             p9::put_dirent(
                 out,
-                qid_of(self.inos(), mode, e.ino),
+                qid_raw(mode, self.inos().shown(e.ino), 0),
                 offset + i as u64 + 1,
                 e.kind.dtype(),
                 &e.name,

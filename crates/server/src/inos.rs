@@ -47,8 +47,11 @@ const RESERVE_STEP: u64 = 1 << 24;
 
 #[derive(Default)]
 struct Bindings {
-    /// Host inode number -> the granted number its file was made with.
-    by_host: HashMap<u64, u64>,
+    /// Host inode number -> the granted number its file was made with,
+    /// and the file's birth time (0: unknown). A file of that number
+    /// born at another time is another file (the host reused the number
+    /// after a delete this server did not see): it shows its own.
+    by_host: HashMap<u64, (u64, i64)>,
     /// Granted number -> host inode number.
     by_granted: HashMap<u64, u64>,
 }
@@ -106,7 +109,7 @@ impl Inos {
             next = l.reserved;
             intents = l.intents;
             for (host, bound) in l.bound {
-                b.by_host.insert(host, bound.granted);
+                b.by_host.insert(host, (bound.granted, bound.born));
                 b.by_granted.insert(bound.granted, host);
             }
         }
@@ -162,18 +165,35 @@ impl Inos {
             && g.ticket == self.ticket(g.base, g.count)
     }
 
-    /// The number clients see for the host file `host`.
+    /// The number clients see for the host file `host`, where its birth
+    /// time is not at hand (a directory entry, a change report).
     #[inline]
     pub fn shown(&self, host: u64) -> u64 {
         if !self.any.load(SeqCst) {
             return host;
         }
-        self.bound
-            .read()
-            .by_host
-            .get(&host)
-            .copied()
-            .unwrap_or(host)
+        self.bound.read().by_host.get(&host).map_or(host, |b| b.0)
+    }
+
+    /// The number clients see for the host file `host` born at `born`
+    /// (0: unknown). A binding of an earlier file of that number goes.
+    #[inline]
+    pub fn shown_born(&self, host: u64, born: i64) -> u64 {
+        self.granted_born(host, born).unwrap_or(host)
+    }
+
+    /// The granted number the host file `host` born at `born` is bound
+    /// to, if any.
+    pub fn granted_born(&self, host: u64, born: i64) -> Option<u64> {
+        if !self.any.load(SeqCst) {
+            return None;
+        }
+        let (granted, was) = *self.bound.read().by_host.get(&host)?;
+        if born == 0 || was == 0 || born == was {
+            return Some(granted);
+        }
+        self.unbind_born(host, was);
+        None
     }
 
     /// The granted number host file `host` is bound to, if any.
@@ -181,7 +201,7 @@ impl Inos {
         if !self.any.load(SeqCst) {
             return None;
         }
-        self.bound.read().by_host.get(&host).copied()
+        self.bound.read().by_host.get(&host).map(|b| b.0)
     }
 
     /// Make a file with `make` (which returns it and its host number)
@@ -196,7 +216,7 @@ impl Inos {
         &self,
         granted: u64,
         name: &[u8],
-        make: impl FnOnce() -> walkfs_vfs::Result<(T, u64)>,
+        make: impl FnOnce() -> walkfs_vfs::Result<(T, u64, i64)>,
         locate: impl FnOnce() -> Option<HostHandle>,
     ) -> walkfs_vfs::Result<T> {
         let mut map = self.bound.write();
@@ -207,8 +227,8 @@ impl Inos {
         if let Some(state) = &self.state {
             state.intent(granted, name);
         }
-        let (t, host) = make()?;
-        if let Some(old) = map.by_host.insert(host, granted) {
+        let (t, host, born) = make()?;
+        if let Some((old, _)) = map.by_host.insert(host, (granted, born)) {
             map.by_granted.remove(&old);
         }
         map.by_granted.insert(granted, host);
@@ -219,8 +239,8 @@ impl Inos {
     }
 
     #[cfg(test)]
-    fn bind(&self, host: u64, granted: u64) {
-        let _ = self.make(granted, b"t", || Ok(((), host)), || None);
+    fn bind(&self, host: u64, granted: u64, born: i64) {
+        let _ = self.make(granted, b"t", || Ok(((), host, born)), || None);
     }
 
     /// A replayed create of `granted` finds `name` made by no binding:
@@ -249,7 +269,7 @@ impl Inos {
             return false;
         }
         self.any.store(true, SeqCst);
-        map.by_host.insert(host, granted);
+        map.by_host.insert(host, (granted, born));
         map.by_granted.insert(granted, host);
         self.intents.lock().remove(&granted);
         if let Some(state) = &self.state {
@@ -266,11 +286,30 @@ impl Inos {
             return;
         }
         let mut map = self.bound.write();
-        if let Some(g) = map.by_host.remove(&host) {
+        if let Some((g, _)) = map.by_host.remove(&host) {
             map.by_granted.remove(&g);
             if let Some(state) = &self.state {
                 state.unbind(g, host);
             }
+        }
+    }
+
+    /// The file born at `born` that host number `host` was bound for is
+    /// gone, deleted behind the server's back: unbind it (if still so).
+    #[cold]
+    fn unbind_born(&self, host: u64, born: i64) {
+        let mut map = self.bound.write();
+        let Some(&(g, was)) = map.by_host.get(&host) else {
+            return;
+        };
+        if was != born {
+            return;
+        }
+        tracing::debug!("inode numbers: {host} is another file now; {g:#x} unbound");
+        map.by_host.remove(&host);
+        map.by_granted.remove(&g);
+        if let Some(state) = &self.state {
+            state.unbind(g, host);
         }
     }
 
@@ -438,9 +477,9 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(1));
         assert!(!Inos::default().reclaim(&g) || other.secret == inos.secret);
         // A number bound already cannot name a second file.
-        inos.bind(5, g.base);
+        inos.bind(5, g.base, 0);
         assert_eq!(
-            inos.make(g.base, b"t", || Ok(((), 6)), || None).err(),
+            inos.make(g.base, b"t", || Ok(((), 6, 0)), || None).err(),
             Some(walkfs_vfs::Errno::EEXIST)
         );
     }
@@ -449,11 +488,26 @@ mod tests {
     fn a_bound_file_shows_its_granted_number_until_unbound() {
         let inos = Inos::default();
         assert_eq!(inos.shown(12), 12);
-        inos.bind(12, FIRST + 7);
+        inos.bind(12, FIRST + 7, 0);
         assert_eq!(inos.shown(12), FIRST + 7);
         assert_eq!(inos.shown(13), 13);
         assert_eq!(inos.bound(), 1);
         inos.unbind(12);
         assert_eq!(inos.shown(12), 12);
+    }
+
+    #[test]
+    fn a_later_file_of_a_bound_host_number_shows_its_own() {
+        let inos = Inos::default();
+        inos.bind(12, FIRST + 7, 1_000);
+        assert_eq!(inos.shown_born(12, 1_000), FIRST + 7);
+        assert_eq!(inos.shown_born(12, 0), FIRST + 7, "birth unknown");
+        // The host deleted the file and gave its number to a new one.
+        assert_eq!(inos.shown_born(12, 2_000), 12);
+        assert_eq!(inos.bound(), 0, "the stale binding went");
+        assert_eq!(inos.shown_born(12, 1_000), 12);
+        // Its number is free for another create.
+        inos.bind(13, FIRST + 7, 3_000);
+        assert_eq!(inos.shown_born(13, 3_000), FIRST + 7);
     }
 }

@@ -142,6 +142,10 @@ impl HostHandle {
 pub(crate) struct Bound {
     pub granted: u64,
     pub handle: Option<HostHandle>,
+    /// The file's birth time, as found when the journal was read (not
+    /// journaled: the handle names the file, this tells a later file of
+    /// the same number from it while the server runs).
+    pub born: i64,
 }
 
 /// What a journal held once read and checked.
@@ -354,7 +358,14 @@ fn check(records: Vec<(u8, u64, u64, Option<HostHandle>)>, mount: BorrowedFd, fs
             BIND => {
                 reserved = reserved.max(granted + 1);
                 intents.remove(&granted);
-                bound.insert(host, Bound { granted, handle });
+                bound.insert(
+                    host,
+                    Bound {
+                        granted,
+                        handle,
+                        born: 0,
+                    },
+                );
             }
             UNBIND if bound.get(&host).is_some_and(|b| b.granted == granted) => {
                 bound.remove(&host);
@@ -382,12 +393,13 @@ fn check(records: Vec<(u8, u64, u64, Option<HostHandle>)>, mount: BorrowedFd, fs
             return false;
         }
         match h.open(mount) {
-            Ok(fd) => {
-                let mut st: libc::stat = unsafe_zeroed_stat();
-                // SAFETY: `fd` is open, `st` writable.
-                let r = unsafe { libc::fstat(fd.as_raw_fd(), &mut st) };
-                r == 0 && st.st_ino == host
-            }
+            Ok(fd) => match crate::own::identity_at(fd.as_fd(), c"", libc::AT_EMPTY_PATH) {
+                Ok((ino, born)) if ino == host => {
+                    b.born = born;
+                    true
+                }
+                _ => false,
+            },
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
                 tracing::warn!(
                     "inode numbers: cannot open files by handle (needs CAP_DAC_READ_SEARCH): \
@@ -423,11 +435,6 @@ fn fsid_of(fd: BorrowedFd) -> io::Result<u64> {
     // SAFETY: fsid_t is two ints; read as one 64-bit value.
     let id: [i32; 2] = unsafe { std::mem::transmute(st.f_fsid) };
     Ok((id[0] as u32 as u64) | ((id[1] as u32 as u64) << 32))
-}
-
-fn unsafe_zeroed_stat() -> libc::stat {
-    // SAFETY: an all-zero stat is a valid value of this plain C struct.
-    unsafe { std::mem::zeroed() }
 }
 
 /// The server's secret in `dir`, made on first use.

@@ -94,7 +94,7 @@ fn key_of(c: &Change) -> Option<Key> {
 /// directory): the cache above it may still hold what a report is about
 /// to drop, and only the host has the birth time.
 pub(crate) fn named(ctx: &Ctx, dir: &Handle, name: &[u8]) -> Option<Option<(u64, i64)>> {
-    use std::os::fd::AsRawFd;
+    use std::os::fd::AsFd;
     let Ok(Some(fd)) = ctx.backend_fd(dir) else {
         return match ctx.statx(dir, name, libc::AT_SYMLINK_NOFOLLOW, libc::STATX_INO) {
             Ok(x) => Some(Some((x.stx_ino, 0))),
@@ -103,31 +103,44 @@ pub(crate) fn named(ctx: &Ctx, dir: &Handle, name: &[u8]) -> Option<Option<(u64,
         };
     };
     let name = std::ffi::CString::new(name).ok()?;
+    match identity_at(fd.as_fd(), &name, libc::AT_SYMLINK_NOFOLLOW) {
+        Ok(id) => Some(Some(id)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Some(None),
+        Err(_) => None,
+    }
+}
+
+/// The host inode number and birth time (nanoseconds; 0 where the
+/// filesystem keeps none) of `name` in `dir` (`""` with `AT_EMPTY_PATH`:
+/// `dir` itself).
+pub(crate) fn identity_at(
+    dir: std::os::fd::BorrowedFd,
+    name: &std::ffi::CStr,
+    flags: i32,
+) -> std::io::Result<(u64, i64)> {
+    use std::os::fd::AsRawFd;
     // SAFETY: an all-zero statx is a valid value of this plain C struct.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: `fd` is an open descriptor we hold, `name` a C string,
-    // `st` writable.
+    // SAFETY: `dir` is an open descriptor, `name` a C string, `st`
+    // writable.
     let r = unsafe {
         libc::statx(
-            fd.as_raw_fd(),
+            dir.as_raw_fd(),
             name.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
+            flags,
             libc::STATX_INO | libc::STATX_BTIME,
             &mut st,
         )
     };
-    if r == 0 {
-        let born = if st.stx_mask & libc::STATX_BTIME != 0 {
-            st.stx_btime.tv_sec * 1_000_000_000 + i64::from(st.stx_btime.tv_nsec)
-        } else {
-            0
-        };
-        Some(Some((st.stx_ino, born)))
-    } else if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOENT) {
-        Some(None)
-    } else {
-        None
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    let born = if st.stx_mask & libc::STATX_BTIME != 0 {
+        st.stx_btime.tv_sec * 1_000_000_000 + i64::from(st.stx_btime.tv_nsec)
+    } else {
+        0
+    };
+    Ok((st.stx_ino, born))
 }
 
 /// How long a report's check waits for the connection's changes under

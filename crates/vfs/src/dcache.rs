@@ -121,6 +121,10 @@ pub(crate) const I_ACL: u32 = 1 << 4;
 /// (`negtimeout=-1`, the same promise for every name) and not with
 /// `cache=coherent`, where it only spares a miss another listing.
 pub(crate) const I_COMPLETE: u32 = 1 << 5;
+/// Out of the (superblock, node) hash: a later file was found under the
+/// same backend node (another birth time), and took the node's place;
+/// this inode lives on for the names and open files it still has.
+pub(crate) const I_UNHASHED: u32 = 1 << 6;
 pub(crate) const SB_SHIFT: u32 = 16;
 
 #[derive(Default)]
@@ -147,6 +151,10 @@ pub(crate) struct Inode {
     pub atime: AtomicI64,
     pub mtime: AtomicI64,
     pub ctime: AtomicI64,
+    /// Birth time (ns; 0: unknown). Set once known and never changed:
+    /// a file of the same backend node born at another time is another
+    /// file, and gets another inode (`Writer::iget`).
+    pub btime: AtomicI64,
 }
 
 /// 56 bytes of a long name or a symlink body; chains of these hold
@@ -212,6 +220,7 @@ pub(crate) struct InodeSnap {
     pub atime: i64,
     pub mtime: i64,
     pub ctime: i64,
+    pub btime: i64,
 }
 
 impl InodeSnap {
@@ -229,6 +238,7 @@ impl InodeSnap {
             atime: walkfs_fsapi::Timespec::from_nanos(self.atime),
             mtime: walkfs_fsapi::Timespec::from_nanos(self.mtime),
             ctime: walkfs_fsapi::Timespec::from_nanos(self.ctime),
+            btime: walkfs_fsapi::Timespec::from_nanos(self.btime),
             has_acl: self.flags & I_ACL != 0,
         }
     }
@@ -503,6 +513,7 @@ impl Dcache {
             atime: i.atime.load(Relaxed),
             mtime: i.mtime.load(Relaxed),
             ctime: i.ctime.load(Relaxed),
+            btime: i.btime.load(Relaxed),
         };
         if i.seq.read_retry(seq) {
             return None;
@@ -547,6 +558,12 @@ pub(crate) fn store_attr(ino: &Inode, attr: &Attr) {
     ino.atime.store(attr.atime.as_nanos(), Relaxed);
     ino.mtime.store(attr.mtime.as_nanos(), Relaxed);
     ino.ctime.store(attr.ctime.as_nanos(), Relaxed);
+    // A backend that could not tell this time (a listing without it)
+    // leaves the birth time known.
+    let born = attr.btime.as_nanos();
+    if born != 0 {
+        ino.btime.store(born, Relaxed);
+    }
     let mut flags = ino.flags.load(Relaxed) & !(I_FASTEXEC | I_ACL | I_STALE);
     if attr.has_acl {
         flags |= I_ACL;
@@ -566,7 +583,7 @@ mod tests {
     #[test]
     fn sizes_fit_the_memory_budget() {
         assert_eq!(std::mem::size_of::<Dentry>(), 44);
-        assert_eq!(std::mem::size_of::<Inode>(), 96);
+        assert_eq!(std::mem::size_of::<Inode>(), 104);
         assert_eq!(std::mem::size_of::<Chunk>(), 64);
     }
 

@@ -69,8 +69,9 @@ pub use options::{CachePolicy, NegPolicy, Options};
 pub use perm::Creds;
 pub use stat::{Statx, StatxTimestamp};
 pub use walkfs_fsapi::{
-    Change, ChangeSink, Errno, FidStats, FileSystem, FileType, How, Result, RpcStats, Seen, StatFs,
-    TimeSet, Timespec, What, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE,
+    generation_of, Change, ChangeSink, Errno, FidStats, FileSystem, FileType, How, Result,
+    RpcStats, Seen, StatFs, TimeSet, Timespec, What, NAME_MAX, PATH_MAX, RENAME_EXCHANGE,
+    RENAME_NOREPLACE,
 };
 pub use writeback::WriteBackStats;
 

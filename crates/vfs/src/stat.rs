@@ -73,8 +73,9 @@ impl Statx {
         };
         // One literal, so every byte is stored once (no zeroing pass
         // followed by the fields).
+        let born = if s.btime != 0 { libc::STATX_BTIME } else { 0 };
         *out = Statx {
-            stx_mask: libc::STATX_BASIC_STATS,
+            stx_mask: libc::STATX_BASIC_STATS | born,
             stx_blksize: 4096,
             stx_attributes: 0,
             stx_nlink: s.nlink,
@@ -87,7 +88,7 @@ impl Statx {
             stx_blocks: s.blocks,
             stx_attributes_mask: 0,
             stx_atime: stamp(s.atime),
-            stx_btime: StatxTimestamp::default(),
+            stx_btime: stamp(s.btime),
             stx_ctime: stamp(s.ctime),
             stx_mtime: stamp(s.mtime),
             stx_rdev_major: rmaj,

@@ -684,6 +684,17 @@ impl Writer {
             if i.node.load(Relaxed) == e.node.0
                 && (i.flags.load(Relaxed) >> SB_SHIFT) as usize == sb
             {
+                let (was, born) = (i.btime.load(Relaxed), e.attr.btime.as_nanos());
+                if was != 0 && born != 0 && was != born {
+                    // The backend reused a node id (a host inode number
+                    // after a delete) for a file born since: it is not
+                    // the file this inode caches. It leaves the hash
+                    // keeping the backend's reference it holds, and the
+                    // new file gets an inode of its own (and its own
+                    // reference: no forget is queued for this lookup).
+                    self.unhash_inode(dc, idx, b);
+                    break;
+                }
                 self.forgets.push((sb, e.node.0));
                 if fresh {
                     self.refresh(dc, idx, &e.attr);
@@ -711,11 +722,36 @@ impl Writer {
         i.node.store(e.node.0, Relaxed);
         i.refs.store(1, Relaxed);
         i.rdev.store(0, Relaxed);
+        i.btime.store(0, Relaxed);
         store_attr(i, &e.attr);
         i.seq.write_end();
         i.next.store(self.inode_buckets[b], Relaxed);
         self.inode_buckets[b] = idx.0;
         Some(idx)
+    }
+
+    /// Take inode `idx` out of hash bucket `b`: lookups of its node no
+    /// longer find it.
+    fn unhash_inode(&mut self, dc: &Dcache, idx: IIdx, b: usize) {
+        let Some(i) = dc.inode(idx) else { return };
+        let next = i.next.load(Relaxed);
+        if self.inode_buckets[b] == idx.0 {
+            self.inode_buckets[b] = next;
+        } else {
+            let mut cur = IIdx(self.inode_buckets[b]);
+            while !cur.is_none() {
+                let Some(c) = dc.inode(cur) else { break };
+                if c.next.load(Relaxed) == idx.0 {
+                    c.next.store(next, Relaxed);
+                    break;
+                }
+                cur = IIdx(c.next.load(Relaxed));
+            }
+        }
+        i.seq.write_begin();
+        i.flags.fetch_or(I_UNHASHED, Relaxed);
+        i.seq.write_end();
+        i.next.store(0, Relaxed);
     }
 
     /// Replace an inode's attributes with fresher ones from the backend.
@@ -926,21 +962,8 @@ impl Writer {
         let flags = i.flags.load(Relaxed);
         let sb = (flags >> SB_SHIFT) as usize;
         let node = i.node.load(Relaxed);
-        // Unlink from the node hash chain.
-        let b = self.inode_bucket(sb, node);
-        let next = i.next.load(Relaxed);
-        if self.inode_buckets[b] == idx.0 {
-            self.inode_buckets[b] = next;
-        } else {
-            let mut cur = IIdx(self.inode_buckets[b]);
-            while !cur.is_none() {
-                let Some(c) = dc.inode(cur) else { break };
-                if c.next.load(Relaxed) == idx.0 {
-                    c.next.store(next, Relaxed);
-                    break;
-                }
-                cur = IIdx(c.next.load(Relaxed));
-            }
+        if flags & I_UNHASHED == 0 {
+            self.unhash_inode(dc, idx, self.inode_bucket(sb, node));
         }
         i.seq.write_begin();
         self.drop_link_locked(dc, i);

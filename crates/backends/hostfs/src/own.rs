@@ -194,6 +194,7 @@ mod tests {
                 sec: ctime,
                 nsec: 0,
             },
+            btime: Default::default(),
             has_acl: false,
         }
     }

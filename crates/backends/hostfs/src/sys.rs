@@ -112,14 +112,15 @@ fn identify_at(
         atime: ts(st.stx_atime),
         mtime: ts(st.stx_mtime),
         ctime: ts(st.stx_ctime),
+        btime: if st.stx_mask & libc::STATX_BTIME != 0 {
+            ts(st.stx_btime)
+        } else {
+            Timespec::default()
+        },
         has_acl: false,
     };
     let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
-    let born = if st.stx_mask & libc::STATX_BTIME != 0 {
-        ts(st.stx_btime).as_nanos()
-    } else {
-        0
-    };
+    let born = attr.btime.as_nanos();
     Ok((attr, (dev, st.stx_ino), born))
 }
 

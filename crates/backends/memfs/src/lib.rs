@@ -77,6 +77,7 @@ impl MemFs {
                     atime: now,
                     mtime: now,
                     ctime: now,
+                    btime: now,
                     ..Attr::default()
                 },
                 body: Body::Dir(BTreeMap::new()),
@@ -157,6 +158,7 @@ impl Tree {
             atime: now,
             mtime: now,
             ctime: now,
+            btime: now,
             ..Attr::default()
         };
         self.nodes.insert(

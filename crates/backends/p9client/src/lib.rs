@@ -292,6 +292,14 @@ fn attr_of(st: &p9::Stat) -> Attr {
             sec: st.ctime_sec as i64,
             nsec: st.ctime_nsec as u32,
         },
+        btime: if st.valid & p9::GETATTR_BTIME != 0 {
+            Timespec {
+                sec: st.btime_sec as i64,
+                nsec: st.btime_nsec as u32,
+            }
+        } else {
+            Timespec::default()
+        },
         has_acl: false,
     }
 }
@@ -628,7 +636,10 @@ impl P9Fs {
     /// Record the node `fid` walked to (found as `name` in `parent`);
     /// its id is its qid path.
     fn adopt(&self, fid: u32, attr: &Attr, parent: NodeId, name: &[u8]) -> NodeId {
-        let surplus = self.nodes.lock().adopt(attr.ino, parent.0, name, fid);
+        let surplus = self
+            .nodes
+            .lock()
+            .adopt(attr.ino, attr.generation(), parent.0, name, fid);
         match surplus {
             Some(f) => self.clunk(f),
             None => self.trim(),
@@ -1620,7 +1631,7 @@ impl FileSystem for P9Fs {
         drop(dir);
         let surplus = {
             let mut n = self.nodes.lock();
-            let s = n.adopt(ino, parent.0, name, pf);
+            let s = n.adopt(ino, 0, parent.0, name, pf);
             if open.is_some() {
                 // Counted as open until `release`, as `create` does.
                 let _ = n.need(ino);
@@ -1672,7 +1683,7 @@ impl FileSystem for P9Fs {
             Some(pf) => {
                 let surplus = {
                     let mut n = self.nodes.lock();
-                    let s = n.adopt(attr.ino, parent.0, name, pf);
+                    let s = n.adopt(attr.ino, attr.generation(), parent.0, name, pf);
                     let _ = n.need(attr.ino);
                     s
                 };

@@ -38,6 +38,14 @@ pub(crate) struct PNode {
     pub busy: u32,
     /// Used since the clock hand last passed it.
     pub referenced: bool,
+    /// The file's generation (`qid.version` from a walkfs server: its
+    /// birth time folded; 0 until known). The host reuses inode numbers,
+    /// so one qid path may name a later file: the generation tells.
+    pub born: u32,
+    /// A fid of an earlier file of this qid path, still in use when a
+    /// later file took the node: clunked once the node's users are done
+    /// (or `NOFID`).
+    pub retired: u32,
 }
 
 pub(crate) struct Nodes {
@@ -50,6 +58,9 @@ pub(crate) struct Nodes {
     /// Fids released to stay within `cap`, and re-walks done.
     pub released: u64,
     pub rewalks: u64,
+    /// Retired fids no call uses any more, for the next [`Nodes::trim`]
+    /// to hand back for clunking.
+    done_with: Vec<u32>,
 }
 
 /// How a node's fid is to be had.
@@ -83,6 +94,8 @@ impl Nodes {
                 fid: root_fid,
                 busy: 1,
                 referenced: true,
+                born: 0,
+                retired: NOFID,
             },
         );
         Nodes {
@@ -93,6 +106,7 @@ impl Nodes {
             cap: cap.max(1),
             released: 0,
             rewalks: 0,
+            done_with: Vec::new(),
         }
     }
 
@@ -184,6 +198,10 @@ impl Nodes {
     pub fn unpin(&mut self, id: u64) -> Option<u32> {
         let n = self.by_id.get_mut(&id)?;
         n.busy = n.busy.saturating_sub(1);
+        if n.busy == 0 && n.retired != NOFID {
+            self.done_with
+                .push(std::mem::replace(&mut n.retired, NOFID));
+        }
         if n.busy == 0 && n.lookups == 0 {
             return self.remove(id);
         }
@@ -199,8 +217,11 @@ impl Nodes {
     /// may reuse one at once (ext4 does): the fid held may name an
     /// earlier file of that number, deleted since, while the one just
     /// walked names the file now at `name`. For a hard link, or the same
-    /// file found again, both name the same file.
-    pub fn adopt(&mut self, id: u64, parent: u64, name: &[u8], fid: u32) -> Option<u32> {
+    /// file found again, both name the same file. `born` is the file's
+    /// generation (0: unknown): a held fid in use is kept, unless it names
+    /// a file of another generation; that one is retired, and clunked
+    /// when its users are done.
+    pub fn adopt(&mut self, id: u64, born: u32, parent: u64, name: &[u8], fid: u32) -> Option<u32> {
         if id == self.root {
             return Some(fid);
         }
@@ -212,8 +233,17 @@ impl Nodes {
                 if *n.name != *name {
                     n.name = name.into();
                 }
+                let another = born != 0 && n.born != 0 && born != n.born;
+                if born != 0 {
+                    n.born = born;
+                }
                 if n.fid != NOFID {
                     if n.busy > 0 {
+                        if another {
+                            let old = std::mem::replace(&mut n.fid, fid);
+                            let prev = std::mem::replace(&mut n.retired, old);
+                            return (prev != NOFID).then_some(prev);
+                        }
                         return Some(fid);
                     }
                     return Some(std::mem::replace(&mut n.fid, fid));
@@ -230,6 +260,8 @@ impl Nodes {
                         fid,
                         busy: 0,
                         referenced: true,
+                        born,
+                        retired: NOFID,
                     },
                 );
             }
@@ -284,6 +316,8 @@ impl Nodes {
             fid: NOFID,
             busy: 0,
             referenced: false,
+            born: 0,
+            retired: NOFID,
         });
         n.lookups += 1;
         n.parent = parent;
@@ -373,7 +407,7 @@ impl Nodes {
     /// Release fids of unused nodes until at most `cap` are held; the
     /// fids to clunk (after the table's lock is dropped).
     pub fn trim(&mut self) -> Vec<u32> {
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.done_with);
         let excess = self.held.saturating_sub(self.cap);
         let by_id = &mut self.by_id;
         let released = self.clock.sweep(excess, |id| match by_id.get_mut(&id) {
@@ -405,9 +439,9 @@ mod tests {
     #[test]
     fn the_clock_keeps_busy_and_recent_fids_and_releases_the_rest() {
         let mut n = Nodes::new(1, 0, 2);
-        assert_eq!(n.adopt(10, 1, b"a", 100), None);
-        assert_eq!(n.adopt(11, 10, b"b", 101), None);
-        assert_eq!(n.adopt(12, 11, b"c", 102), None);
+        assert_eq!(n.adopt(10, 0, 1, b"a", 100), None);
+        assert_eq!(n.adopt(11, 0, 10, b"b", 101), None);
+        assert_eq!(n.adopt(12, 0, 11, b"c", 102), None);
         assert_eq!(n.held(), 3);
         // 12 is in use: it keeps its fid whatever the clock says.
         assert!(matches!(n.need(12), Some(Need::Held(102))));
@@ -417,7 +451,7 @@ mod tests {
         assert_eq!(n.by_id[&12].fid, 102);
         // A second lookup of a node whose fid is in use hands the new fid
         // back.
-        assert_eq!(n.adopt(12, 11, b"c", 103), Some(103));
+        assert_eq!(n.adopt(12, 0, 11, b"c", 103), Some(103));
         assert_eq!(n.unpin(12), None);
         // Release everything but one, then walk back to the deepest.
         n.cap = 1;
@@ -443,7 +477,7 @@ mod tests {
     #[test]
     fn a_node_forgotten_while_busy_goes_with_its_last_user() {
         let mut n = Nodes::new(1, 0, 8);
-        n.adopt(10, 1, b"a", 100);
+        n.adopt(10, 0, 1, b"a", 100);
         assert!(matches!(n.need(10), Some(Need::Held(100))));
         assert_eq!(n.forget(10, 1), None);
         assert!(n.by_id.contains_key(&10));
@@ -455,9 +489,9 @@ mod tests {
     #[test]
     fn walks_start_at_the_nearest_ancestor_with_a_fid() {
         let mut n = Nodes::new(1, 0, 8);
-        n.adopt(10, 1, b"d", 100);
-        n.adopt(11, 10, b"e", 101);
-        n.adopt(12, 11, b"f", 102);
+        n.adopt(10, 0, 1, b"d", 100);
+        n.adopt(11, 0, 10, b"e", 101);
+        n.adopt(12, 0, 11, b"f", 102);
         // Release 11 and 12 by hand.
         for id in [11, 12] {
             let p = n.by_id.get_mut(&id).unwrap();

@@ -262,6 +262,7 @@ impl Ctx {
                 out.push(NameStep {
                     ino: s.ino,
                     mode: s.mode,
+                    born: s.btime,
                 });
             }
             if curs.len() < names.len() {

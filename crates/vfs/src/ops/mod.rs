@@ -86,6 +86,9 @@ pub struct NameStep {
     pub ino: u64,
     /// `st_mode` (type and permission bits).
     pub mode: u32,
+    /// Birth time in nanoseconds (0: unknown): with `ino`, the file's
+    /// identity.
+    pub born: i64,
 }
 
 fn check_at_flags(flags: i32, allowed: i32) -> Result<()> {
