@@ -5,7 +5,8 @@
 # fresh ext4 on /dev/vdb, runs the same tests on both, and reports on the
 # serial console in lines starting with @@WALKFS- (scripts/kernel-9p.sh
 # parses them). Kernel command line: walkfs.cache=none|loose,
-# walkfs.pjdfstest=0|1. Powers the machine off at the end.
+# walkfs.pjdfstest=0|1; walkfs.restart=N (1-4) runs the restart check
+# instead (9p only, below). Powers the machine off at the end.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C LC_ALL=C HOME=/root TERM=dumb
 umask 022
 here=/tmp/walkfs
@@ -29,10 +30,12 @@ trap finish EXIT
 arg() { sed -n "s/.*\\bwalkfs\\.$1=\\([^ ]*\\).*/\\1/p" /proc/cmdline; }
 mode=$(arg cache)
 pjd=$(arg pjdfstest)
+restart=$(arg restart)
 [ -n "$mode" ] || mode=none
 [ -n "$pjd" ] || pjd=0
+[ -n "$restart" ] || restart=0
 dmesg -n 1 # keep printk off the console; the end of dmesg is printed at the end
-say "BEGIN mode=$mode pjdfstest=$pjd kernel=$(uname -r)"
+say "BEGIN mode=$mode pjdfstest=$pjd kernel=$(uname -r)$([ "$restart" = 0 ] || echo " restart=$restart")"
 
 for m in 9pnet 9pnet_fd 9p virtio_console; do
     modprobe "$m" 2>/dev/null || true # 9pnet_fd is part of 9pnet before Linux 6.2
@@ -41,7 +44,9 @@ grep -qw 9p /proc/filesystems || say "FATAL no 9p file system in the kernel"
 
 # The ext4 baseline on the second disk.
 mkdir -p /mnt/ext4 /mnt/9p
-if mkfs.ext4 -q -F /dev/vdb && mount -t ext4 /dev/vdb /mnt/ext4; then
+if [ "$restart" != 0 ]; then
+    : # the restart check uses the 9p mount only
+elif mkfs.ext4 -q -F /dev/vdb && mount -t ext4 /dev/vdb /mnt/ext4; then
     say "MOUNT fs=ext4 mode=$mode result=ok opts=$(awk '$2=="/mnt/ext4"{print $4}' /proc/mounts)"
 else
     say "MOUNT fs=ext4 mode=$mode result=fail"
@@ -84,6 +89,89 @@ sync_clock() {
         say "CLOCK mode=$mode set from the server's: offset ${off}s (create took $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')s)"
 }
 mountpoint -q /mnt/9p && sync_clock
+
+# ---------------------------------------------------------- the restart check
+# walkfs.restart=N (scripts/kernel-9p.sh --restart): boot N of 4 against one
+# export, the server restarted between boots. Boot 1 makes the tree in
+# /mnt/9p/restart-MODE; every boot prints the listing of it (@@WALKFS-LS
+# lines: `stat -c '%n %i %h %s %Y'` of every path, sorted) and the md5sum
+# of every file (@@WALKFS-SUM); the host compares them.
+make_tree() { # in the current directory: tree/
+    local i dir old new k name
+    mkdir tree
+    cd tree
+    mkdir -p a/b/c d e
+    for i in $(seq 1 50); do
+        case $((i % 4)) in 0) dir=a ;; 1) dir=a/b ;; 2) dir=a/b/c ;; 3) dir=d ;; esac
+        head -c $((i * 211)) /dev/urandom >"$dir/f$i"
+    done
+    printf 'two names\n' >d/linked
+    ln d/linked e/hardlink
+    ln -s ../d/linked e/symlink
+    mv a/f4 e/f4-renamed
+    mkdir d/olddir
+    printf 'inside\n' >d/olddir/inside
+    mv d/olddir e/newdir
+    # A file deleted and another created right after it: the host's ext4
+    # may give the new file the number the old one freed. It hands out the
+    # lowest free number of the group, so when another freed number comes
+    # first, a few more files may reach it (up to 32 in all).
+    old=$(stat -c %i d/f3)
+    rm d/f3
+    k=1
+    printf 'successor\n' >d/successor
+    name=d/successor
+    new=$(stat -c %i $name)
+    while [ "$new" != "$old" ] && [ $k -lt 32 ]; do
+        k=$((k + 1))
+        name=d/successor-$k
+        printf 'successor %d\n' $k >$name
+        new=$(stat -c %i $name)
+    done
+    say "REUSE mode=$mode deleted=d/f3 ino=$old $(if [ "$new" = "$old" ]; then echo "reused by $name after $k creates"; else echo "not reused in $k creates (last: $name ino=$new)"; fi)"
+}
+restart_list() { # N
+    local n=$1
+    sync
+    echo 3 >/proc/sys/vm/drop_caches # cache=loose: what the server says, not the page cache
+    cd "/mnt/9p/restart-$mode" || { say "FATAL restart boot=$n: no /mnt/9p/restart-$mode"; return 1; }
+    : >/tmp/ls.err
+    find tree -print0 2>>/tmp/ls.err | sort -z | xargs -0 -r stat -c '%n %i %h %s %Y' >/tmp/ls.out 2>>/tmp/ls.err
+    find tree -type f -print0 2>>/tmp/ls.err | sort -z | xargs -0 -r md5sum >/tmp/sum.out 2>>/tmp/ls.err
+    cd /
+    say "LS-BEGIN mode=$mode boot=$n"
+    sed 's/^/@@WALKFS-LS /' /tmp/ls.out
+    sed 's/^/@@WALKFS-SUM /' /tmp/sum.out
+    sed "s/^/@@WALKFS-DETAIL restart boot=$n: /" /tmp/ls.err
+    say "LS-END mode=$mode boot=$n entries=$(wc -l </tmp/ls.out) files=$(wc -l </tmp/sum.out) errors=$(wc -l </tmp/ls.err)"
+}
+if [ "$restart" != 0 ]; then
+    if ! mountpoint -q /mnt/9p; then
+        say "FATAL restart boot=$restart: 9p not mounted"
+        exit 1
+    fi
+    if [ "$restart" = 1 ]; then
+        say "STEP fs=9p mode=$mode restart check, boot 1: making the tree"
+        rm -rf "/mnt/9p/restart-$mode"
+        mkdir -p "/mnt/9p/restart-$mode"
+        (
+            cd "/mnt/9p/restart-$mode" || exit 1
+            exec 9>/tmp/trace.make
+            BASH_XTRACEFD=9
+            set -ex
+            make_tree
+        ) 2>/tmp/make.err
+        rc=$?
+        if [ $rc != 0 ]; then
+            say "FATAL restart boot=1: making the tree failed (exit $rc)"
+            tail -n 4 /tmp/trace.make | sed 's/^/@@WALKFS-DETAIL restart boot=1 trace: /'
+            tail -n 4 /tmp/make.err | sed 's/^/@@WALKFS-DETAIL restart boot=1 output: /'
+        fi
+    fi
+    say "STEP fs=9p mode=$mode restart check, boot $restart: listing"
+    restart_list "$restart"
+    exit 0
+fi
 
 # ---------------------------------------------------------------- basic tests
 # Each runs with set -e in its own fresh directory; ok = exit status 0.
