@@ -173,6 +173,12 @@ fn configs(opts: &WorkloadOpts) -> Vec<Config> {
             "cache=loose,negtimeout=-1,writeback_cache=0",
             d,
         ));
+        // Attributes left as the cache worked them out (no settling
+        // request per file changed): its cost, when asked for by name.
+        let nosettle = format!("walkfs-loose-nosettle-{d}us");
+        if opts.fs.contains(&nosettle) {
+            v.push(walkfs(&nosettle, "cache=loose,negtimeout=-1,settle=0", d));
+        }
     }
     if !opts.fs.is_empty() {
         v.retain(|c| c.name == "native" || opts.fs.contains(&c.name));

@@ -495,7 +495,7 @@ enum BenchCmd {
         /// Only these configurations besides native (comma-separated or
         /// repeated): walkfs-loose, walkfs-loose-writeback,
         /// walkfs-loose-sync, walkfs-coherent, walkfs-9p-loose, bindfs,
-        /// sshfs, walkfs-loose-<N>us, walkfs-coherent-<N>us, walkfs-loose-wt-<N>us.
+        /// sshfs, walkfs-loose-<N>us, walkfs-coherent-<N>us, walkfs-loose-wt-<N>us, walkfs-loose-nosettle-<N>us (only when named).
         #[arg(long, value_delimiter = ',')]
         fs: Vec<String>,
     },

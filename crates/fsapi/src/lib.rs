@@ -570,6 +570,11 @@ pub fn open_then_read<F: FileSystem + ?Sized>(
 /// (a 9P client's reply reader), so it must not wait for anything.
 pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
 
+/// Where [`FileSystem::getattr_behind`] hands a node's attributes: called
+/// once, on a backend's thread, so it must neither wait nor call the
+/// backend.
+pub type AttrThen = Box<dyn FnOnce(Result<Attr>) + Send>;
+
 /// A listing asked for ahead ([`FileSystem::list_ahead`]): the ticket for
 /// an answer on its way. Dropping it unused gives the answer up (whatever
 /// the backend holds for it is released, and nothing is counted as looked
@@ -707,6 +712,15 @@ pub trait FileSystem: Send + Sync {
         done: Done,
     ) -> Result<Option<FileHandle>> {
         Err(Errno::ENOSYS)
+    }
+
+    /// Ask for `node`'s attributes behind the caller: `then` gets them.
+    /// `false` when the backend cannot without waiting itself (a remote
+    /// handle it would first have to walk to): then `then` is dropped
+    /// uncalled. A backend whose changes run behind their callers gives
+    /// the vfs its server's attributes this way once they have landed.
+    fn getattr_behind(&self, node: NodeId, then: AttrThen) -> bool {
+        false
     }
 
     /// The body of a symlink.

@@ -95,6 +95,16 @@ impl KernelCache {
         let _ = n.inval_inode(id, 0, 0);
     }
 
+    /// The vfs replaced the attributes of inode `ino` with its backend's:
+    /// the kernel's copy of them goes (not the page cache: the data is
+    /// what it was).
+    pub fn attrs_settled(&self, ino: u64) {
+        let Some(n) = self.notifier.get() else { return };
+        if let Some(id) = self.node_of(ino) {
+            let _ = n.inval_inode(id, -1, 0);
+        }
+    }
+
     fn everything(&self, n: &Notifier) {
         let ids: Vec<u64> = self.nodes.read().by_id.keys().copied().collect();
         for id in ids {

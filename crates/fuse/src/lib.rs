@@ -272,12 +272,18 @@ impl WalkFuse {
         &self.vfs
     }
 
-    /// With `cache=coherent`, start telling the kernel what changed
-    /// behind its back, through the notifier the caller sets on what this
-    /// returns once the session exists.
+    /// Start telling the kernel what changed behind its back (with
+    /// `cache=coherent`) and which attributes settled, through the
+    /// notifier the caller sets on what this returns once the session
+    /// exists.
     pub(crate) fn kernel_cache(&self) -> Option<Arc<coherent::KernelCache>> {
+        // Attributes the vfs replaced with its backend's (writeback's
+        // settling): the kernel's copy goes too, whatever the cache mode.
+        let kc = Arc::clone(&self.kc);
+        self.vfs
+            .on_settled(Arc::new(move |_sb, ino| kc.attrs_settled(ino)));
         if self.opts.cache != CachePolicy::Coherent {
-            return None;
+            return Some(self.kc.clone());
         }
         self.vfs.add_change_listener(self.kc.clone());
         // After the kernel's caches: a replay must find them invalidated.
@@ -530,6 +536,8 @@ impl WalkFuse {
             ),
             ("passthrough".to_string(), u64::from(self.pt.on())),
             ("backing_files".to_string(), self.pt.held() as u64),
+            ("settle_asked".to_string(), self.vfs.settle_stats().0),
+            ("settled".to_string(), self.vfs.settle_stats().1),
         ];
         MountStats::collect(&self.counters, &self.vfs, &self.opts, resources)
     }

@@ -158,6 +158,10 @@ pub(crate) struct Loaded {
     pub intents: HashMap<u64, (i64, Vec<u8>)>,
 }
 
+/// How long a server waits for the previous one to let go of the state
+/// directory.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The open journal.
 pub struct InoState {
     file: Mutex<File>,
@@ -222,12 +226,18 @@ impl InoState {
             .truncate(false)
             .mode(0o600)
             .open(dir.join("lock"))?;
+        // A server that just stopped (an unmount, then a mount at once)
+        // may still be on its way out: it is waited for, briefly.
+        let t0 = std::time::Instant::now();
         // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                "another server uses this state directory",
-            ));
+        while unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            if t0.elapsed() >= LOCK_WAIT {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "another server uses this state directory",
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let secret = secret_in(dir)?;
         let path = dir.join("inos");

@@ -73,7 +73,7 @@ pub use walkfs_fsapi::{
     RpcStats, Seen, StatFs, TimeSet, Timespec, What, NAME_MAX, PATH_MAX, RENAME_EXCHANGE,
     RENAME_NOREPLACE,
 };
-pub use writeback::WriteBackStats;
+pub use writeback::{SettleListener, WriteBackStats};
 
 use counters::Counters;
 use dcache::{DIdx, Dcache, IIdx, D_MOUNTROOT};
@@ -100,6 +100,8 @@ pub(crate) struct Switches {
     /// Changes may run behind their callers (writeback.rs): a cache, and
     /// not `sync_metadata`.
     pub write_back: AtomicBool,
+    /// Attributes settle once changes behind land (writeback/settle.rs).
+    pub settle: AtomicBool,
 }
 
 impl Switches {
@@ -114,6 +116,7 @@ impl Switches {
             read_only: AtomicBool::new(false),
             revalidate: AtomicBool::new(false),
             write_back: AtomicBool::new(false),
+            settle: AtomicBool::new(false),
         };
         sw.apply(opts, false);
         sw
@@ -156,6 +159,7 @@ impl Switches {
         self.read_only.store(opts.read_only, Ordering::Relaxed);
         self.write_back
             .store(!none && !opts.sync_metadata, Ordering::Relaxed);
+        self.settle.store(opts.settle, Ordering::Relaxed);
         if !revalidate {
             self.revalidate.store(false, Ordering::Relaxed);
         }
@@ -380,6 +384,20 @@ impl Vfs {
         }
     }
 
+    /// Be told of every file whose cached attributes were replaced by
+    /// its backend's once its changes behind the callers landed
+    /// (writeback/settle.rs): `(superblock, inode number)`, on the vfs's
+    /// settling thread.
+    pub fn on_settled(&self, l: writeback::SettleListener) {
+        self.inner.wb.on_settled(l);
+    }
+
+    /// Attributes asked for to settle, and those that replaced the
+    /// cached ones.
+    pub fn settle_stats(&self) -> (u64, u64) {
+        self.inner.wb.settle_stats()
+    }
+
     /// Be told of every change the backends report, after the cache has
     /// dropped what it names (`cache=coherent` only).
     pub fn add_change_listener(&self, l: Arc<dyn walkfs_fsapi::ChangeSink>) {
@@ -509,7 +527,8 @@ impl Vfs {
         o.set(name, value)?;
         match name {
             "fastpath" | "fastperm" | "cache_symlinks" | "pathcache" | "negtimeout"
-            | "ndentrytmo" | "umask" | "ro" | "cache" | "sync_metadata" | "dir_readahead" => {}
+            | "ndentrytmo" | "umask" | "ro" | "cache" | "sync_metadata" | "dir_readahead"
+            | "settle" => {}
             // Sizes are fixed when the vfs is built.
             _ => return Err(Errno::EINVAL),
         }

@@ -185,6 +185,14 @@ impl FileSystem for Metered {
         self.fs.make_behind(parent, name, owner, node, what, done)
     }
 
+    fn getattr_behind(&self, node: NodeId, then: walkfs_fsapi::AttrThen) -> bool {
+        let asked = self.fs.getattr_behind(node, then);
+        if asked {
+            self.meter.count(Op::Getattr);
+        }
+        asked
+    }
+
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
         self.meter.count(Op::Readlink);
         self.fs.readlink(node)

@@ -138,6 +138,11 @@ pub struct Options {
     /// the backend can ask without waiting (a 9P server that keeps a
     /// connection's order); at most 64, 0 = off. Not with `cache=none`.
     pub dir_readahead: u32,
+    /// Once a file's changes behind the callers have landed, replace the
+    /// attributes the cache worked out (the client's clock) with the
+    /// backend's, asked behind everyone (writeback/settle.rs). On by
+    /// default; it costs one attribute request per file changed.
+    pub settle: bool,
 }
 
 impl Default for Options {
@@ -155,6 +160,7 @@ impl Default for Options {
             cache: CachePolicy::Loose,
             sync_metadata: false,
             dir_readahead: crate::readahead::DEFAULT_LISTINGS as u32,
+            settle: true,
         }
     }
 }
@@ -206,6 +212,7 @@ impl Options {
             "rw" => self.read_only = !parse_bool(value)?,
             "cache" => self.cache = value.parse()?,
             "sync_metadata" => self.sync_metadata = parse_bool(value)?,
+            "settle" => self.settle = parse_bool(value)?,
             "dir_readahead" => {
                 self.dir_readahead = u32::try_from(num(value)?).map_err(|_| Errno::EINVAL)?
             }

@@ -1118,6 +1118,14 @@ impl P9Fs {
     }
 }
 
+/// A [`FileSystem::getattr_behind`] under way: answers still to come,
+/// the attributes, and where they go (taken by whoever finishes it).
+struct Behind {
+    left: usize,
+    attr: Result<Attr>,
+    then: Option<walkfs_fsapi::AttrThen>,
+}
+
 /// One [`Done`] for a change sent in `n` parts: called once every part
 /// has finished, with the first failure among them.
 struct Join(Arc<Mutex<JoinState>>);
@@ -1308,6 +1316,105 @@ impl FileSystem for P9Fs {
         if let Some(fid) = gone {
             self.clunk(fid);
         }
+    }
+
+    fn getattr_behind(&self, node: NodeId, then: walkfs_fsapi::AttrThen) -> bool {
+        let Some(need) = self.nodes.lock().need(node.0) else {
+            return false;
+        };
+        // What is pinned now (the node, or the ancestor a walk starts
+        // from), and the names a walk takes from there.
+        let (pinned, from, names) = match need {
+            Need::Held(fid) => (node.0, fid, Vec::new()),
+            Need::Walk {
+                anc, from, names, ..
+            } if names.len() <= p9::MAXWELEM => (anc, from, names),
+            Need::Walk { anc, .. } => {
+                self.nodes.lock().unpin_later(anc);
+                return false;
+            }
+        };
+        let mask = p9::GETATTR_BASIC | p9::GETATTR_BTIME;
+        let refs: Vec<&[u8]> = names.iter().map(|n| &**n).collect();
+        // The fid a walk makes: clunked by the last request, its number
+        // freed at the last answer.
+        let walked = (!names.is_empty()).then(|| self.alloc_fid());
+        let reqs = match walked {
+            None => vec![Fcall::Tgetattr {
+                fid: from,
+                request_mask: mask,
+            }],
+            Some(nf) => vec![
+                Fcall::Twalk {
+                    fid: from,
+                    newfid: nf,
+                    names: Names::new(&refs).unwrap_or_default(),
+                },
+                Fcall::Tgetattr {
+                    fid: nf,
+                    request_mask: mask,
+                },
+                Fcall::Tclunk { fid: nf },
+            ],
+        };
+        let state = Arc::new(Mutex::new(Behind {
+            left: reqs.len(),
+            attr: Err(Errno::ENOTCONN),
+            then: Some(then),
+        }));
+        let (nodes, fids, st) = (
+            Arc::clone(&self.nodes),
+            Arc::clone(&self.fids),
+            Arc::clone(&state),
+        );
+        let sent = self.rpc.send_then(
+            &reqs,
+            Arc::new(move |i, reply| {
+                let mut b = st.lock();
+                if b.then.is_none() {
+                    return;
+                }
+                if let Some(Fcall::Rgetattr { st }) = &reply {
+                    // A walk that went astray (the name is another
+                    // file's now) is not this node's answer.
+                    b.attr = if st.qid.path == node.0 {
+                        Ok(attr_of(st))
+                    } else {
+                        Err(Errno::ESTALE)
+                    };
+                } else if i == 0 && reply.is_some() && walked.is_none() {
+                    b.attr = Err(reply.as_ref().map_or(Errno::ENOTCONN, err_of));
+                }
+                b.left -= 1;
+                if b.left > 0 {
+                    return;
+                }
+                let (attr, then) = (
+                    std::mem::replace(&mut b.attr, Err(Errno::ENOTCONN)),
+                    b.then.take(),
+                );
+                drop(b);
+                if let Some(nf) = walked {
+                    fids.free(nf);
+                }
+                nodes.lock().unpin_later(pinned);
+                if let Some(t) = then {
+                    t(attr);
+                }
+            }),
+        );
+        if sent.is_err() {
+            // Unless the failed send told the callback (which then let
+            // everything go), nothing was sent.
+            if state.lock().then.take().is_some() {
+                if let Some(nf) = walked {
+                    self.free_fid(nf);
+                }
+                self.nodes.lock().unpin_later(pinned);
+            }
+            return false;
+        }
+        true
     }
 
     fn getattr(&self, node: NodeId) -> Result<Attr> {

@@ -193,6 +193,14 @@ impl Nodes {
         }
     }
 
+    /// [`Nodes::unpin`] where nothing may be sent (the reader thread): a
+    /// fid to clunk waits for the next [`Nodes::trim`].
+    pub fn unpin_later(&mut self, id: u64) {
+        if let Some(fid) = self.unpin(id) {
+            self.done_with.push(fid);
+        }
+    }
+
     /// One user of `id`'s fid is done. Returns a fid to clunk when the
     /// node was forgotten while in use and this was its last user.
     pub fn unpin(&mut self, id: u64) -> Option<u32> {
@@ -513,5 +521,24 @@ mod tests {
         }
         assert_eq!(n.install(12, 200), Some((200, false)));
         assert_eq!(n.held(), 2);
+    }
+
+    #[test]
+    fn a_later_file_of_the_same_qid_path_takes_the_node_even_while_in_use() {
+        let mut n = Nodes::new(1, 0, 16);
+        assert_eq!(n.adopt(10, 7, 1, b"a", 100), None);
+        // In use (an open file): the same file found again keeps its fid.
+        let _ = n.need(10);
+        assert_eq!(n.adopt(10, 7, 1, b"a", 101), Some(101));
+        // A file of another generation: the new fid now, the old one
+        // retired until its user is done.
+        assert_eq!(n.adopt(10, 9, 1, b"b", 102), None);
+        assert_eq!(n.by_id[&10].fid, 102);
+        assert_eq!(n.by_id[&10].retired, 100);
+        assert_eq!(n.unpin(10), None);
+        assert_eq!(n.trim(), vec![100], "the retired fid is clunked");
+        // Unknown generations never count as another file.
+        let _ = n.need(10);
+        assert_eq!(n.adopt(10, 0, 1, b"b", 103), Some(103));
     }
 }

@@ -150,15 +150,24 @@ impl Ledger {
         waited
     }
 
+    /// Has inode `key` a change in flight?
+    pub fn pending(&self, key: Key) -> bool {
+        self.lock().pending.contains_key(&key)
+    }
+
     /// A change counted against `keys` finished; `fail`: it was refused.
-    pub fn finish(&self, keys: &[Key], fail: Option<Errno>) {
+    /// Returns which of `keys` have nothing in flight now (bit `i` for
+    /// `keys[i]`).
+    pub fn finish(&self, keys: &[Key], fail: Option<Errno>) -> u32 {
         let mut st = self.lock();
         st.inflight -= 1;
-        for k in keys {
+        let mut idle = 0;
+        for (i, k) in keys.iter().enumerate() {
             if let Some(n) = st.pending.get_mut(k) {
                 *n -= 1;
                 if *n == 0 {
                     st.pending.remove(k);
+                    idle |= 1 << i;
                 }
             }
         }
@@ -196,6 +205,7 @@ impl Ledger {
         }
         drop(st);
         self.cv.notify_all();
+        idle
     }
 
     /// Wait until none of inodes `nodes` of superblock `sb` has a change

@@ -49,6 +49,9 @@ use crate::dcache::{DIdx, IIdx};
 use crate::Inner;
 
 mod ledger;
+mod settle;
+
+pub use settle::SettleListener;
 
 /// Changes in flight at most (all backends together): the bound on what
 /// the vfs owes its backends.
@@ -187,6 +190,9 @@ struct Shared {
     stats: Stats,
     /// Where failures go to be logged and corrected (started at the first).
     fix: Mutex<Option<mpsc::Sender<Failure>>>,
+    /// Where files whose changes have all landed go to have their
+    /// attributes settle (settle.rs).
+    pub(crate) settler: settle::Settler,
     inner: Weak<Inner>,
 }
 
@@ -213,12 +219,22 @@ impl WriteBack {
                 ledger: ledger::Ledger::new(),
                 stats: Stats::default(),
                 fix: Mutex::new(None),
+                settler: settle::Settler::new(inner.clone()),
                 inner,
             }),
             pieces: Mutex::new(Pieces::default()),
             gathering: AtomicBool::new(false),
             vfs_seen: AtomicU64::new(0),
         }
+    }
+
+    pub(crate) fn on_settled(&self, l: SettleListener) {
+        self.shared.settler.listeners.write().push(l);
+    }
+
+    pub(crate) fn settle_stats(&self) -> (u64, u64) {
+        let s = &self.shared.settler;
+        (s.asked.load(Relaxed), s.settled.load(Relaxed))
     }
 
     /// What a file opened now on inode `(sb, node)` has seen of the
@@ -345,11 +361,17 @@ impl WriteBack {
 impl Shared {
     /// A submitted change finished (`fail`: it was refused).
     fn complete(&self, sb: usize, keys: [Option<u64>; 2], fail: Option<Failure>) {
-        self.ledger
-            .finish(&keys_of(sb, keys), fail.as_ref().map(|f| f.err));
+        let keys = keys_of(sb, keys);
+        let idle = self.ledger.finish(&keys, fail.as_ref().map(|f| f.err));
         if let Some(f) = fail {
             self.stats.failed.fetch_add(1, Relaxed);
             self.correct(f);
+            return;
+        }
+        for (i, k) in keys.iter().enumerate() {
+            if idle & (1 << i) != 0 {
+                self.settler.idle(*k);
+            }
         }
     }
 
