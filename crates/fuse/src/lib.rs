@@ -68,6 +68,7 @@ struct Node {
     handle: Handle,
     /// The file's generation (its birth time folded; 0 until known).
     born: u32,
+    /// (Every entry the kernel gets for this node id carries `sent`.)
     /// The generation the kernel was given with the node id. It stays
     /// what the first entry said (a file made behind the caller is born
     /// unknown and learns its time later: the kernel takes a changed
@@ -380,6 +381,12 @@ impl WalkFuse {
                     // that one's cached pages or attributes as the new
                     // file's. The lookup count is the sum of both (the
                     // kernel forgets each inode under the one node id).
+                    tracing::debug!(
+                        "node {id}: another file of inode {} (generation {:#x}, was {:#x})",
+                        key.1,
+                        born,
+                        n.born
+                    );
                     n.born = born;
                     n.sent = if born == n.sent {
                         born.wrapping_add(1).max(1)

@@ -662,6 +662,10 @@ impl WalkFuse {
         let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
         Some(abi::EntryOut {
             nodeid: ino,
+            // The generation the kernel knows the node by: another would
+            // be another file to it, and the inode its watchers are on
+            // would be dropped as stale.
+            generation: u64::from(n.sent),
             attr: abi::Attr {
                 ino,
                 mode,
