@@ -188,7 +188,9 @@ impl FileSystem for Metered {
     fn getattr_behind(&self, node: NodeId, then: walkfs_fsapi::AttrThen) -> bool {
         let asked = self.fs.getattr_behind(node, then);
         if asked {
+            // Nobody waits for it.
             self.meter.count(Op::Getattr);
+            self.meter.behind.inc();
         }
         asked
     }
