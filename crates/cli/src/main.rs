@@ -1101,8 +1101,14 @@ fn print_stat(ctx: &walkfs_vfs::Ctx, path: &str, nofollow: bool) -> Result<(), S
     let st = ctx
         .statx(AT_FDCWD, path.as_bytes(), flags, libc::STATX_BASIC_STATS)
         .map_err(|e| format!("{path}: {e}"))?;
+    // The birth time, where known, names the file's generation.
+    let born = if st.stx_mask & libc::STATX_BTIME != 0 {
+        format!(" born {}.{:09}", st.stx_btime.tv_sec, st.stx_btime.tv_nsec)
+    } else {
+        String::new()
+    };
     println!(
-        "{path}: mode {:o} nlink {} uid {} gid {} size {} ino {}",
+        "{path}: mode {:o} nlink {} uid {} gid {} size {} ino {}{born}",
         st.stx_mode, st.stx_nlink, st.stx_uid, st.stx_gid, st.stx_size, st.stx_ino
     );
     Ok(())

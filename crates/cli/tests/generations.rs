@@ -95,8 +95,3 @@ fn reused_number_is_another_file(opts: &str) {
 fn a_reused_host_number_is_another_file_through_a_local_mount() {
     reused_number_is_another_file("cache=loose");
 }
-
-#[test]
-fn a_reused_host_number_is_another_file_through_a_coherent_local_mount() {
-    reused_number_is_another_file("cache=coherent");
-}

@@ -131,6 +131,23 @@ fn a_mount_rides_through_server_restarts_and_loses_nothing_it_acknowledged() {
         before.iter().all(|(_, ino)| *ino >= GRANTED),
         "files made through the mount show granted numbers"
     );
+    // What a 9P client is told of some of them, straight from the server:
+    // the number and the birth time (the generation).
+    let told = || -> Vec<String> {
+        (0..N)
+            .step_by(97)
+            .map(|i| {
+                let rel = file(Path::new("/"), i);
+                let o = run(walkfs().arg("9p").arg(&addr).arg("stat").arg(&rel));
+                String::from_utf8_lossy(&o.stdout).trim().to_string()
+            })
+            .collect()
+    };
+    let told_before = told();
+    assert!(
+        told_before.iter().all(|l| l.contains(" born ")),
+        "{told_before:?}"
+    );
     // One more SIGKILL, and a remount: the same numbers. (The mount goes
     // while a server runs: an unmount waits, up to the reconnect bound,
     // for the changes it still owes one.)
@@ -143,6 +160,7 @@ fn a_mount_rides_through_server_restarts_and_loses_nothing_it_acknowledged() {
         before,
         "inode numbers after restarts and a remount"
     );
+    assert_eq!(told(), told_before, "numbers and generations over 9P");
     eprintln!("{stats}");
     drop(m);
     drop(server);

@@ -1322,18 +1322,26 @@ impl FileSystem for P9Fs {
         let Some(need) = self.nodes.lock().need(node.0) else {
             return false;
         };
-        // What is pinned now (the node, or the ancestor a walk starts
-        // from), and the names a walk takes from there.
+        // The fid to start from (the node's, or an ancestor's a walk
+        // starts from), and the names a walk takes from there. It is not
+        // kept pinned: a fid clunked meanwhile fails the request, and one
+        // whose number went to another file answers for another qid path,
+        // which is refused below. (A pin would keep a file the caller
+        // removed open on the server until the next call trims.)
         let (pinned, from, names) = match need {
             Need::Held(fid) => (node.0, fid, Vec::new()),
             Need::Walk {
                 anc, from, names, ..
-            } if names.len() <= p9::MAXWELEM => (anc, from, names),
-            Need::Walk { anc, .. } => {
-                self.nodes.lock().unpin_later(anc);
-                return false;
-            }
+            } => (anc, from, names),
         };
+        let gone = self.nodes.lock().unpin(pinned);
+        if let Some(fid) = gone {
+            self.clunk(fid);
+            return false;
+        }
+        if names.len() > p9::MAXWELEM {
+            return false;
+        }
         let mask = p9::GETATTR_BASIC | p9::GETATTR_BTIME;
         let refs: Vec<&[u8]> = names.iter().map(|n| &**n).collect();
         // The fid a walk makes: clunked by the last request, its number
@@ -1362,11 +1370,7 @@ impl FileSystem for P9Fs {
             attr: Err(Errno::ENOTCONN),
             then: Some(then),
         }));
-        let (nodes, fids, st) = (
-            Arc::clone(&self.nodes),
-            Arc::clone(&self.fids),
-            Arc::clone(&state),
-        );
+        let (fids, st) = (Arc::clone(&self.fids), Arc::clone(&state));
         let sent = self.rpc.send_then(
             &reqs,
             Arc::new(move |i, reply| {
@@ -1397,7 +1401,6 @@ impl FileSystem for P9Fs {
                 if let Some(nf) = walked {
                     fids.free(nf);
                 }
-                nodes.lock().unpin_later(pinned);
                 if let Some(t) = then {
                     t(attr);
                 }
@@ -1410,7 +1413,6 @@ impl FileSystem for P9Fs {
                 if let Some(nf) = walked {
                     self.free_fid(nf);
                 }
-                self.nodes.lock().unpin_later(pinned);
             }
             return false;
         }

@@ -193,27 +193,24 @@ impl Nodes {
         }
     }
 
-    /// [`Nodes::unpin`] where nothing may be sent (the reader thread): a
-    /// fid to clunk waits for the next [`Nodes::trim`].
-    pub fn unpin_later(&mut self, id: u64) {
-        if let Some(fid) = self.unpin(id) {
-            self.done_with.push(fid);
-        }
-    }
-
     /// One user of `id`'s fid is done. Returns a fid to clunk when the
-    /// node was forgotten while in use and this was its last user.
+    /// node was forgotten while in use and this was its last user, or
+    /// when it held a retired fid (see [`Nodes::adopt`]).
     pub fn unpin(&mut self, id: u64) -> Option<u32> {
         let n = self.by_id.get_mut(&id)?;
         n.busy = n.busy.saturating_sub(1);
-        if n.busy == 0 && n.retired != NOFID {
-            self.done_with
-                .push(std::mem::replace(&mut n.retired, NOFID));
+        if n.busy > 0 {
+            return None;
         }
-        if n.busy == 0 && n.lookups == 0 {
+        let retired = std::mem::replace(&mut n.retired, NOFID);
+        if n.lookups == 0 {
+            if retired != NOFID {
+                // Two to clunk: the other one goes at the next trim.
+                self.done_with.push(retired);
+            }
             return self.remove(id);
         }
-        None
+        (retired != NOFID).then_some(retired)
     }
 
     /// A lookup or create found `id` at `name` in `parent` with the new
@@ -535,8 +532,7 @@ mod tests {
         assert_eq!(n.adopt(10, 9, 1, b"b", 102), None);
         assert_eq!(n.by_id[&10].fid, 102);
         assert_eq!(n.by_id[&10].retired, 100);
-        assert_eq!(n.unpin(10), None);
-        assert_eq!(n.trim(), vec![100], "the retired fid is clunked");
+        assert_eq!(n.unpin(10), Some(100), "the retired fid is clunked");
         // Unknown generations never count as another file.
         let _ = n.need(10);
         assert_eq!(n.adopt(10, 0, 1, b"b", 103), Some(103));
