@@ -64,7 +64,7 @@ fn made_and_settled(
     }
     std::os::unix::fs::symlink("f1", sub.join("link")).expect("symlink");
     std::fs::create_dir(sub.join("empty")).expect("mkdir");
-    common::run(std::process::Command::new("sync").arg("-f").arg(&m.mnt));
+    common::run(common::walkfs().arg("sync").arg(&m.mnt));
     // Named, not listed: a listing through the mount brings the server's
     // attributes with it (readdirplus) and would settle them itself.
     let mut names: Vec<PathBuf> = ["sub", "sub/link", "sub/empty"]

@@ -1319,6 +1319,13 @@ impl FileSystem for P9Fs {
     }
 
     fn getattr_behind(&self, node: NodeId, then: walkfs_fsapi::AttrThen) -> bool {
+        // Not while the connection is being made again: the recovery
+        // walks the table's fids to their numbers on the new server, and
+        // a node this let go of meanwhile would free a number the new
+        // server is given (the next file made with it would fail).
+        if self.rpc.is_dead() {
+            return false;
+        }
         let Some(need) = self.nodes.lock().need(node.0) else {
             return false;
         };
