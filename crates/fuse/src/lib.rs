@@ -188,14 +188,6 @@ fn stat_of(ctx: &Ctx, h: &Handle) -> Result<Statx, Errno> {
     )
 }
 
-/// The generation of the file `x` describes (0: birth time unknown).
-fn generation_of_statx(x: &Statx) -> u32 {
-    if x.stx_mask & libc::STATX_BTIME == 0 {
-        return 0;
-    }
-    walkfs_vfs::generation_of(x.stx_btime.tv_sec * 1_000_000_000 + i64::from(x.stx_btime.tv_nsec))
-}
-
 fn key_of(x: &Statx) -> (u64, u64) {
     (
         (u64::from(x.stx_dev_major) << 32) | u64::from(x.stx_dev_minor),
@@ -368,7 +360,7 @@ impl WalkFuse {
     /// from `h` from now on (the name it was found by last).
     fn remember(&self, h: Handle, x: &Statx) -> u64 {
         let key = key_of(x);
-        let born = generation_of_statx(x);
+        let born = walkfs_vfs::generation_of(x.born());
         let mut nodes = self.nodes.write();
         if let Some(id) = nodes.find(key) {
             if let Some(n) = nodes.by_id.get_mut(&id) {

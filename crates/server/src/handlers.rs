@@ -45,16 +45,8 @@ fn qid_raw(mode: u32, path: u64, born: i64) -> Qid {
     }
 }
 
-/// Birth time of `x` in nanoseconds (0: unknown).
-fn born_of(x: &Statx) -> i64 {
-    if x.stx_mask & libc::STATX_BTIME == 0 {
-        return 0;
-    }
-    x.stx_btime.tv_sec * 1_000_000_000 + i64::from(x.stx_btime.tv_nsec)
-}
-
 fn qid_of_statx(inos: &Inos, st: &Statx) -> Qid {
-    qid_of(inos, st.stx_mode as u32, st.stx_ino, born_of(st))
+    qid_of(inos, st.stx_mode as u32, st.stx_ino, st.born())
 }
 
 fn qid_of_step(inos: &Inos, s: &NameStep) -> Qid {
@@ -88,7 +80,7 @@ fn stat_of(inos: &Inos, x: &Statx) -> p9::Stat {
         ctime_nsec: x.stx_ctime.tv_nsec as u64,
         btime_sec: x.stx_btime.tv_sec as u64,
         btime_nsec: u64::from(x.stx_btime.tv_nsec),
-        gen: u64::from(walkfs_vfs::generation_of(born_of(x))),
+        gen: u64::from(walkfs_vfs::generation_of(x.born())),
         ..p9::Stat::default()
     }
 }
@@ -383,7 +375,7 @@ impl Req<'_> {
                 name,
                 || {
                     let (t, x) = make()?;
-                    Ok(((t, x.stx_mode as u32, born_of(&x)), x.stx_ino, born_of(&x)))
+                    Ok(((t, x.stx_mode as u32, x.born()), x.stx_ino, x.born()))
                 },
                 locate,
             );
@@ -395,7 +387,7 @@ impl Req<'_> {
         }
         let there = statx_at(ctx, dir, name).ok();
         let ours = |x: &Statx| {
-            if self.inos().granted_born(x.stx_ino, born_of(x)) == Some(g) {
+            if self.inos().granted_born(x.stx_ino, x.born()) == Some(g) {
                 return true;
             }
             // Made by a server that died before it bound the file?
@@ -408,7 +400,7 @@ impl Req<'_> {
         if let Some(x) = there.filter(ours) {
             tracing::debug!("{}: create of {g:#x} replayed", self.s.peer);
             let t = again(&x)?;
-            return Ok((t, qid_raw(x.stx_mode as u32, g, born_of(&x))));
+            return Ok((t, qid_raw(x.stx_mode as u32, g, x.born())));
         }
         if spent {
             return Err(Errno::EEXIST);

@@ -102,6 +102,16 @@ impl Statx {
         };
     }
 
+    /// The birth time in nanoseconds since the epoch; 0 when unknown
+    /// (`STATX_BTIME` not in `stx_mask`). With the inode number it names
+    /// the file's incarnation ([`crate::generation_of`]).
+    pub fn born(&self) -> i64 {
+        if self.stx_mask & libc::STATX_BTIME == 0 {
+            return 0;
+        }
+        self.stx_btime.tv_sec * 1_000_000_000 + i64::from(self.stx_btime.tv_nsec)
+    }
+
     /// The `struct stat` view.
     pub fn to_stat(&self) -> libc::stat {
         // SAFETY: `struct stat` is plain old data; all-zero is valid.
