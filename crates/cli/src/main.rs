@@ -58,8 +58,14 @@ enum Cmd {
         /// The directory to export (or mem: for an in-memory tree).
         dir: String,
         /// Where to listen: unix:PATH (created mode 0600: only this
-        /// user may connect) or tcp:HOST:PORT. A TCP address other than
-        /// loopback is refused unless --secret-file is given.
+        /// user may connect), tcp:HOST:PORT, or vsock:PORT (every guest
+        /// of this host, or the host from inside a guest; vsock:CID:PORT
+        /// binds one CID). A TCP address other than loopback, and any
+        /// vsock address but the vsock loopback (CID 1), is refused
+        /// unless --secret-file is given. For VM managers with hybrid
+        /// vsock (Firecracker, cloud-hypervisor, QEMU with
+        /// vhost-device-vsock) listen on unix:PATH_PORT, the socket the
+        /// manager forwards a guest's vsock port PORT to.
         #[arg(long, value_name = "ADDR")]
         listen: String,
         /// Clients must show the secret in FILE (8 to 4096 bytes, not
@@ -129,7 +135,7 @@ enum Cmd {
     /// to the server (cache=none); --stats prints the RPCs it took.
     #[command(name = "9p")]
     NineP {
-        /// The server: unix:PATH or tcp:HOST:PORT.
+        /// The server: unix:PATH, tcp:HOST:PORT or vsock:CID:PORT.
         addr: String,
         #[arg(value_enum)]
         op: NineOp,
@@ -149,7 +155,8 @@ enum Cmd {
     Readlink { source: String, path: String },
     /// Mount SOURCE on MOUNTPOINT through FUSE. SOURCE is a local
     /// directory (the vfs over the directory itself), mem: (an empty
-    /// in-memory tree) or a 9P server (unix:PATH, tcp:HOST:PORT).
+    /// in-memory tree) or a 9P server (unix:PATH, tcp:HOST:PORT, or
+    /// vsock:CID:PORT: from a guest, vsock:2:PORT is its host).
     ///
     /// OPTIONS (-o, comma-separated): cache=none|loose|coherent (default
     /// loose): none asks the backend on every lookup and stat; loose keeps
@@ -231,7 +238,7 @@ enum Cmd {
     /// DIR. Runs until killed. For scripts and tools that do not use
     /// inotify.
     Watch {
-        /// A host directory (or unix:PATH / tcp:HOST:PORT of a walkfs
+        /// A host directory (or unix:PATH / tcp:HOST:PORT / vsock:CID:PORT of a walkfs
         /// server, which reports changes without their kind).
         dir: String,
         /// Source options (cache=coherent is implied).
@@ -661,7 +668,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             options,
         } => {
             let addr = walkfs_p9::Addr::parse(&listen).ok_or_else(|| {
-                format!("bad address {listen:?}: want unix:PATH or tcp:HOST:PORT")
+                format!("bad address {listen:?}: want unix:PATH, tcp:HOST:PORT or vsock:[CID:]PORT")
             })?;
             let secret = match &secret_file {
                 Some(f) => Some(
@@ -679,7 +686,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
                      reach it could read and change {dir}.\n\
                      Give --secret-file FILE (clients: walkfs mount -o secret_file=FILE; \
                      Linux: mount -t 9p -o aname=secret=...), or listen on 127.0.0.1 or a \
-                     unix socket."
+                     unix socket (for a VM manager with hybrid vsock: unix:PATH_PORT)."
                 ));
             }
             let opts = SourceOptions::parse(&format!(
@@ -1196,8 +1203,10 @@ fn mount_cmd(
         }
         (Ok(m), None) => m,
         (Err(e), Some(r)) => {
+            // The parent says why (it holds the terminal the user reads);
+            // saying it here too would print it twice, interleaved.
             r.fail(&e);
-            return Err(e);
+            std::process::exit(1);
         }
         (Err(e), None) => return Err(e),
     };
@@ -1347,6 +1356,11 @@ fn stats_cmd(mountpoint: &str, json: bool) -> Result<(), String> {
     ] {
         rows.push(vec!["transport".into(), n.into(), c.to_string()]);
     }
+    rows.push(vec![
+        "transport".into(),
+        "protocol".into(),
+        format!("7.{} flags {:#x}", s.fuse_minor, s.fuse_flags),
+    ]);
     for (n, c) in [
         ("slow_lookups", s.vfs_slow_lookups),
         ("backend_lookups", s.vfs_backend_lookups),

@@ -15,7 +15,8 @@
 //! one, which a handler in that directory may hold).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, OnceLock};
+use std::sync::{mpsc, Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 use walkfs_fusewire::Notifier;
@@ -34,7 +35,16 @@ pub(crate) struct KernelCache {
     pub names: Mutex<HashMap<u64, (u64, Vec<u8>)>>,
     /// Negative entries handed out with a long timeout.
     pub negatives: Mutex<HashSet<(u64, Vec<u8>)>>,
+    /// Settled inodes the kernel did not have yet, to be told again
+    /// (see [`KernelCache::attrs_settled`]): the thread that does it.
+    again: Mutex<Option<mpsc::Sender<u64>>>,
 }
+
+/// The first wait before telling the kernel again of an inode it did
+/// not have; doubled each time, [`AGAIN_TRIES`] times at most (about
+/// 300 ms in all: a reply is long processed by then).
+const AGAIN_STEP: Duration = Duration::from_millis(5);
+const AGAIN_TRIES: u32 = 6;
 
 impl KernelCache {
     pub fn new(nodes: Arc<RwLock<Nodes>>) -> KernelCache {
@@ -43,6 +53,7 @@ impl KernelCache {
             notifier: OnceLock::new(),
             names: Mutex::new(HashMap::new()),
             negatives: Mutex::new(HashSet::new()),
+            again: Mutex::new(None),
         }
     }
 
@@ -98,10 +109,38 @@ impl KernelCache {
     /// The vfs replaced the attributes of inode `ino` with its backend's:
     /// the kernel's copy of them goes (not the page cache: the data is
     /// what it was).
+    ///
+    /// A settle can come before the kernel made the inode at all: the
+    /// reply that hands it out (a MKDIR's, a CREATE's) is written, and the
+    /// kernel makes the inode from it in the caller's task afterwards. An
+    /// invalidation then finds nothing (ENOENT), and the kernel would keep
+    /// the reply's attributes, guessed before the server had them, for
+    /// the whole attribute timeout; so it is sent again a little later.
     pub fn attrs_settled(&self, ino: u64) {
         let Some(n) = self.notifier.get() else { return };
-        if let Some(id) = self.node_of(ino) {
-            let _ = n.inval_inode(id, -1, 0);
+        let Some(id) = self.node_of(ino) else { return };
+        if let Ok(false) = n.inval_inode(id, -1, 0) {
+            self.again(n, id);
+        }
+    }
+
+    fn again(&self, n: &Notifier, id: u64) {
+        let mut again = self.again.lock();
+        if again.is_none() {
+            let (tx, rx) = mpsc::channel();
+            let n = n.clone();
+            match std::thread::Builder::new()
+                .name("fuse-settle-again".into())
+                .spawn(move || tell_again(&n, &rx))
+            {
+                Ok(_) => *again = Some(tx),
+                Err(e) => {
+                    tracing::warn!("cannot start the thread that re-sends invalidations: {e}")
+                }
+            }
+        }
+        if let Some(tx) = &*again {
+            let _ = tx.send(id);
         }
     }
 
@@ -117,6 +156,33 @@ impl KernelCache {
         let negs: Vec<(u64, Vec<u8>)> = self.negatives.lock().drain().collect();
         for (parent, name) in negs {
             let _ = n.inval_entry(parent, &name);
+        }
+    }
+}
+
+/// Invalidate the attributes of each node id `rx` gives, once the kernel
+/// has the inode: while it answers ENOENT, again after a wait that
+/// doubles, [`AGAIN_TRIES`] times.
+fn tell_again(n: &Notifier, rx: &mpsc::Receiver<u64>) {
+    let mut due: Vec<(Instant, u64, u32)> = Vec::new();
+    loop {
+        let next = due.iter().map(|d| d.0).min();
+        let got = match next {
+            Some(t) => rx.recv_timeout(t.saturating_duration_since(Instant::now())),
+            None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        };
+        match got {
+            Ok(id) => due.push((Instant::now() + AGAIN_STEP, id, 1)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        let now = Instant::now();
+        let (ready, wait): (Vec<_>, Vec<_>) = due.drain(..).partition(|d| d.0 <= now);
+        due = wait;
+        for (_, id, tries) in ready {
+            if let (Ok(false), true) = (n.inval_inode(id, -1, 0), tries < AGAIN_TRIES) {
+                due.push((now + AGAIN_STEP * (1 << tries), id, tries + 1));
+            }
         }
     }
 }

@@ -37,7 +37,7 @@ pub fn open_source(source: &str, opts: &MountOptions, via_9p: bool) -> Result<Vf
         Ok(Source::Host(dir)) if dir.is_dir() => {}
         _ => {
             return Err(format!(
-                "{source}: not a directory, mem:, unix:PATH or tcp:HOST:PORT"
+                "{source}: not a directory, mem:, unix:PATH, tcp:HOST:PORT or vsock:CID:PORT"
             ))
         }
     }

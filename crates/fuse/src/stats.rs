@@ -202,6 +202,12 @@ pub struct MountStats {
     pub fuse_via_uring: u64,
     #[serde(default)]
     pub fuse_uring_queues: u64,
+    /// What INIT agreed with the kernel: the protocol's minor version
+    /// (7.x) and the flags.
+    #[serde(default)]
+    pub fuse_minor: u32,
+    #[serde(default)]
+    pub fuse_flags: u64,
     /// The vfs's dentry cache: lookups that missed the lock-free path,
     /// lookups that reached the backend, negative entries made.
     pub vfs_slow_lookups: u64,
@@ -334,6 +340,8 @@ impl MountStats {
             s.fuse_via_dev = i.dev_requests.load(Relaxed);
             s.fuse_via_uring = i.uring_requests.load(Relaxed);
             s.fuse_uring_queues = i.uring_queues.load(Relaxed) as u64;
+            s.fuse_minor = i.minor.load(Relaxed);
+            s.fuse_flags = i.flags.load(Relaxed);
         }
         if let Some(f) = vfs.p9_fid_stats() {
             s.resources.extend([

@@ -66,6 +66,64 @@ pub mod init {
     pub const OVER_IO_URING: u64 = 1 << 41;
 }
 
+/// What a released Linux kernel offers in INIT: its protocol minor
+/// version and the `init` flags its `fuse_send_init` may set (those that
+/// depend on its configuration, DAX, passthrough or io_uring, counted as
+/// offered when the kernel has them at all). From the change log in
+/// `include/uapi/linux/fuse.h`: flags are numbered in the order they were
+/// added, so each kernel offers the bits below a mark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelAbi {
+    /// `5.15`, `6.1`, ...
+    pub name: &'static str,
+    pub minor: u32,
+    pub flags: u64,
+}
+
+/// Every bit below `1 << n`.
+const fn below(n: u32) -> u64 {
+    (1u64 << n) - 1
+}
+
+/// The kernels of the distributions people run VMs with, oldest first:
+/// Debian 11 (5.10), Ubuntu 22.04 (5.15), Debian 12 (6.1), Ubuntu 24.04
+/// (6.8).
+pub const KERNELS: [KernelAbi; 4] = [
+    // 7.32: up to SUBMOUNTS (bit 27).
+    KernelAbi {
+        name: "5.10",
+        minor: 32,
+        flags: below(28),
+    },
+    // 7.34: + HANDLE_KILLPRIV_V2, SETXATTR_EXT.
+    KernelAbi {
+        name: "5.15",
+        minor: 34,
+        flags: below(30),
+    },
+    // 7.37: + INIT_EXT with flags2: SECURITY_CTX, HAS_INODE_DAX.
+    KernelAbi {
+        name: "6.1",
+        minor: 37,
+        flags: below(31) | 1 << 32 | 1 << 33,
+    },
+    // 7.39: + CREATE_SUPP_GROUP, HAS_EXPIRE_ONLY, DIRECT_IO_ALLOW_MMAP
+    // (PASSTHROUGH came in 6.9, OVER_IO_URING in 6.14).
+    KernelAbi {
+        name: "6.8",
+        minor: 39,
+        flags: below(31) | 0x1f << 32,
+    },
+];
+
+impl KernelAbi {
+    /// The kernel called `name` in [`KERNELS`] (`6.1`, or `linux-6.1`).
+    pub fn named(name: &str) -> Option<&'static KernelAbi> {
+        let n = name.strip_prefix("linux-").unwrap_or(name);
+        KERNELS.iter().find(|k| k.name == n)
+    }
+}
+
 /// `fuse_setattr_in.valid` bits.
 pub mod fattr {
     pub const MODE: u32 = 1 << 0;

@@ -25,7 +25,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -91,7 +91,17 @@ pub struct Config {
     /// Background requests (read-ahead, write-back) the kernel may have
     /// in flight.
     pub max_background: u16,
+    /// Test mode: answer INIT as if the kernel were this older one,
+    /// offering only its flags and speaking its minor version (the real
+    /// kernel then holds to what was agreed). `None`: the environment's
+    /// [`AS_KERNEL_ENV`], if set, else the kernel as it is.
+    pub as_kernel: Option<&'static abi::KernelAbi>,
 }
+
+/// The environment variable that names the kernel a session answers
+/// INIT as ([`Config::as_kernel`]): `5.10`, `5.15`, `6.1` or `6.8`. It
+/// reaches every mount a test starts, in process or not.
+pub const AS_KERNEL_ENV: &str = "WALKFS_FUSE_AS_KERNEL";
 
 impl Default for Config {
     fn default() -> Config {
@@ -100,6 +110,7 @@ impl Default for Config {
             transport: Transport::Auto,
             max_write: 1 << 20,
             max_background: 64,
+            as_kernel: None,
         }
     }
 }
@@ -113,6 +124,9 @@ pub struct SessionInfo {
     pub uring_requests: AtomicU64,
     /// io_uring queues registered (0: `/dev/fuse` only).
     pub uring_queues: AtomicUsize,
+    /// What INIT agreed: the protocol's minor version and the flags.
+    pub minor: AtomicU32,
+    pub flags: AtomicU64,
 }
 
 /// Send notifications to the kernel (cache invalidations).
@@ -122,7 +136,9 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    fn send(&self, code: i32, parts: &[&[u8]]) -> io::Result<()> {
+    /// Whether the kernel held what was invalidated (`false`: it had
+    /// nothing there, `ENOENT`, which is no failure).
+    fn send(&self, code: i32, parts: &[&[u8]]) -> io::Result<bool> {
         let body: usize = parts.iter().map(|p| p.len()).sum();
         let h = abi::OutHeader {
             len: (std::mem::size_of::<abi::OutHeader>() + body) as u32,
@@ -132,15 +148,17 @@ impl Notifier {
         let mut iov = vec![iovec(h.as_bytes())];
         iov.extend(parts.iter().map(|p| iovec(p)));
         match writev(self.fd.as_raw_fd(), &iov) {
-            // The kernel no longer holds what was invalidated.
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-            r => r,
+            Ok(()) => Ok(true),
+            // The kernel does not hold what was invalidated (any more, or
+            // yet: it makes an inode from a reply after the reply).
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
         }
     }
 
     /// Forget name `name` in directory `parent` (its entry, or its
-    /// negative entry).
-    pub fn inval_entry(&self, parent: u64, name: &[u8]) -> io::Result<()> {
+    /// negative entry). `Ok(false)`: the kernel had none.
+    pub fn inval_entry(&self, parent: u64, name: &[u8]) -> io::Result<bool> {
         let n = abi::NotifyInvalEntry {
             parent,
             namelen: name.len() as u32,
@@ -151,7 +169,8 @@ impl Notifier {
 
     /// Forget node `ino`'s attributes and its pages from `off` for `len`
     /// bytes (0: to the end; a negative `off`: attributes only).
-    pub fn inval_inode(&self, ino: u64, off: i64, len: i64) -> io::Result<()> {
+    /// `Ok(false)`: the kernel has no such inode.
+    pub fn inval_inode(&self, ino: u64, off: i64, len: i64) -> io::Result<bool> {
         let n = abi::NotifyInvalInode { ino, off, len };
         self.send(abi::notify::INVAL_INODE, &[n.as_bytes()])
     }
@@ -247,7 +266,19 @@ pub struct Session<F: Filesystem> {
 }
 
 impl<F: Filesystem> Session<F> {
-    pub fn new(fs: F, fd: OwnedFd, cfg: Config) -> Result<Session<F>, String> {
+    pub fn new(fs: F, fd: OwnedFd, mut cfg: Config) -> Result<Session<F>, String> {
+        if cfg.as_kernel.is_none() {
+            if let Some(name) = std::env::var(AS_KERNEL_ENV).ok().filter(|n| !n.is_empty()) {
+                cfg.as_kernel = Some(abi::KernelAbi::named(&name).ok_or_else(|| {
+                    let known: Vec<_> = abi::KERNELS.iter().map(|k| k.name).collect();
+                    format!(
+                        "{AS_KERNEL_ENV}={name}: not a kernel whose FUSE offer is known \
+                         (known: {})",
+                        known.join(", ")
+                    )
+                })?);
+            }
+        }
         if cfg.transport == Transport::Uring && !uring_enabled() {
             return Err(format!(
                 "FUSE over io_uring is off in this kernel: it needs Linux 6.14 or later \
@@ -372,6 +403,16 @@ impl<F: Filesystem> Shared<F> {
         if offered & init::INIT_EXT != 0 {
             offered |= u64::from(i.flags2) << 32;
         }
+        // The test mode: only what the older kernel would have offered,
+        // in its version of the protocol (INIT_EXT, and with it flags2,
+        // goes for kernels before 5.17).
+        let minor = match self.cfg.as_kernel {
+            Some(k) => {
+                offered &= k.flags;
+                i.minor.min(k.minor)
+            }
+            None => i.minor,
+        };
         let mut want = self.fs.init(offered)
             | init::ASYNC_READ
             | init::BIG_WRITES
@@ -386,7 +427,7 @@ impl<F: Filesystem> Shared<F> {
         let max_pages = self.cfg.max_write.div_ceil(page).clamp(1, 256);
         let o = abi::InitOut {
             major: 7,
-            minor: i.minor.min(42),
+            minor: minor.min(42),
             max_readahead: i.max_readahead.min(self.cfg.max_write),
             flags: flags as u32,
             flags2: (flags >> 32) as u32,
@@ -407,8 +448,17 @@ impl<F: Filesystem> Shared<F> {
             return 0;
         }
         // Before 7.23 the reply was 24 bytes long.
-        let len = if i.minor < 23 { 24 } else { o.as_bytes().len() };
+        let len = if minor < 23 { 24 } else { o.as_bytes().len() };
         out.extend_from_slice(&o.as_bytes()[..len]);
+        self.info.minor.store(o.minor, Relaxed);
+        self.info.flags.store(flags, Relaxed);
+        tracing::info!(
+            kernel_minor = i.minor,
+            minor = o.minor,
+            flags = format_args!("{flags:#x}"),
+            as_kernel = self.cfg.as_kernel.map(|k| k.name),
+            "FUSE INIT agreed"
+        );
         self.uring.store(flags & init::OVER_IO_URING != 0, Relaxed);
         if self.cfg.transport == Transport::Uring && flags & init::OVER_IO_URING == 0 {
             tracing::warn!("the kernel did not offer FUSE over io_uring: serving /dev/fuse");

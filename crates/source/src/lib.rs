@@ -4,8 +4,8 @@
 //!
 //! A source ([`Source::parse`]) is
 //! - `mem:`: an empty in-memory tree (memfs);
-//! - `unix:PATH` or `tcp:HOST:PORT`: the export of a 9P2000.L server
-//!   (`walkfs serve`, diod), through the 9P client;
+//! - `unix:PATH`, `tcp:HOST:PORT` or `vsock:CID:PORT`: the export of a
+//!   9P2000.L server (`walkfs serve`, diod), through the 9P client;
 //! - anything else: a host directory (hostfs).
 //!
 //! Options are given as one `name=value,...` string
@@ -51,19 +51,19 @@ pub use walkfs_server::SERVE_DENTRIES;
 pub enum Source {
     /// `mem:`: an empty in-memory tree.
     Mem,
-    /// `unix:PATH` or `tcp:HOST:PORT`: a 9P2000.L server.
+    /// `unix:PATH`, `tcp:HOST:PORT` or `vsock:CID:PORT`: a 9P2000.L server.
     P9(Addr),
     /// Anything else: a host directory.
     Host(PathBuf),
 }
 
 impl Source {
-    /// What `source` names. A `unix:` or `tcp:` prefix with no usable
+    /// What `source` names. A `unix:`, `tcp:` or `vsock:` prefix with no usable
     /// address after it is `EINVAL` (not a host directory of that name).
     pub fn parse(source: &str) -> Result<Source> {
         if source == "mem:" {
             Ok(Source::Mem)
-        } else if source.starts_with("unix:") || source.starts_with("tcp:") {
+        } else if Addr::claims(source) {
             Addr::parse(source).map(Source::P9).ok_or(Errno::EINVAL)
         } else {
             Ok(Source::Host(PathBuf::from(source)))
@@ -381,12 +381,17 @@ mod tests {
             Source::parse("tcp:127.0.0.1:564"),
             Ok(Source::P9(Addr::Tcp(_)))
         ));
+        assert_eq!(
+            Source::parse("vsock:2:5640"),
+            Ok(Source::P9(Addr::Vsock { cid: 2, port: 5640 }))
+        );
         assert_eq!(Source::parse("unix:"), Err(Errno::EINVAL));
+        assert_eq!(Source::parse("vsock:guest:1"), Err(Errno::EINVAL));
         assert_eq!(
             Source::parse("/srv/data"),
             Ok(Source::Host(PathBuf::from("/srv/data")))
         );
-        for s in ["mem:", "unix:/run/w.sock", "/srv/data"] {
+        for s in ["mem:", "unix:/run/w.sock", "vsock:3:564", "/srv/data"] {
             assert_eq!(Source::parse(s).unwrap().to_string(), s);
         }
     }

@@ -343,7 +343,7 @@ impl P9Fs {
         }
     }
 
-    /// Connect to `addr` (`unix:PATH` or `tcp:HOST:PORT`) and attach;
+    /// Connect to `addr` (`unix:PATH`, `tcp:HOST:PORT`, `vsock:CID:PORT`) and attach;
     /// with [`Config::reconnect`], dial `addr` again whenever the
     /// connection drops (recover.rs).
     pub fn connect(addr: &str, cfg: &Config) -> Result<P9Fs> {

@@ -65,7 +65,20 @@ impl Mount {
     }
 
     fn with_args(src: &Path, mnt: &Path, opts: &str, extra: &[&str]) -> Mount {
+        Mount::with_env(src, mnt, opts, extra, &[])
+    }
+
+    /// A mount whose daemon runs with `env` set (`--via-9p` in `extra`
+    /// for the whole stack).
+    pub fn with_env(
+        src: &Path,
+        mnt: &Path,
+        opts: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Mount {
         let o = walkfs()
+            .envs(env.iter().copied())
             .arg("mount")
             .arg(src)
             .arg(mnt)

@@ -245,6 +245,7 @@ impl Ctx {
 
     /// Apply `set` to the node at `c` and refresh the cache from the result.
     pub(super) fn setattr(&self, c: Cur, set: &SetAttr) -> Res<()> {
+        let _later = crate::writeback::SettleLater::new();
         let inner = self.inner();
         let s = inner.dc.inode_snap(c.ino).ok_or(Step::Restart)?;
         let fs = inner.sb(s.sb())?;

@@ -120,6 +120,7 @@ impl Ctx {
         mode: u32,
         flags: i32,
     ) -> Res<(Cur, FileHandle)> {
+        let _later = crate::writeback::SettleLater::new();
         self.check_writable()?;
         let ds = self.may_create(dir)?;
         let (owner, mode) = self.new_owner(&ds, mode, false);
@@ -136,6 +137,7 @@ impl Ctx {
 
     /// `mkdirat(dirfd, path, mode)`.
     pub fn mkdirat<'h>(&self, dirfd: impl Into<At<'h>>, path: &[u8], mode: u32) -> Result<()> {
+        let _later = crate::writeback::SettleLater::new();
         let dirfd = dirfd.into();
         self.run(|| {
             let (dir, last, _trailing) = self.lookup_parent(dirfd, path)?;
@@ -188,6 +190,7 @@ impl Ctx {
         newdirfd: impl Into<At<'h>>,
         linkpath: &[u8],
     ) -> Result<()> {
+        let _later = crate::writeback::SettleLater::new();
         let newdirfd = newdirfd.into();
         if target.is_empty() {
             return Err(Errno::ENOENT);
@@ -223,6 +226,7 @@ impl Ctx {
         mode: u32,
         dev: u64,
     ) -> Result<()> {
+        let _later = crate::writeback::SettleLater::new();
         let dirfd = dirfd.into();
         let kind = match mode & libc::S_IFMT {
             0 | libc::S_IFREG => libc::S_IFREG,
@@ -281,6 +285,7 @@ impl Ctx {
         newpath: &[u8],
         flags: i32,
     ) -> Result<()> {
+        let _later = crate::writeback::SettleLater::new();
         let (olddirfd, newdirfd) = (olddirfd.into(), newdirfd.into());
         check_at_flags(flags, libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH)?;
         self.run(|| {

@@ -153,6 +153,7 @@ impl Ctx {
     }
 
     fn write_at(&self, fd: i32, data: &[u8], off: Option<u64>) -> Result<usize> {
+        let _later = crate::writeback::SettleLater::new();
         let (file, s, flags) = self.io_file(fd)?;
         if flags as i32 & O_ACCMODE == libc::O_RDONLY {
             return Err(Errno::EBADF);
@@ -348,6 +349,7 @@ impl Ctx {
 
     /// `ftruncate(fd, len)`.
     pub fn ftruncate(&self, fd: i32, len: i64) -> Result<()> {
+        let _later = crate::writeback::SettleLater::new();
         if len < 0 {
             return Err(Errno::EINVAL);
         }

@@ -48,8 +48,9 @@ impl Ctx {
             if behind {
                 // Its link count and ctime, as the server will have them
                 // (no round trip for them, and none for a file that now
-                // has no name to be walked to by).
-                w.touched(dc, victim.ino, Ctx::now(), -1, 0);
+                // has no name to be walked to by). Its mtime stays: an
+                // unlink changes the file's inode, not its contents.
+                w.ctime_changed(dc, victim.ino, Ctx::now(), -1);
             } else {
                 w.mark_stale(dc, victim.ino);
             }
@@ -67,6 +68,7 @@ impl Ctx {
 
     /// `unlinkat(dirfd, path, flags)`; flag `AT_REMOVEDIR`.
     pub fn unlinkat<'h>(&self, dirfd: impl Into<At<'h>>, path: &[u8], flags: i32) -> Result<()> {
+        let _later = crate::writeback::SettleLater::new();
         let dirfd = dirfd.into();
         check_at_flags(flags, libc::AT_REMOVEDIR)?;
         let rmdir = flags & libc::AT_REMOVEDIR != 0;

@@ -32,6 +32,7 @@ impl Ctx {
         newpath: &[u8],
         flags: u32,
     ) -> Result<()> {
+        let _later = crate::writeback::SettleLater::new();
         let (olddirfd, newdirfd) = (olddirfd.into(), newdirfd.into());
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
             || flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0

@@ -40,6 +40,11 @@ struct State {
     inflight: usize,
     /// Changes in flight per inode.
     pending: HashMap<Key, u32>,
+    /// Per inode: vfs calls that sent a change of it behind and have not
+    /// finished their own bookkeeping of it yet ([`Ledger::hold`]). Not
+    /// waited for by `wait_for`/`wait_all` (the call holding may be the
+    /// one waiting); only the settling of attributes waits for them.
+    held: HashMap<Key, u32>,
     /// Per inode: its latest failure.
     errs: HashMap<Key, Failure>,
     /// The latest failure of all.
@@ -150,9 +155,39 @@ impl Ledger {
         waited
     }
 
-    /// Has inode `key` a change in flight?
+    /// Has inode `key` a change in flight, or a call that sent one still
+    /// updating the cache after it?
     pub fn pending(&self, key: Key) -> bool {
-        self.lock().pending.contains_key(&key)
+        let st = self.lock();
+        st.pending.contains_key(&key) || st.held.contains_key(&key)
+    }
+
+    /// A vfs call sent changes of `keys` behind and updates the cached
+    /// attributes for them after sending: until [`Ledger::release`], the
+    /// keys do not count as idle (a backend's answer taken in between
+    /// would have the update applied on top of it a second time).
+    pub fn hold(&self, keys: &[Key]) {
+        let mut st = self.lock();
+        for k in keys {
+            *st.held.entry(*k).or_insert(0) += 1;
+        }
+    }
+
+    /// The call of a [`Ledger::hold`] is done; which of `keys` are idle
+    /// now (bit `i` for `keys[i]`), as [`Ledger::finish`] returns.
+    pub fn release(&self, keys: &[Key]) -> u32 {
+        let mut st = self.lock();
+        let mut idle = 0;
+        for (i, k) in keys.iter().enumerate() {
+            if let Some(n) = st.held.get_mut(k) {
+                *n -= 1;
+                if *n == 0 {
+                    st.held.remove(k);
+                    idle |= u32::from(!st.pending.contains_key(k)) << i;
+                }
+            }
+        }
+        idle
     }
 
     /// A change counted against `keys` finished; `fail`: it was refused.
@@ -167,7 +202,7 @@ impl Ledger {
                 *n -= 1;
                 if *n == 0 {
                     st.pending.remove(k);
-                    idle |= 1 << i;
+                    idle |= u32::from(!st.held.contains_key(k)) << i;
                 }
             }
         }

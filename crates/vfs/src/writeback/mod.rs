@@ -65,6 +65,53 @@ const MAX_FILES: usize = 64;
 /// How long a piece may wait before it is sent.
 pub(crate) const MAX_AGE: Duration = Duration::from_millis(20);
 
+/// The vfs calls running on this thread (nested: a call may make
+/// another), and the keys of the changes they sent behind, held until the
+/// outermost returns.
+struct Later {
+    depth: u32,
+    held: Vec<(Arc<Shared>, Keys)>,
+}
+
+thread_local! {
+    static LATER: std::cell::RefCell<Later> =
+        const { std::cell::RefCell::new(Later { depth: 0, held: Vec::new() }) };
+}
+
+/// A vfs call that sends changes behind and then updates the cached
+/// attributes itself (a link count down after an unlink, a size up after
+/// a write): while it lives, the inodes of the changes it sent do not
+/// count as idle, so their attributes are not settled from the backend
+/// until the update is made. Without it a change that completes before
+/// the call's update would be settled first and then counted twice (an
+/// unlink of one of two names showed a link count of 0).
+pub(crate) struct SettleLater(());
+
+impl SettleLater {
+    pub(crate) fn new() -> SettleLater {
+        LATER.with(|l| l.borrow_mut().depth += 1);
+        SettleLater(())
+    }
+}
+
+impl Drop for SettleLater {
+    fn drop(&mut self) {
+        let held = LATER.with(|l| {
+            let mut l = l.borrow_mut();
+            l.depth -= 1;
+            if l.depth == 0 {
+                std::mem::take(&mut l.held)
+            } else {
+                Vec::new()
+            }
+        });
+        for (sh, keys) in held {
+            let idle = sh.ledger.release(&keys);
+            sh.settle(&keys, idle);
+        }
+    }
+}
+
 /// An inode as its backend knows it: (superblock, node).
 pub(crate) type Key = (usize, u64);
 
@@ -294,6 +341,18 @@ impl WriteBack {
         if sh.ledger.begin(&keys_of(sb, keys), MAX_INFLIGHT) {
             sh.stats.waits.fetch_add(1, Relaxed);
         }
+        // Sent from inside a vfs call that updates the cache after this
+        // returns: the keys are not idle until it is done (SettleLater).
+        let inside = LATER.with(|l| {
+            let mut l = l.borrow_mut();
+            if l.depth > 0 {
+                l.held.push((Arc::clone(sh), keys_of(sb, keys)));
+            }
+            l.depth > 0
+        });
+        if inside {
+            sh.ledger.hold(&keys_of(sb, keys));
+        }
         sh.stats.submitted.fetch_add(1, Relaxed);
         let node = keys[0].unwrap_or(0);
         let shared = Arc::clone(sh);
@@ -368,6 +427,12 @@ impl Shared {
             self.correct(f);
             return;
         }
+        self.settle(&keys, idle);
+    }
+
+    /// Ask the backend about the `keys` that went idle (bit `i` of `idle`
+    /// for `keys[i]`).
+    fn settle(&self, keys: &Keys, idle: u32) {
         for (i, k) in keys.iter().enumerate() {
             if idle & (1 << i) != 0 {
                 self.settler.idle(*k);

@@ -178,6 +178,13 @@ fn answer(inner: &Arc<Inner>, key: Key, before: &InodeSnap, attr: &Attr) {
         // Another file under the node id: a lookup sorts that out.
         return;
     }
+    tracing::debug!(
+        node = key.1,
+        nlink = attr.nlink,
+        was_nlink = now.nlink,
+        size = attr.size,
+        "settled"
+    );
     w.refresh(dc, idx, attr);
     drop(w);
     wb.shared.settler.settled.fetch_add(1, Relaxed);
