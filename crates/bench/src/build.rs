@@ -99,6 +99,9 @@ pub(crate) enum Kind {
         via_9p: bool,
         /// Run with [`BuildOpts::baseline`] instead of [`BuildOpts::walkfs`].
         baseline: bool,
+        /// The mount answers FUSE's INIT as this older kernel would have
+        /// asked (`WALKFS_FUSE_AS_KERNEL`): what a guest running it gets.
+        as_kernel: Option<&'static str>,
     },
     Bindfs,
     Sshfs,
@@ -134,6 +137,7 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
                 delay_us: 0,
                 via_9p: false,
                 baseline: false,
+                as_kernel: None,
             },
         });
     }
@@ -154,6 +158,7 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
                     delay_us: opts.slow_us,
                     via_9p: false,
                     baseline: false,
+                    as_kernel: None,
                 },
             });
         }
@@ -181,6 +186,7 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
                     opts,
                     delay_us,
                     via_9p,
+                    as_kernel,
                     ..
                 } => Some(Config {
                     name: format!("{}@baseline", c.name),
@@ -189,6 +195,7 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
                         delay_us,
                         via_9p,
                         baseline: true,
+                        as_kernel,
                     },
                 }),
                 _ => None,
@@ -488,6 +495,7 @@ pub(crate) fn mount(
             opts: o,
             delay_us,
             baseline,
+            as_kernel,
             ..
         } if *delay_us > 0 => {
             let exe = exe_of(opts, *baseline);
@@ -497,6 +505,7 @@ pub(crate) fn mount(
             let server = crate::proc::walkfs_serve(exe, src, &sock, &["--reply-delay-us", &delay])?;
             m.children.push(server);
             sh(Command::new(exe)
+                .envs(as_kernel.map(|k| ("WALKFS_FUSE_AS_KERNEL", k)))
                 .args(["mount", &addr])
                 .arg(mnt)
                 .args(["-o", o]))?;
@@ -505,9 +514,11 @@ pub(crate) fn mount(
             opts: o,
             baseline,
             via_9p,
+            as_kernel,
             ..
         } => {
             let mut cmd = Command::new(exe_of(opts, *baseline));
+            cmd.envs(as_kernel.map(|k| ("WALKFS_FUSE_AS_KERNEL", k)));
             cmd.arg("mount").arg(src).arg(mnt).args(["-o", o]);
             if *via_9p {
                 cmd.arg("--via-9p");

@@ -119,6 +119,7 @@ fn configs(opts: &WorkloadOpts) -> Vec<Config> {
             delay_us,
             via_9p: name.contains("-9p"),
             baseline: false,
+            as_kernel: None,
         },
     };
     let mut v = vec![
@@ -178,6 +179,39 @@ fn configs(opts: &WorkloadOpts) -> Vec<Config> {
         let nosettle = format!("walkfs-loose-nosettle-{d}us");
         if opts.fs.contains(&nosettle) {
             v.push(walkfs(&nosettle, "cache=loose,negtimeout=-1,settle=0", d));
+        }
+    }
+    // CONFIG-as-K, when named: CONFIG mounted as a guest running Linux
+    // K would mount it (FUSE's INIT answered as K asked, K one of
+    // walkfs_fusewire's KERNELS).
+    for name in &opts.fs {
+        let Some((base, k)) = name.rsplit_once("-as-") else {
+            continue;
+        };
+        let Some(k) = walkfs_fusewire::abi::KernelAbi::named(k) else {
+            continue;
+        };
+        let Some(c) = v.iter().find(|c| c.name == base).cloned() else {
+            continue;
+        };
+        if let Kind::Walkfs {
+            opts,
+            delay_us,
+            via_9p,
+            baseline,
+            ..
+        } = c.kind
+        {
+            v.push(Config {
+                name: name.clone(),
+                kind: Kind::Walkfs {
+                    opts,
+                    delay_us,
+                    via_9p,
+                    baseline,
+                    as_kernel: Some(k.name),
+                },
+            });
         }
     }
     if !opts.fs.is_empty() {

@@ -140,6 +140,10 @@ impl MountOptions {
                 "dev" | "nodev" | "suid" | "nosuid" | "exec" | "noexec" | "auto" | "noauto"
                 | "user" | "nouser" | "_netdev" | "nofail" | "defaults" | "atime" | "noatime"
                 | "relatime" => {}
+                // For other programs (systemd's x-systemd.automount,
+                // x-systemd.requires=..., x-mount.mkdir): mount(8) hands
+                // them to helpers, and helpers leave them alone.
+                _ if k.starts_with("x-") => {}
                 _ => vfs_opts.push(kv),
             }
         }
@@ -222,6 +226,12 @@ mod tests {
         assert!(o.source.vfs.read_only);
         assert!(MountOptions::parse("bogus=1").is_err());
         assert!(MountOptions::parse("threads=0").is_err());
+        // An fstab line for systemd: its options and mount(8)'s are not ours.
+        let o = MountOptions::parse(
+            "_netdev,nofail,x-systemd.automount,x-systemd.requires=vsock.service,cache=coherent",
+        )
+        .unwrap();
+        assert_eq!(o.cache, CachePolicy::Coherent);
         assert!(MountOptions::parse("").unwrap().default_permissions);
         assert!(
             !MountOptions::parse("no_default_permissions")
