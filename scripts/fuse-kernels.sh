@@ -72,8 +72,8 @@ steps=()
 [ $pjd = 1 ] && steps+=(pjdfstest-loose pjdfstest-coherent-9p)
 for k in "${ks[@]}"; do
     if [ $tests = 1 ]; then
-        step "$k" fusewire-tests cargo test --release -p walkfs-fusewire --tests
-        step "$k" cli-tests cargo test --release -p walkfs-cli --tests
+        step "$k" fusewire-tests cargo test --release --no-fail-fast -p walkfs-fusewire --tests
+        step "$k" cli-tests cargo test --release --no-fail-fast -p walkfs-cli --tests
     fi
     if [ $pjd = 1 ]; then
         step "$k" pjdfstest-loose bash scripts/pjdfstest.sh "${folders[@]}"

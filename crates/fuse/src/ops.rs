@@ -120,11 +120,21 @@ impl Filesystem for WalkFuse {
     fn handle(&self, req: &Request, op: Operation<'_>, out: &mut Vec<u8>) -> Result<(), i32> {
         let _t = counted(&op).map(|o| self.counters.start(o));
         let ino = req.nodeid;
+        // A change of the file's data the host will report back: once
+        // made, the host's size and mtime are recorded, so that its
+        // report is told from another writer's change right after it.
+        let mut stamp = false;
         if self.replay.is_some() {
             if let Some(r) = self.replayed(req, &op, out) {
                 return r.map_err(|e| e.0);
             }
             self.mine(ino, &op);
+            stamp = match op {
+                Operation::Write { .. } => true,
+                Operation::Setattr(ref a) => a.size.is_some(),
+                Operation::Open { flags } => flags & libc::O_TRUNC != 0,
+                _ => false,
+            };
         }
         let r = match op {
             Operation::Lookup { name } => self.lookup(req, ino, name, out),
@@ -338,6 +348,9 @@ impl Filesystem for WalkFuse {
             Operation::Interrupt | Operation::Destroy => Ok(()),
             Operation::Other(_) => Err(Errno::ENOSYS),
         };
+        if stamp && r.is_ok() {
+            self.mine_written(ino);
+        }
         r.map_err(|e| e.0)
     }
 }

@@ -218,6 +218,14 @@ impl Replayer {
         closed.insert(ino, (Instant::now(), stamp));
     }
 
+    /// Is a size and mtime of `ino` recorded within [`OWN_FOR`]?
+    fn stamped(&self, ino: u64) -> bool {
+        self.closed
+            .lock()
+            .get(&ino)
+            .is_some_and(|(t, _)| t.elapsed() < OWN_FOR)
+    }
+
     /// Is a report of `ino`'s data (at `path`) the echo of the kernel's
     /// passthrough writes before a recent close: does the host still
     /// have the size and mtime it had at that close?
@@ -561,14 +569,22 @@ impl ChangeSink for Replayer {
                     // kernel itself: what the host reports of it while it
                     // is open is taken for the mount's own. Node ids are
                     // inode numbers where they can be.)
-                    if self.is_mine(&Own::Inode(*ino), how.what) || self.pt.backed(*ino) {
+                    // A data change with the host's size and mtime recorded
+                    // after the mount's own last write (mine_written) is
+                    // the mount's own while the host still has them, and
+                    // another writer's otherwise, however soon after.
+                    let data = how.what != What::Attrib;
+                    let stamped = data && self.stamped(*ino);
+                    if self.pt.backed(*ino)
+                        || (!stamped && self.is_mine(&Own::Inode(*ino), how.what))
+                    {
                         continue;
                     }
                     let Some(seen) = at else { continue };
                     let Some(path) = self.rel_path(seen.dir.0, &seen.name) else {
                         continue;
                     };
-                    if how.what != What::Attrib && self.written_before_close(*ino, &path) {
+                    if data && self.written_before_close(*ino, &path) {
                         continue;
                     }
                     self.flush_from();
@@ -701,6 +717,33 @@ impl WalkFuse {
         if let (Some(rp), Some(ino)) = (&self.replay, self.ino_of(id)) {
             let mtime = a.mtime as i64 * 1_000_000_000 + i64::from(a.mtimensec);
             rp.closed(ino, (a.size, mtime));
+        }
+    }
+
+    /// This request changed node `id`'s data: record the size and mtime
+    /// the host now has, as at the close of a passthrough file, so that
+    /// a report of the data is the mount's own echo only while the host
+    /// still has them (another writer's change a moment later is
+    /// replayed). Only where the backend is the host's own file.
+    pub(crate) fn mine_written(&self, id: u64) {
+        let (Some(rp), Some(ino)) = (&self.replay, self.ino_of(id)) else {
+            return;
+        };
+        let Ok(Some(fd)) = self.node(id).and_then(|h| self.base.backend_fd(&h)) else {
+            return;
+        };
+        // SAFETY: all-zero is a valid `stat`; fstat fills it from an open
+        // descriptor (an O_PATH one too).
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `fd` is open for the call; `st` is valid for writes.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0 {
+            rp.closed(
+                ino,
+                (
+                    st.st_size as u64,
+                    st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
+                ),
+            );
         }
     }
 
