@@ -162,7 +162,7 @@ impl Ctx {
         let fs = inner.sb(s.sb())?;
         let ino = IIdx(file.inode.load(Relaxed));
         let fh = FileHandle(file.fh.load(Relaxed));
-        let behind = inner.defers(&*fs);
+        let mut behind = inner.defers(&*fs);
         let mut pos = file.pos.lock();
         let at = if flags as i32 & libc::O_APPEND == 0 {
             off.unwrap_or(*pos)
@@ -176,6 +176,9 @@ impl Ctx {
         if !data.is_empty() {
             self.kill_privs(ino)?;
         }
+        // Past the size every file system takes, the backend's EFBIG is
+        // the caller's to hear.
+        behind &= at.saturating_add(data.len() as u64) <= crate::writeback::BEHIND_MAX_SIZE;
         let n = if behind {
             let d = DIdx(file.dentry.load(Relaxed));
             inner.write_behind(&*fs, s.sb(), s.node, fh, at, data, d)?;
@@ -371,7 +374,13 @@ impl Ctx {
         // attributes are cached (its set-id bits were dealt with above):
         // the outcome is the new size and the current time.
         let cur = inner.dc.inode_snap(ino).ok_or(Errno::EAGAIN)?;
-        if inner.defers(&*fs) && cur.fresh() && cur.node == s.node {
+        // (Not past the size every file system takes: the backend's EFBIG
+        // is the caller's to hear, as Linux's ftruncate returns it.)
+        if inner.defers(&*fs)
+            && cur.fresh()
+            && cur.node == s.node
+            && len as u64 <= crate::writeback::BEHIND_MAX_SIZE
+        {
             let d = DIdx(file.dentry.load(Relaxed));
             inner.setattr_behind(&*fs, s.sb(), s.node, set, d)?;
             let now = Ctx::now();

@@ -62,6 +62,11 @@ const MAX_PIECE: usize = 256 * 1024;
 const DIRECT: usize = 64 * 1024;
 /// Files with a piece gathering before all are sent.
 const MAX_FILES: usize = 64;
+/// Writes and truncates that end past this size wait for the backend: a
+/// file system refuses sizes past its own limit with EFBIG, which a
+/// caller answered at once would hear only at close. 16 GiB is the
+/// smallest limit of the file systems in use (ext4 with 1 KiB blocks).
+pub(crate) const BEHIND_MAX_SIZE: u64 = 16 << 30;
 /// How long a piece may wait before it is sent.
 pub(crate) const MAX_AGE: Duration = Duration::from_millis(20);
 
