@@ -38,10 +38,10 @@ fn file_numbered(dir: &Path, ino: u64) -> PathBuf {
 }
 
 /// A file read through the mount is deleted on the host and its number
-/// given to a new file. `host_fds=1` lets walkfs keep no descriptor of it
-/// (as for most files of a tree larger than the descriptor cache), so the
-/// host can reuse the number. Through the mount the new file is itself,
-/// and the old name, still cached by a loose mount, never shows the new
+/// given to a new file. `host_fds=1` and `io_fds=1` let walkfs keep no
+/// descriptor of it (as for most files of a tree larger than the
+/// descriptor caches), so the host can reuse the number. Through the
+/// mount the new file is itself, and the old name, still cached by a loose mount, never shows the new
 /// file's bytes or attributes: it shows the old file's or an error, as
 /// NFS gives `ESTALE`.
 fn reused_number_is_another_file(opts: &str) {
@@ -53,7 +53,11 @@ fn reused_number_is_another_file(opts: &str) {
     for i in 0..4 {
         std::fs::write(d.src.join(format!("other-{i}")), b"x").expect("write other");
     }
-    let opts = format!("{opts},host_fds=1");
+    // io_fds=1: without passthrough (a guest's kernel, or
+    // WALKFS_FUSE_AS_KERNEL) reads go through one open file per recently
+    // read node, kept after the reader closed; the read of another file
+    // below lets `old` go.
+    let opts = format!("{opts},host_fds=1,io_fds=1");
     let _m = Mount::new(&d.src, &d.mnt, &opts);
     assert_eq!(std::fs::read(d.mnt.join("old")).expect("read old"), OLD);
     let ino = std::fs::metadata(d.mnt.join("old"))
@@ -68,6 +72,7 @@ fn reused_number_is_another_file(opts: &str) {
     for i in 0..4 {
         std::fs::metadata(d.mnt.join(format!("other-{i}"))).expect("stat other");
     }
+    std::fs::read(d.mnt.join("other-0")).expect("read other");
 
     std::fs::remove_file(d.src.join("old")).expect("host unlink");
     let new = file_numbered(&d.src, ino);

@@ -53,10 +53,8 @@ pub use walkfs_vfs::CachePolicy;
 pub(crate) const ROOT: u64 = 1;
 
 /// Descriptors the mount may hold in the vfs: the open files of zero-
-/// message I/O (`IO_FDS`), plus one per file the kernel has open.
+/// message I/O (`io_fds`), plus one per file the kernel has open.
 const MAX_FDS: usize = 1 << 18;
-/// Open files kept for I/O the kernel sends without a handle.
-const IO_FDS: usize = 256;
 
 /// What a node id stands for.
 struct Node {
@@ -242,7 +240,7 @@ impl WalkFuse {
         });
         Ok(WalkFuse {
             root,
-            io: fds::Cache::new(IO_FDS),
+            io: fds::Cache::new(opts.io_fds),
             closer,
             vfs,
             base,
@@ -528,7 +526,7 @@ impl WalkFuse {
         let resources = vec![
             ("nodes".to_string(), nodes),
             ("io_fds".to_string(), self.io.len() as u64),
-            ("io_fds_max".to_string(), IO_FDS as u64),
+            ("io_fds_max".to_string(), self.opts.io_fds as u64),
             (
                 "listing_with_attrs".to_string(),
                 u64::from(self.bare.attrs_mode()),

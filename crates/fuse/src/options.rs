@@ -26,6 +26,10 @@ pub struct MountOptions {
     pub read_only: bool,
     /// Worker threads of the FUSE session.
     pub threads: usize,
+    /// Open files kept for the I/O the kernel sends without an open
+    /// (FUSE's no-open mode): one per file recently read or written.
+    /// Each keeps its host file, deleted or not, until it is let go.
+    pub io_fds: usize,
     /// How requests travel: FUSE over io_uring where the kernel offers
     /// it (`auto`), `/dev/fuse` only (`dev`), or io_uring (`uring`).
     pub transport: Transport,
@@ -58,13 +62,16 @@ pub struct MountOptions {
 /// until memory pressure or an invalidation long before that).
 const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// Default number of open files kept for FUSE's no-open I/O.
+pub const IO_FDS: usize = 256;
+
 /// Default bound on the mount daemon's vfs cache.
 pub const MOUNT_DENTRIES: u32 = 262_144;
 
 impl MountOptions {
     /// Parse `name[=value],...`. FUSE options: `allow_other`,
     /// `default_permissions` (on unless `no_default_permissions`),
-    /// `ro`/`rw`, `threads=N`, `transport=auto|dev|uring`, `bare=0|1`,
+    /// `ro`/`rw`, `threads=N`, `io_fds=N`, `transport=auto|dev|uring`, `bare=0|1`,
     /// `passthrough=0|1`, `writeback_cache=0|1`, `events=0|1`,
     /// `entry_timeout=S`, `attr_timeout=S` (seconds; defaults follow the
     /// cache mode). Everything else is a vfs option (`cache`,
@@ -78,6 +85,7 @@ impl MountOptions {
         // access(2) answered without a round trip to us.
         let (mut allow_other, mut default_permissions, mut read_only) = (false, true, false);
         let mut threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
+        let mut io_fds = IO_FDS;
         let (mut entry, mut attr) = (None, None);
         let mut transport = Transport::Auto;
         let mut bare_listings = true;
@@ -105,6 +113,13 @@ impl MountOptions {
                         .ok()
                         .filter(|n| *n > 0)
                         .ok_or_else(|| format!("bad threads {v:?}"))?
+                }
+                "io_fds" => {
+                    io_fds = v
+                        .parse()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| format!("bad io_fds {v:?}: 1 or more"))?
                 }
                 "transport" => transport = v.parse()?,
                 "bare" => {
@@ -176,6 +191,7 @@ impl MountOptions {
             default_permissions,
             read_only: source.vfs.read_only,
             threads,
+            io_fds,
             transport,
             bare_listings,
             passthrough,
