@@ -56,6 +56,8 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 here=$repo/scripts/kernel-9p
 work=$repo/target/kernel-9p
+# shellcheck source=scripts/guest-lib.sh
+. "$repo/scripts/guest-lib.sh"
 
 usage() {
     sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -100,30 +102,13 @@ t_start=$(date +%s)
 mkdir -p "$work"
 
 # ------------------------------------------------------------------ packages
-need=()
-command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
-command -v debootstrap >/dev/null || need+=(debootstrap)
-command -v mke2fs >/dev/null && command -v debugfs >/dev/null || need+=(e2fsprogs)
-command -v perl >/dev/null || need+=(perl)
-command -v timeout >/dev/null || need+=(coreutils)
-[ -e /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)
+mapfile -t need < <(guest_image_tools)
 pjd_tar=
 if [ "$pjd" = 1 ]; then
-    pjd_tar=$(ls "$repo"/../shared/tools/pjdfstest-*.tar.gz 2>/dev/null | head -n 1 || true)
-    if [ -n "$pjd_tar" ]; then
-        for c in autoreconf:autoconf automake:automake gcc:gcc make:make; do
-            command -v "${c%%:*}" >/dev/null || need+=("${c#*:}")
-        done
-    else
-        echo "kernel-9p: no ../shared/tools/pjdfstest-*.tar.gz: pjdfstest SKIPPED (basic tests only)"
-    fi
+    guest_pjd_tar kernel-9p "basic tests only"
+    [ -z "$pjd_tar" ] || mapfile -t -O ${#need[@]} need < <(guest_pjd_tools)
 fi
-if [ ${#need[@]} -gt 0 ]; then
-    echo "== apt-get install ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get -o DPkg::Lock::Timeout=600 update -qq
-    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+guest_apt_install "${need[@]}"
 
 # -------------------------------------------------------------------- walkfs
 walkfs=${WALKFS:-$PWD/target/release/walkfs}
@@ -136,93 +121,21 @@ cp "$walkfs" "$work/walkfs.tmp" && mv -f "$work/walkfs.tmp" "$work/walkfs"
 walkfs_ver="$(stat -c '%y' "$walkfs" | cut -d. -f1) sha256:$(sha256sum "$work/walkfs" | cut -c1-12)"
 
 # --------------------------------------------------------------- guest image
-# The bookworm mirror the host's apt uses (deb822 .sources or one-line .list).
-host_mirror() {
-    local f
-    {
-        for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-            [ -f "$f" ] || continue
-            awk '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }
-                               if ($(i + 1) == "bookworm") print $i }' "$f"
-        done
-        for f in /etc/apt/sources.list.d/*.sources; do
-            [ -f "$f" ] || continue
-            awk -v RS= '{
-                n = split($0, L, "\n"); types = uris = suites = ""; enabled = "yes"
-                for (j = 1; j <= n; j++) {
-                    if (L[j] ~ /^Types:/) types = L[j]
-                    else if (L[j] ~ /^URIs:/) uris = L[j]
-                    else if (L[j] ~ /^Suites:/) suites = L[j]
-                    else if (L[j] ~ /^Enabled:/) enabled = L[j]
-                }
-                if (types ~ /[: ]deb( |$)/ && suites ~ /[: ]bookworm( |$)/ && enabled !~ /no/) {
-                    sub(/^URIs:[ \t]*/, "", uris); split(uris, U, /[ \t]+/); print U[1]
-                }
-            }' "$f"
-        done
-    } | head -n 1
-}
-
 img=$work/rootfs.img
 guest_pkgs=linux-image-amd64,initramfs-tools,perl,gcc,make,libc6-dev,openssl,kmod,util-linux,mount,procps,e2fsprogs
-if [ ! -s "$img" ] || [ ! -s "$work/vmlinuz" ] || [ ! -s "$work/initrd.img" ]; then
-    mirror=${KERNEL9P_MIRROR:-$(host_mirror)}
-    [ -n "$mirror" ] || { echo "kernel-9p: no bookworm mirror in /etc/apt/sources.list{,.d/*}; set KERNEL9P_MIRROR" >&2; exit 2; }
-    rootfs=$work/rootfs
-    rm -rf "$rootfs" "$img" "$work/vmlinuz" "$work/initrd.img"
-    echo "== debootstrap --variant=minbase bookworm (the host's mirror) -> $rootfs"
-    t0=$(date +%s)
-    debootstrap --variant=minbase --include="$guest_pkgs" bookworm "$rootfs" "$mirror" \
-        >"$work/debootstrap.log" 2>&1 || {
-        tail -n 30 "$work/debootstrap.log" >&2
-        exit 1
-    }
-    cp "$(ls "$rootfs"/boot/vmlinuz-* | sort -V | tail -n 1)" "$work/vmlinuz"
-    cp "$(ls "$rootfs"/boot/initrd.img-* | sort -V | tail -n 1)" "$work/initrd.img"
-    install -m 0755 "$here/init.sh" "$rootfs/walkfs-test.sh"
-    mkdir -p "$rootfs/mnt/9p" "$rootfs/mnt/ext4"
-    echo walkfs-guest >"$rootfs/etc/hostname"
-    rm -f "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*_Packages
-    echo "== mke2fs -t ext4 -d rootfs $img 3G"
-    mke2fs -q -t ext4 -L walkfs-root -d "$rootfs" "$img.tmp" 3G
-    mv "$img.tmp" "$img"
-    rm -rf "$rootfs"
-    echo "== guest image built in $(($(date +%s) - t0)) s: $img, kernel $(debugfs -R 'ls /boot' "$img" 2>/dev/null | grep -o 'vmlinuz-[^ ]*' | head -n 1)"
-fi
+guest_build_image kernel-9p "$work" "$guest_pkgs" "$here/init.sh" KERNEL9P_MIRROR /mnt/9p /mnt/ext4
 # The image's /walkfs-test.sh is the bootstrap in scripts/kernel-9p/init.sh;
-# refresh it in place if that file changed (no loop mount: debugfs).
-if ! cmp -s <(debugfs -R 'cat /walkfs-test.sh' "$img" 2>/dev/null) "$here/init.sh"; then
-    debugfs -w -R 'rm /walkfs-test.sh' "$img" >/dev/null 2>&1 || true
-    debugfs -w -R "write $here/init.sh /walkfs-test.sh" "$img" >/dev/null 2>&1
-    debugfs -w -R 'sif /walkfs-test.sh mode 0100755' "$img" >/dev/null 2>&1
-fi
+# refresh it in place if that file changed.
+guest_refresh_init "$img" "$here/init.sh"
 
 # ------------------------------------------------ pjdfstest and payload disk
 # The payload disk (/dev/vdc in the guest) is a plain tar: the guest side
-# of this script and, with --pjdfstest, pjdfstest built here (the host is
-# bookworm too: same glibc as the guest).
+# of this script and, with --pjdfstest, pjdfstest built here.
 payload=$work/payload
 rm -rf "$payload" && mkdir -p "$payload"
 cp "$here/guest.sh" "$here/relay.pl" "$payload/"
-if [ -n "$pjd_tar" ]; then
-    pjd_build=$work/pjdfstest-build
-    stamp="$(basename "$pjd_tar") $(stat -c %s "$pjd_tar")"
-    if [ ! -x "$pjd_build/pjdfstest/pjdfstest" ] || [ "$(cat "$pjd_build/stamp" 2>/dev/null)" != "$stamp" ]; then
-        echo "== building pjdfstest ($(basename "$pjd_tar"))"
-        rm -rf "$pjd_build" && mkdir -p "$pjd_build"
-        tar xzf "$pjd_tar" -C "$pjd_build"
-        (cd "$pjd_build/pjdfstest" && autoreconf -ifs && ./configure && make pjdfstest) >"$pjd_build/build.log" 2>&1 || {
-            tail -n 30 "$pjd_build/build.log" >&2
-            exit 1
-        }
-        echo "$stamp" >"$pjd_build/stamp"
-    fi
-    mkdir -p "$payload/pjdfstest"
-    cp -a "$pjd_build/pjdfstest/pjdfstest" "$pjd_build/pjdfstest/tests" "$payload/pjdfstest/"
-fi
-tar -cf "$work/payload.tar" -C "$payload" .
-# A raw disk is read in 512-byte sectors: pad the tar to a whole number.
-truncate -s %1M "$work/payload.tar"
+[ -z "$pjd_tar" ] || guest_pjdfstest "$pjd_tar" "$work/pjdfstest-build" "$payload/pjdfstest"
+guest_payload_tar "$payload" "$work/payload.tar"
 
 # ------------------------------------------------------------------- the runs
 serve_pid=
