@@ -61,6 +61,62 @@ const WATCHDOG: Duration = Duration::from_secs(1);
 fn tree_dev(tree: &Path) -> Option<u64> {
     std::fs::metadata(tree).ok().map(|m| m.dev())
 }
+/// Do watchers of `tree` hear of every writer's changes? A local file
+/// system's inotify does; so does a walkfs mount with `cache=coherent`,
+/// which replays other writers' changes on the mount. A network file
+/// system, or a FUSE one of another kind (virtiofs, sshfs), shows only
+/// what this machine did: answering from its events would leave `git
+/// status` stale after an edit made elsewhere.
+fn sees_others(tree: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    const FUSE: i64 = 0x6573_5546;
+    // NFS, SMB, CIFS, SMB2, 9P, Ceph, AFS, Coda.
+    const REMOTE: [i64; 8] = [
+        0x6969,
+        0x517B,
+        0xFF53_4D42,
+        0xFE53_4D42,
+        0x0102_1997,
+        0x00C3_6400,
+        0x5346_414F,
+        0x7375_7245,
+    ];
+    let Ok(c) = std::ffi::CString::new(tree.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: all-zero is a valid statfs; statfs fills it from a C string.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a C string, `st` valid for writes.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    let kind = st.f_type as i64;
+    if kind == FUSE {
+        return coherent_walkfs_mount(tree);
+    }
+    !REMOTE.contains(&kind)
+}
+
+/// Is `tree` inside a walkfs mount with `cache=coherent`? Its daemon
+/// answers the statistics ioctl on the mount's root: the topmost
+/// directory above `tree` on the same device.
+fn coherent_walkfs_mount(tree: &Path) -> bool {
+    let Some(dev) = tree_dev(tree) else {
+        return false;
+    };
+    let mut root = tree.to_path_buf();
+    while let Some(up) = root.parent().filter(|p| tree_dev(p) == Some(dev)) {
+        root = up.to_path_buf();
+    }
+    let mut buf = vec![0u8; walkfs_fuse::STATS_MAX];
+    let Ok(n) = crate::mount_ioctl(&root.to_string_lossy(), walkfs_fuse::STATS_IOCTL, &mut buf)
+    else {
+        return false;
+    };
+    buf.truncate(n);
+    serde_json::from_slice::<walkfs_fuse::MountStats>(&buf).is_ok_and(|s| s.coherent)
+}
+
 /// The cookies' names start so (in the git directory, which is listed
 /// to nobody: git ignores what changes in it).
 const COOKIE: &str = "walkfs-fsmonitor-cookie-";
@@ -239,6 +295,9 @@ struct Daemon {
     id: String,
     log: Mutex<Log>,
     seen: Condvar,
+    /// The tree's file system shows this machine only its own changes
+    /// (see [`sees_others`]): every answer is `/`.
+    blind: bool,
 }
 
 impl Daemon {
@@ -294,7 +353,7 @@ impl Daemon {
         let mut out = format!("walkfs:{}:{}", self.id, log.seq).into_bytes();
         out.push(0);
         match from {
-            Some(n) if synced && n >= log.since => {
+            Some(n) if synced && n >= log.since && !self.blind => {
                 for (p, _) in log.paths.iter().filter(|(_, &s)| s > n) {
                     out.extend_from_slice(p.as_bytes());
                     out.push(0);
@@ -434,7 +493,16 @@ pub fn daemon() -> Result<(), String> {
             waiting: HashMap::new(),
         }),
         seen: Condvar::new(),
+        blind: !sees_others(&tree),
     });
+    if d.blind {
+        tracing::warn!(
+            "fsmonitor: {} is on a file system that does not report other machines' \
+             changes (a network or FUSE file system other than a walkfs mount with \
+             cache=coherent): every answer is \"look at everything\"",
+            tree.display()
+        );
+    }
     let each = Arc::clone(&d);
     let dir = tree.to_string_lossy().into_owned();
     let _vfs = watch::follow(&dir, "", move |e| each.record(e))?;

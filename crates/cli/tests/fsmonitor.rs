@@ -287,3 +287,28 @@ fn the_daemons_go_with_the_mount() {
         common::wait_until("the daemon went with its mount", || daemons(&mnt) == 0);
     }
 }
+
+/// A mount that hears only its own changes (walkfs with `cache=loose`;
+/// virtiofs, NFS and the like alike): the host's edits never reach its
+/// watchers, so no list of changes can be trusted and every answer is
+/// "look at everything" (a virtiofs guest's `git status` with the hook
+/// missed a host edit before).
+#[test]
+fn on_a_mount_deaf_to_other_writers_every_answer_is_everything() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some((src, mnt, run)) = setup(tmp.path()) else {
+        return;
+    };
+    let _m = common::Mount::new(&src, &mnt, "cache=loose");
+    let t = Tree {
+        dir: mnt.clone(),
+        run,
+    };
+    let _stop = StopDaemon(&t);
+    repo(&t);
+    let (t0, first) = t.hook("");
+    assert_eq!(first, ["/"]);
+    write(&src.join("a"), "edited on the host\n");
+    let (_, again) = t.hook(&t0);
+    assert_eq!(again, ["/"], "a loose mount cannot know of the host's edit");
+}
