@@ -116,6 +116,40 @@ if [ "$want_walkfs" = 1 ]; then
     fi
 fi
 
+# -------------------------------------------- walkfs serve on vsock itself
+# The host has no vsock loopback; the guest's kernel has one
+# (vsock_loopback): `walkfs serve --listen vsock:1:PORT` and a mount of it
+# check the server's own AF_VSOCK listener, and a listener on every CID
+# without a secret must be refused (any guest or the host could connect).
+if [ "$want_walkfs" = 1 ]; then
+    modprobe vsock_loopback 2>/dev/null || say "DETAIL modprobe vsock_loopback failed"
+    mkdir -p /tmp/vl-export /mnt/l
+    echo "made in the export" >/tmp/vl-export/seed
+    walkfs serve /tmp/vl-export --listen vsock:1:5700 >"$R/vsock-serve.log" 2>&1 &
+    spid=$!
+    for _ in $(seq 1 100); do
+        grep -q 'serving .* on vsock:1:5700' "$R/vsock-serve.log" && break
+        sleep 0.1
+    done
+    lres=fail
+    if walkfs mount vsock:1:5700 /mnt/l -o cache=coherent 2>"$R/vsock-mount.err" &&
+        [ "$(cat /mnt/l/seed 2>/dev/null)" = "made in the export" ] &&
+        echo via-vsock >/mnt/l/new && walkfs sync /mnt/l &&
+        [ "$(cat /tmp/vl-export/new 2>/dev/null)" = via-vsock ]; then
+        lres=ok
+    fi
+    say "LISTEN vsock-loopback result=$lres listen=vsock:1:5700 $(tr '\n' ' ' <"$R/vsock-mount.err" | cut -c1-200)"
+    umount /mnt/l 2>/dev/null
+    kill "$spid" 2>/dev/null
+    if timeout 10 walkfs serve /tmp/vl-export --listen vsock:5701 2>"$R/vsock-refuse.err"; then
+        say "LISTEN vsock-any-cid-without-secret result=fail served"
+    elif grep -q 'refusing' "$R/vsock-refuse.err"; then
+        say "LISTEN vsock-any-cid-without-secret result=ok refused"
+    else
+        say "LISTEN vsock-any-cid-without-secret result=fail $(tr '\n' ' ' <"$R/vsock-refuse.err" | cut -c1-200)"
+    fi
+fi
+
 # ------------------------------------------------------------------- tests
 # Each runs with set -e in a subshell; ok = exit status 0. (No `a && b` or
 # `! a` for checks: set -e ignores failures there.)

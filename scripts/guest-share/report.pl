@@ -45,11 +45,12 @@ sub slurp {
 }
 
 # ---------------------------------------------------------------- console
-my (%mount, %ev, %evend, %res, %fsm, %pjd, %pjdskip, @notok, @fatal, @detail, $kernel, $probe, $end, $begin);
+my (%listen, %mount, %ev, %evend, %res, %fsm, %pjd, %pjdskip, @notok, @fatal, @detail, $kernel, $probe, $end, $begin);
 for my $l (slurp($o{console})) {
     $l =~ s/\r//g;
     if ($l =~ /^\@\@WALKFS-BEGIN (.*)/) { $begin = $1; ($kernel) = $l =~ /kernel=(\S+)/ }
     elsif ($l =~ /^\@\@WALKFS-PROBE vsock result=(\S+)(.*)/) { $probe = "$1$2" }
+    elsif ($l =~ /^\@\@WALKFS-LISTEN (\S+) result=(\S+)(.*)/) { $listen{$1} = "$2$3" }
     elsif ($l =~ /^\@\@WALKFS-MOUNT fs=(\S+) result=(\S+)(.*)/) { $mount{$1} = { ok => $2 eq 'ok', line => "$2$3" } }
     elsif ($l =~ /^\@\@WALKFS-EV fs=(\S+) tool=(\S+) ?(.*)$/) { push @{ $ev{$1}{$2} }, $3 }
     elsif ($l =~ /^\@\@WALKFS-EVENTS-END fs=(\S+) tool=(\S+) lines=(\d+)/) { $evend{$1}{$2} = $3 }
@@ -146,6 +147,11 @@ for my $fs ('walkfs', 'virtiofs') {
     }
 }
 push @bad, 'vsock probe (socat): ' . ($probe // 'not run') unless ($probe // '') =~ /^ok/;
+if ($o{'use-walkfs'}) {
+    for my $k ('vsock-loopback', 'vsock-any-cid-without-secret') {
+        push @bad, "walkfs serve --listen: $k: " . ($listen{$k} // 'not run') unless ($listen{$k} // '') =~ /^ok/;
+    }
+}
 push @bad, "the guest did not finish (qemu exit $o{'qemu-rc'})" unless $end && $o{'qemu-rc'} == 0;
 push @bad, "guest: $_" for @fatal;
 
@@ -162,6 +168,7 @@ sub table {
 }
 push @md, "guest-share: kernel " . ($kernel // '?') . ", walkfs $o{walkfs}, boot $o{secs} s (qemu exit $o{'qemu-rc'})";
 push @md, "vsock probe (socat): " . ($probe // 'not run');
+push @md, "walkfs serve --listen in the guest: " . join('; ', map { "$_ $listen{$_}" } sort keys %listen) if %listen;
 push @md, "mounts: " . join('; ', map { "$_ " . ($mount{$_} ? $mount{$_}{line} : 'not tried') } sort keys %mount);
 push @md, '';
 push @md, table(['transport', 'mount', 'host events', 'guest events', 'equal?', 'pjdfstest', 'git', 'fsmonitor', 'node fs.watch'], @rows);
