@@ -145,3 +145,17 @@ guest_payload_tar() {
     tar -cf "$2" -C "$1" .
     truncate -s %1M "$2"
 }
+
+# guest_walkfs WORK: the walkfs binary the guest gets (WALKFS, default
+# target/release/walkfs, built when missing), copied to WORK/walkfs (a
+# rebuild may replace the original while the guest runs); sets walkfs and
+# walkfs_ver (its build time and the copy's sha256).
+guest_walkfs() {
+    walkfs=${WALKFS:-$repo/target/release/walkfs}
+    if [ ! -x "$walkfs" ]; then
+        echo "== cargo build --release -p walkfs-cli"
+        (cd "$repo" && cargo build --release -p walkfs-cli --quiet)
+    fi
+    cp "$walkfs" "$1/walkfs.tmp" && mv -f "$1/walkfs.tmp" "$1/walkfs"
+    walkfs_ver="$(stat -c '%y' "$walkfs" | cut -d. -f1) sha256:$(sha256sum "$1/walkfs" | cut -c1-12)"
+}

@@ -137,14 +137,7 @@ for tool in vhost-device-vsock virtiofsd; do
 done
 
 # -------------------------------------------------------------------- walkfs
-walkfs=${WALKFS:-$PWD/target/release/walkfs}
-if [ ! -x "$walkfs" ]; then
-    echo "== cargo build --release -p walkfs-cli"
-    cargo build --release -p walkfs-cli --quiet
-fi
-# Run a copy: a rebuild may replace the binary while the guest runs.
-cp "$walkfs" "$work/walkfs.tmp" && mv -f "$work/walkfs.tmp" "$work/walkfs"
-walkfs_ver="$(stat -c '%y' "$walkfs" | cut -d. -f1) sha256:$(sha256sum "$work/walkfs" | cut -c1-12)"
+guest_walkfs "$work"
 if [ "$use_walkfs" = 1 ] && ! { "$work/walkfs" mount --help 2>&1; "$work/walkfs" --help 2>&1; } | grep -qi vsock; then
     echo "guest-share: $walkfs knows no vsock (walkfs mount --help); --no-walkfs runs the probe and virtiofs only" >&2
     exit 2

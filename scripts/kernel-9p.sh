@@ -111,14 +111,7 @@ fi
 guest_apt_install "${need[@]}"
 
 # -------------------------------------------------------------------- walkfs
-walkfs=${WALKFS:-$PWD/target/release/walkfs}
-if [ ! -x "$walkfs" ]; then
-    echo "== cargo build --release -p walkfs-cli"
-    cargo build --release -p walkfs-cli --quiet
-fi
-# Run a copy: a rebuild may replace the binary while the guest runs.
-cp "$walkfs" "$work/walkfs.tmp" && mv -f "$work/walkfs.tmp" "$work/walkfs"
-walkfs_ver="$(stat -c '%y' "$walkfs" | cut -d. -f1) sha256:$(sha256sum "$work/walkfs" | cut -c1-12)"
+guest_walkfs "$work"
 
 # --------------------------------------------------------------- guest image
 img=$work/rootfs.img
