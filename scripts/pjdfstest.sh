@@ -258,6 +258,12 @@ if [ $mounted = 1 ]; then
         lost=1
     fi
     rmdir "$work" 2>/dev/null   # left for inspection if the tests left anything in it
+    if [[ ",$opts," == *,transport=uring,* ]]; then
+        # Asked for the ring: show that the run's requests took it.
+        via=$("$walkfs" stats "$mnt" --json 2>/dev/null | grep -o '"fuse_via_uring":[0-9]*' | cut -d: -f2)
+        echo "pjdfstest: requests served over io_uring: ${via:-none}"
+        [ "${via:-0}" -gt 0 ] || { echo "pjdfstest: transport=uring, but no request came over io_uring" >&2; lost=1; }
+    fi
     cleanup
 fi
 

@@ -49,6 +49,34 @@ bash scripts/pjdfstest.sh -o cache=none mknod mkfifo rename chmod
 # cache=coherent through the 9P stack: leases, closes that do not wait.
 bash scripts/pjdfstest.sh -o cache=coherent --via-9p mknod mkfifo rename chmod
 
+echo "== FUSE over io_uring: the FUSE mount tests and a pjdfstest subset, the kernel's enable_uring on for them"
+# Off by default in the kernel, so without this the ring is never used by
+# a test. Turned on for this step only and put back as it was, whatever
+# happens. WALKFS_FUSE_TRANSPORT=uring makes every mount of the step use
+# the ring or fail (none quietly falls back to /dev/fuse).
+uring_param=/sys/module/fuse/parameters/enable_uring
+modprobe fuse 2>/dev/null || true
+if [ -w "$uring_param" ]; then
+    uring_was=$(cat "$uring_param")
+    trap 'echo "$uring_was" > "$uring_param"' EXIT
+    echo Y >"$uring_param"
+    (
+        export WALKFS_FUSE_TRANSPORT=uring
+        cargo test --release -p walkfs-fusewire --test mount 2>&1 | grep -E '^test |test result|panicked' || exit 1
+        cargo test --release -p walkfs-cli --test mount --test coherent --test settle \
+            --test generations --test confinement 2>&1 | tee target/test-uring.log |
+            grep -E 'test result|panicked|FAILED' || exit 1
+        bash scripts/pjdfstest.sh -o transport=uring rename chmod
+    )
+    echo "$uring_was" >"$uring_param"
+    trap - EXIT
+elif [ -n "${CI:-}${WALKFS_REQUIRE_ALL:-}" ]; then
+    echo "test.sh: $uring_param is missing or not writable: this kernel has no FUSE over io_uring (6.14+)" >&2
+    exit 1
+else
+    echo "SKIP: FUSE over io_uring: $uring_param is missing or not writable"
+fi
+
 if [ "${WALKFS_SKIP_FUZZ:-0}" != 1 ]; then
     echo "== fuzzing, a fixed time each: the 9P codec, the server's sessions"
     bash scripts/fuzz.sh decode "${WALKFS_FUZZ_SECONDS:-45}"

@@ -35,8 +35,7 @@ fn vm(pid: u32, key: &str) -> u64 {
 
 #[test]
 fn a_burst_of_100k_host_changes_reaches_every_watcher_or_overflows() {
-    if Command::new("inotifywait").arg("--help").output().is_err() {
-        eprintln!("SKIP: inotifywait (inotify-tools) is not installed");
+    if !walkfs_testkit::need_program("inotifywait", "--help", "inotify-tools") {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");

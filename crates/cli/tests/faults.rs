@@ -371,7 +371,7 @@ fn host_mount(args: &[&str], at: &Path) -> Option<HostMount> {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipped: cannot mount {args:?} (not root?)");
+        walkfs_testkit::skip(&format!("cannot mount {args:?} (not root?)"));
     }
     ok.then(|| HostMount(at.to_path_buf()))
 }
@@ -449,7 +449,7 @@ fn chattr(flag: &str, dir: &Path) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipped: chattr {flag} {} failed", dir.display());
+        walkfs_testkit::skip(&format!("chattr {flag} {} failed", dir.display()));
     }
     ok
 }

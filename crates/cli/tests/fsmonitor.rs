@@ -71,8 +71,7 @@ impl Drop for StopDaemon<'_> {
 }
 
 fn setup(tmp: &Path) -> Option<(PathBuf, PathBuf, PathBuf)> {
-    if Command::new("git").arg("--version").output().is_err() {
-        eprintln!("SKIP: git is not installed");
+    if !walkfs_testkit::need_program("git", "--version", "git") {
         return None;
     }
     let (src, mnt, run) = (tmp.join("src"), tmp.join("mnt"), tmp.join("run"));

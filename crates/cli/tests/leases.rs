@@ -12,11 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::{run, serve_with, wait_until, walkfs, Kill, Mount};
 
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// A served directory and a coherent mount of it, the link 200 µs away.
 /// Fields drop in order: the mount before its server (a mount whose
 /// server is gone waits, up to its reconnect bound, for the changes it
@@ -32,8 +27,7 @@ struct Setup {
 
 /// `None` (and a line saying so) where the test cannot run: not root.
 fn setup(extra_serve: &[&str]) -> Option<Setup> {
-    if !root() {
-        eprintln!("skipped: needs root (FUSE mounts, fanotify permission events)");
+    if !walkfs_testkit::need_root("FUSE mounts, fanotify permission events") {
         return None;
     }
     let t = tempfile::tempdir().expect("tmp");

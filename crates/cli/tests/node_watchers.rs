@@ -18,7 +18,7 @@ const PACKAGE_JSON: &str = include_str!("node/package.json");
 /// The watcher script, beside chokidar when `with_chokidar`.
 fn setup(with_chokidar: bool) -> Option<PathBuf> {
     let Ok(v) = Command::new("node").arg("--version").output() else {
-        eprintln!("SKIP: node is not installed");
+        walkfs_testkit::skip("node is not installed (Debian package nodejs)");
         return None;
     };
     // fs.watch is recursive on Linux from node 19.1 (v20.20.2).
@@ -27,7 +27,10 @@ fn setup(with_chokidar: bool) -> Option<PathBuf> {
     let major: u32 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
     let minor: u32 = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
     if !with_chokidar && (major, minor) < (19, 1) {
-        eprintln!("SKIP: node {} has no recursive fs.watch on Linux", v.trim());
+        walkfs_testkit::skip(&format!(
+            "node {} has no recursive fs.watch on Linux (19.1 or later has)",
+            v.trim()
+        ));
         return None;
     }
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("node-watchers");
@@ -41,7 +44,7 @@ fn setup(with_chokidar: bool) -> Option<PathBuf> {
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
-            eprintln!("SKIP: npm could not install chokidar");
+            walkfs_testkit::skip("npm could not install chokidar");
             return None;
         }
     }

@@ -99,8 +99,7 @@ fn events(w: &Inotifywait, root: &Path) -> Vec<String> {
 /// one watched through the mount `mount` makes of it (given the
 /// directory, the mount point and a scratch directory): equal lists.
 fn differential(mount: impl FnOnce(&Path, &Path, &Path) -> Box<dyn std::any::Any>) {
-    if Command::new("inotifywait").arg("--help").output().is_err() {
-        eprintln!("SKIP: inotifywait (inotify-tools) is not installed");
+    if !walkfs_testkit::need_program("inotifywait", "--help", "inotify-tools") {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
@@ -152,8 +151,7 @@ fn watchers_of_a_mount_of_a_server_see_its_host_changes_as_on_the_host() {
 
 #[test]
 fn changes_made_through_the_mount_are_seen_once() {
-    if Command::new("inotifywait").arg("--help").output().is_err() {
-        eprintln!("SKIP: inotifywait (inotify-tools) is not installed");
+    if !walkfs_testkit::need_program("inotifywait", "--help", "inotify-tools") {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");

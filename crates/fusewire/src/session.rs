@@ -103,6 +103,13 @@ pub struct Config {
 /// reaches every mount a test starts, in process or not.
 pub const AS_KERNEL_ENV: &str = "WALKFS_FUSE_AS_KERNEL";
 
+/// The environment variable that forces the transport of every session
+/// left on `auto` ([`Config::transport`]): `dev` or `uring`. The tests'
+/// io_uring pass (scripts/test.sh) sets `uring`, so that a mount the
+/// kernel would not serve over io_uring fails instead of quietly using
+/// `/dev/fuse`.
+pub const TRANSPORT_ENV: &str = "WALKFS_FUSE_TRANSPORT";
+
 impl Default for Config {
     fn default() -> Config {
         Config {
@@ -277,6 +284,11 @@ impl<F: Filesystem> Session<F> {
                         known.join(", ")
                     )
                 })?);
+            }
+        }
+        if cfg.transport == Transport::Auto {
+            if let Some(t) = std::env::var(TRANSPORT_ENV).ok().filter(|t| !t.is_empty()) {
+                cfg.transport = t.parse().map_err(|e| format!("{TRANSPORT_ENV}: {e}"))?;
             }
         }
         if cfg.transport == Transport::Uring && !uring_enabled() {
@@ -461,7 +473,10 @@ impl<F: Filesystem> Shared<F> {
         );
         self.uring.store(flags & init::OVER_IO_URING != 0, Relaxed);
         if self.cfg.transport == Transport::Uring && flags & init::OVER_IO_URING == 0 {
-            tracing::warn!("the kernel did not offer FUSE over io_uring: serving /dev/fuse");
+            // Asked for by name: failing the mount says so, where serving
+            // /dev/fuse would pass a test of the ring without using it.
+            tracing::error!("the kernel did not offer FUSE over io_uring (transport=uring)");
+            return -libc::EPROTO;
         }
         0
     }

@@ -102,7 +102,7 @@ fn errors_the_server_meets_later_are_reported_at_fsync_and_syncfs() {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        walkfs_testkit::skip("cannot mount a tmpfs here (needs root)");
         return;
     }
     struct Umount(std::path::PathBuf);

@@ -21,9 +21,11 @@ const MODES: &[u32] = &[
 ];
 const IDS: &[u32] = &[0, 1000, 1001, u32::MAX];
 
-fn is_root() -> bool {
-    // SAFETY: no failure mode.
-    unsafe { libc::geteuid() == 0 }
+/// Root (chroot, setresuid): the differential tests compare the kernel's
+/// answers as other users with walkfs's. Skips, or fails under CI.
+#[track_caller]
+fn need_root() -> bool {
+    walkfs_testkit::need_root("the differential tests chroot and setresuid")
 }
 
 /// The same starting tree in `dir`: directories, files, symlinks (one
@@ -346,43 +348,43 @@ proptest! {
 
     #[test]
     fn same_as_kernel_as_root(ops in prop::collection::vec(op(), 1..40)) {
-        if !is_root() { return Ok(()); }
+        if !need_root() { return Ok(()); }
         differential(&ROOT(), &ops, "")?;
     }
 
     #[test]
     fn same_as_kernel_as_user(ops in prop::collection::vec(op(), 1..40)) {
-        if !is_root() { return Ok(()); }
+        if !need_root() { return Ok(()); }
         differential(&USER(), &ops, "")?;
     }
 
     #[test]
     fn same_as_kernel_across_mounts(ops in prop::collection::vec(op_in_mount(), 1..30)) {
-        if !is_root() { return Ok(()); }
+        if !need_root() { return Ok(()); }
         differential_mounts(&USER(), &ops, "", true)?;
     }
 
     #[test]
     fn same_through_a_fuse_mount_as_root(ops in prop::collection::vec(op(), 1..30)) {
-        if !is_root() { return Ok(()); }
+        if !need_root() { return Ok(()); }
         differential_fuse(&ROOT(), &ops, "cache=loose,negtimeout=-1")?;
     }
 
     #[test]
     fn same_through_a_fuse_mount_as_user(ops in prop::collection::vec(op(), 1..30)) {
-        if !is_root() { return Ok(()); }
+        if !need_root() { return Ok(()); }
         differential_fuse(&USER(), &ops, "cache=loose,negtimeout=-1")?;
     }
 
     #[test]
     fn same_through_a_fuse_mount_uncached(ops in prop::collection::vec(op(), 1..30)) {
-        if !is_root() { return Ok(()); }
+        if !need_root() { return Ok(()); }
         differential_fuse(&USER(), &ops, "cache=none")?;
     }
 
     #[test]
     fn same_as_kernel_with_every_optimization_off(ops in prop::collection::vec(op(), 1..30)) {
-        if !is_root() { return Ok(()); }
+        if !need_root() { return Ok(()); }
         differential(&USER(), &ops, "fastpath=0,fastperm=0,cache_symlinks=0,negtimeout=0")?;
     }
 }
@@ -390,8 +392,7 @@ proptest! {
 /// The semantics list of path_resolution(7), as fixed cases.
 #[test]
 fn fixed_semantics_cases() {
-    if !is_root() {
-        eprintln!("skipped: the differential tests need root (chroot, setresuid)");
+    if !need_root() {
         return;
     }
     let p = |s: &str| s.as_bytes().to_vec();
@@ -560,8 +561,7 @@ fn fixed_semantics_cases() {
 /// mount. Nothing here opens a fifo (a kernel open would block).
 #[test]
 fn special_files_and_empty_readlinkat() {
-    if !is_root() {
-        eprintln!("skipped: the differential tests need root (chroot, setresuid)");
+    if !need_root() {
         return;
     }
     let p = |s: &str| s.as_bytes().to_vec();
@@ -657,7 +657,7 @@ fn special_files_and_empty_readlinkat() {
 /// group-executable file drops the bit (the kernel's file_remove_privs).
 #[test]
 fn write_by_user_drops_setgid() {
-    if !is_root() {
+    if !need_root() {
         return;
     }
     let ops = vec![
@@ -699,7 +699,7 @@ fn write_by_user_drops_setgid() {
 /// for that with a chmod the daemon must accept from a non-owner).
 #[test]
 fn write_by_non_owner_drops_set_id_bits() {
-    if !is_root() {
+    if !need_root() {
         return;
     }
     let stat = || Op::Stat {
@@ -742,7 +742,7 @@ fn write_by_non_owner_drops_set_id_bits() {
 /// mount point.
 #[test]
 fn fixed_mount_cases() {
-    if !is_root() {
+    if !need_root() {
         return;
     }
     let p = |s: &str| s.as_bytes().to_vec();

@@ -251,8 +251,7 @@ fn tmknod_makes_special_files() {
         .expect("sock")
         .file_type()
         .is_socket());
-    // SAFETY: no failure mode.
-    if unsafe { libc::geteuid() } == 0 {
+    if walkfs_testkit::need_root("a device node") {
         let r = mknod(&mut s, b"null", libc::S_IFCHR | 0o600, (1, 3));
         assert!(matches!(decoded(&r), Fcall::Rmknod { .. }));
         let md = std::fs::symlink_metadata(dir.join("null")).expect("null");
@@ -418,9 +417,7 @@ fn attach_as(s: &mut std::os::unix::net::UnixStream, fid: u32, uid: u32) {
 /// is not refused again by the server's own user database.
 #[test]
 fn the_clients_ids_are_honoured() {
-    // SAFETY: no failure mode.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root (files owned by other users)");
+    if !walkfs_testkit::need_root("files owned by other users") {
         return;
     }
     use std::os::unix::fs::PermissionsExt;
