@@ -1,0 +1,167 @@
+//! `walkfs mount` (and `mount.walkfs`, what mount(8) runs): a source
+//! mounted through FUSE, in the foreground or as a daemon.
+
+use crate::daemon;
+
+/// Mount SOURCE on MOUNTPOINT through FUSE. SOURCE is a local
+/// directory (the vfs over the directory itself), mem: (an empty
+/// in-memory tree) or a 9P server (unix:PATH, tcp:HOST:PORT, or
+/// vsock:CID:PORT: from a guest, vsock:2:PORT is its host).
+///
+/// OPTIONS (-o, comma-separated): cache=none|loose|coherent (default
+/// loose): none asks the backend on every lookup and stat; loose keeps
+/// what was learned; coherent keeps it and drops exactly what the
+/// host (inotify) or the 9P server reports changed, so edits made
+/// beside the mount are seen at once. negtimeout=MS (alias
+/// ndentrytmo; -1 = keep negative entries until invalidated),
+/// sync_metadata=1 (wait for every change rather than let creates,
+/// links, unlinks, rmdirs, writes and attribute changes run behind
+/// the caller on a 9P source), msize=N, fids=N, host_fds=N,
+/// host_behind=0|1 (a host directory: run those changes' host calls on
+/// a thread of the backend's, behind the caller; off by default),
+/// watch_queue=limited|unlimited (a host directory watched with
+/// fanotify; always unlimited in cache=coherent with events=1, so that
+/// no change replayed to watchers is lost),
+/// dir_readahead=N, ro, allow_other, default_permissions,
+/// passthrough=0|1, writeback_cache=0|1, threads=N, entry_timeout=S,
+/// attr_timeout=S, and the vfs switches (fastpath, fastperm,
+/// cache_symlinks, pathcache). In cache=loose the kernel keeps
+/// entries, attributes, negative entries and symlink bodies itself;
+/// cache=none gives it zero timeouts.
+///
+/// Changes that ran behind their callers report failures at fsync
+/// (and at close on a 9P source in cache=coherent or none, which
+/// keep FLUSH: close-to-open); `walkfs sync MOUNTPOINT` waits for
+/// all of them (sync(2) never reaches a FUSE daemon). In loose and
+/// coherent the kernel keeps directory listings itself and sends no
+/// OPENDIR, and the mount answers no extended attributes
+/// (EOPNOTSUPP); `walkfs stats MOUNTPOINT` shows every request the
+/// kernel sent, by opcode, with the time spent answering it.
+///
+/// Requests come over FUSE over io_uring, one queue per CPU, where
+/// the kernel offers it (Linux 6.14+, `echo Y >
+/// /sys/module/fuse/parameters/enable_uring`), else from /dev/fuse;
+/// `-o transport=dev|uring` forces one. `-o bare=0` keeps attributes
+/// in every directory listing (by default listings of a local
+/// directory carry names only while nobody stats what they list).
+///
+/// Without --foreground the command returns once the mount is up and
+/// the mount lives on in the background. Unmount with
+/// `fusermount3 -u MOUNTPOINT` or `umount MOUNTPOINT`; SIGINT, SIGTERM
+/// and SIGHUP unmount cleanly too. Installed as mount.walkfs it serves
+/// `mount -t walkfs SOURCE MOUNTPOINT -o OPTIONS` and /etc/fstab.
+#[derive(clap::Args)]
+pub struct Mount {
+    source: String,
+    mountpoint: String,
+    #[arg(short, long, default_value = "")]
+    options: String,
+    /// Stay in the foreground (logs to stderr) until unmounted.
+    #[arg(short, long)]
+    foreground: bool,
+    /// Mount a local directory through the whole stack: exported by a
+    /// walkfs server inside this process over a socketpair and reached
+    /// through the 9P client (for tests and comparisons).
+    #[arg(long)]
+    via_9p: bool,
+    /// The default since the local mount is the vfs over the directory
+    /// (kept for old scripts).
+    #[arg(long, hide = true)]
+    direct: bool,
+}
+
+impl Mount {
+    pub fn run(self) -> Result<(), String> {
+        let Mount {
+            source,
+            mountpoint,
+            options,
+            foreground,
+            via_9p,
+            direct: _,
+        } = self;
+        mount_cmd(&source, &mountpoint, &options, foreground, via_9p)
+    }
+}
+
+/// As `mount.walkfs SOURCE DIR [-sfnv] [-o OPTS]` (what mount(8) runs for
+/// `-t walkfs`): the same as `walkfs mount SOURCE DIR -o OPTS`.
+pub fn mount_helper_args(args: Vec<String>) -> Vec<String> {
+    let called = args
+        .first()
+        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string());
+    if called.as_deref() != Some("mount.walkfs") {
+        return args;
+    }
+    let mut out = vec!["walkfs".to_string(), "mount".to_string()];
+    let mut it = args.into_iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-o" => {
+                out.push("-o".into());
+                out.push(it.next().unwrap_or_default());
+            }
+            // sloppy, fake, no-mtab, verbose: nothing to do for FUSE.
+            "-s" | "-f" | "-n" | "-v" => {}
+            _ => out.push(a),
+        }
+    }
+    out
+}
+
+fn mount_cmd(
+    source: &str,
+    mountpoint: &str,
+    options: &str,
+    foreground: bool,
+    via_9p: bool,
+) -> Result<(), String> {
+    use walkfs_fuse::mount;
+    let opts = walkfs_fuse::MountOptions::parse(options)?;
+    let mp = std::path::Path::new(mountpoint);
+    if !mp.is_dir() {
+        return Err(format!("{mountpoint}: not a directory"));
+    }
+    // Background: fork before any thread exists; the parent returns when
+    // the child reports the mount up (or why it failed).
+    let ready = if foreground {
+        None
+    } else {
+        Some(daemon::detach()?)
+    };
+    mount::block_signals();
+    // A local source is named by its absolute path in the mount table
+    // (what `mount` shows, and how `walkfs fsmonitor` finds the host's
+    // copy of a tree on the mount).
+    let fsname = std::fs::canonicalize(source)
+        .ok()
+        .filter(|p| p.is_dir())
+        .and_then(|p| p.to_str().map(str::to_string))
+        .unwrap_or_else(|| source.to_string());
+    let up = (|| {
+        let vfs = mount::open_source(source, &opts, via_9p)?;
+        mount::mount(vfs, &fsname, mp, opts, mount::wake_waiter)
+    })();
+    let m = match (up, ready) {
+        (Ok(m), Some(r)) => {
+            r.ok();
+            m
+        }
+        (Ok(m), None) => m,
+        (Err(e), Some(r)) => {
+            // The parent says why (it holds the terminal the user reads);
+            // saying it here too would print it twice, interleaved.
+            r.fail(&e);
+            std::process::exit(1);
+        }
+        (Err(e), None) => return Err(e),
+    };
+    tracing::info!("{source} mounted on {mountpoint}");
+    let sig = mount::wait_for_signal();
+    tracing::info!("signal {sig}: unmounting {mountpoint}");
+    if m.is_finished() {
+        // Unmounted from outside; the session is over.
+        return m.unmount().or(Ok(()));
+    }
+    m.unmount()
+}
