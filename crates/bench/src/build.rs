@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::proc::{wait_until, KillOnDrop};
-use crate::report::{median, median_sample, progress, progress_done, table};
+use crate::files::{file_name, find_in, untar};
+use crate::proc::{free_port, is_mounted, listening, sh, spawn_ready, wait_mounted, KillOnDrop};
+use crate::report::{median_of, median_sample, progress, progress_done, table, Steps};
 
 /// The feature set of upstream's tests/hwsim/build.sh, appended to each
 /// program's defconfig (Debian's tarball ships no tests/).
@@ -113,11 +114,33 @@ pub(crate) struct Config {
     pub kind: Kind,
 }
 
+impl Config {
+    pub(crate) fn new(name: &str, kind: Kind) -> Config {
+        Config {
+            name: name.into(),
+            kind,
+        }
+    }
+
+    /// A `walkfs mount` row with these options, behind `walkfs serve
+    /// --reply-delay-us` if `delay_us` > 0, through the 9P stack if
+    /// `via_9p`; the current executable, the kernel's own INIT.
+    pub(crate) fn walkfs(name: &str, opts: &'static str, delay_us: u64, via_9p: bool) -> Config {
+        Config::new(
+            name,
+            Kind::Walkfs {
+                opts,
+                delay_us,
+                via_9p,
+                baseline: false,
+                as_kernel: None,
+            },
+        )
+    }
+}
+
 fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
-    let mut v = vec![Config {
-        name: "native".into(),
-        kind: Kind::Native,
-    }];
+    let mut v = vec![Config::new("native", Kind::Native)];
     let walkfs_modes: &[(&str, &str)] = &[
         ("walkfs-none", "cache=none"),
         ("walkfs-loose", "cache=loose,negtimeout=0"),
@@ -130,37 +153,14 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
         ("walkfs-coherent", "cache=coherent,negtimeout=-1"),
     ];
     for &(name, o) in walkfs_modes {
-        v.push(Config {
-            name: name.into(),
-            kind: Kind::Walkfs {
-                opts: o,
-                delay_us: 0,
-                via_9p: false,
-                baseline: false,
-                as_kernel: None,
-            },
-        });
+        v.push(Config::walkfs(name, o, 0, false));
     }
-    v.push(Config {
-        name: "bindfs".into(),
-        kind: Kind::Bindfs,
-    });
-    v.push(Config {
-        name: "sshfs".into(),
-        kind: Kind::Sshfs,
-    });
+    v.push(Config::new("bindfs", Kind::Bindfs));
+    v.push(Config::new("sshfs", Kind::Sshfs));
     if opts.slow_us > 0 {
         for &(name, o) in walkfs_modes {
-            v.push(Config {
-                name: format!("{name}-slow{}us", opts.slow_us),
-                kind: Kind::Walkfs {
-                    opts: o,
-                    delay_us: opts.slow_us,
-                    via_9p: false,
-                    baseline: false,
-                    as_kernel: None,
-                },
-            });
+            let name = format!("{name}-slow{}us", opts.slow_us);
+            v.push(Config::walkfs(&name, o, opts.slow_us, false));
         }
     }
     if opts.quick && opts.only.is_empty() {
@@ -181,46 +181,18 @@ fn configs(opts: &BuildOpts) -> Result<Vec<Config>, String> {
     if opts.baseline.is_some() {
         let twins: Vec<Config> = v
             .iter()
-            .filter_map(|c| match c.kind {
-                Kind::Walkfs {
-                    opts,
-                    delay_us,
-                    via_9p,
-                    as_kernel,
-                    ..
-                } => Some(Config {
-                    name: format!("{}@baseline", c.name),
-                    kind: Kind::Walkfs {
-                        opts,
-                        delay_us,
-                        via_9p,
-                        baseline: true,
-                        as_kernel,
-                    },
-                }),
-                _ => None,
+            .filter_map(|c| {
+                let mut twin = Config::new(&format!("{}@baseline", c.name), c.kind.clone());
+                match &mut twin.kind {
+                    Kind::Walkfs { baseline, .. } => *baseline = true,
+                    _ => return None,
+                }
+                Some(twin)
             })
             .collect();
         v.extend(twins);
     }
     Ok(v)
-}
-
-pub(crate) fn sh(cmd: &mut Command) -> Result<(), String> {
-    let out = cmd
-        .output()
-        .map_err(|e| format!("{cmd:?}: cannot run: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = err.lines().rev().take(8).collect();
-        Err(format!(
-            "{cmd:?} failed ({}):\n{}",
-            out.status,
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-        ))
-    }
 }
 
 /// Install what is missing, add a deb-src entry if there is none, and
@@ -270,15 +242,11 @@ pub fn fetch() -> Result<PathBuf, String> {
 }
 
 fn find_tarball() -> Option<PathBuf> {
-    std::fs::read_dir(CACHE)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("wpa_") && n.contains(".orig.tar"))
-        })
+    find_in(Path::new(CACHE), |p| {
+        file_name(p).is_some_and(|n| n.starts_with("wpa_") && n.contains(".orig.tar"))
+    })
+    .ok()
+    .flatten()
 }
 
 /// The files apt reads its sources from.
@@ -361,16 +329,9 @@ fn has_deb_src() -> bool {
 /// Extract a fresh, configured source tree into `dir`; the tree's root.
 fn fresh_tree(tarball: &Path, dir: &Path) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    sh(Command::new("tar")
-        .arg("xf")
-        .arg(tarball)
-        .arg("-C")
-        .arg(dir))?;
-    let root = std::fs::read_dir(dir)
+    sh(&mut untar(tarball, dir))?;
+    let root = find_in(dir, |p| p.join("hostapd").is_dir())
         .map_err(|e| e.to_string())?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.join("hostapd").is_dir())
         .ok_or("the tarball holds no hostapd/")?;
     for (prog, extra) in [
         ("hostapd", HOSTAPD_CONFIG),
@@ -407,12 +368,6 @@ impl Drop for Mounted {
     }
 }
 
-pub(crate) fn is_mounted(p: &Path) -> bool {
-    let m = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    let p = p.to_string_lossy();
-    m.lines().any(|l| l.split(' ').nth(1) == Some(&*p))
-}
-
 /// A private sshd on 127.0.0.1 with a key made for this run (sshfs's
 /// peer); nothing of the machine's ssh configuration is touched.
 pub(crate) struct Sshd {
@@ -431,10 +386,7 @@ pub(crate) fn start_sshd() -> Result<Sshd, String> {
             .arg(d.join(f)))?;
     }
     std::fs::copy(d.join("user.pub"), d.join("authorized_keys")).map_err(|e| e.to_string())?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
+    let port = free_port().map_err(|e| e.to_string())?;
     let cfg = format!(
         "Port {port}\nListenAddress 127.0.0.1\nHostKey {h}\nAuthorizedKeysFile {a}\n\
          PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nPidFile none\n\
@@ -444,20 +396,14 @@ pub(crate) fn start_sshd() -> Result<Sshd, String> {
     );
     std::fs::write(d.join("sshd_config"), cfg).map_err(|e| e.to_string())?;
     std::fs::create_dir_all("/run/sshd").map_err(|e| e.to_string())?;
-    let child = Command::new("/usr/sbin/sshd")
-        .arg("-D")
-        .arg("-f")
-        .arg(d.join("sshd_config"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("sshd: {e} (apt-get install openssh-server)"))?;
-    let mut child = KillOnDrop(child);
-    wait_until(
+    let child = spawn_ready(
+        Command::new("/usr/sbin/sshd")
+            .arg("-D")
+            .arg("-f")
+            .arg(d.join("sshd_config")),
+        |e| format!("sshd: {e} (apt-get install openssh-server)"),
         "sshd",
-        Duration::from_secs(10),
-        || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
-        || child.exited(),
+        || listening(port),
     )?;
     Ok(Sshd {
         port,
@@ -465,15 +411,6 @@ pub(crate) fn start_sshd() -> Result<Sshd, String> {
         _child: child,
         _dir: dir,
     })
-}
-
-pub(crate) fn wait_mounted(mnt: &Path) -> Result<(), String> {
-    wait_until(
-        &format!("mount on {}", mnt.display()),
-        Duration::from_secs(20),
-        || is_mounted(mnt),
-        || None,
-    )
 }
 
 /// Mount `src` on `mnt` as configuration `c`.
@@ -543,7 +480,7 @@ pub(crate) fn mount(
                 )))?
         }
     }
-    wait_mounted(mnt)?;
+    wait_mounted(mnt, "mount", || None)?;
     Ok(Some(m))
 }
 
@@ -671,8 +608,7 @@ fn one_build(
         .map_err(|e| e.to_string())?
         .to_path_buf();
     // Start cold: the kernel's caches of the fresh copy are dropped.
-    sh(&mut Command::new("sync"))?;
-    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+    crate::proc::drop_caches()?;
     let mnt = work.join("mnt");
     let m = mount(c, opts, &src, &mnt, sshd)?;
     let dir = if m.is_some() { mnt.join(&rel) } else { root };
@@ -719,11 +655,10 @@ pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
     let reps = opts.reps.unwrap_or(if opts.quick { 1 } else { 3 });
     let mut samples: Vec<Vec<Sample>> = cfgs.iter().map(|_| Vec::new()).collect();
     let total = reps * cfgs.len();
-    let mut n = 0;
+    let mut steps = Steps::new("build", total);
     for _ in 0..reps {
         for (i, c) in cfgs.iter().enumerate() {
-            n += 1;
-            progress(&format!("build: [{n}/{total}] {} ...", c.name));
+            let n = steps.next(&format!("{} ...", c.name));
             tracing::info!("build {n}/{total}: {}", c.name);
             let s = one_build(c, opts, &tarball, sshd.as_ref())?;
             // Each sample also goes to the log as it is taken, so a run
@@ -739,21 +674,17 @@ pub fn run(opts: &BuildOpts) -> Result<BuildResult, String> {
         }
     }
     let mut rows = Vec::new();
-    let native = {
-        let mut v: Vec<f64> = samples[0].iter().map(|s| s.seconds).collect();
-        median(&mut v)
-    };
+    let native = median_of(&samples[0], |s| s.seconds);
     for (c, s) in cfgs.iter().zip(&samples).filter(|(_, s)| !s.is_empty()) {
         // The RPCs of the run whose time is nearest the median.
         let (seconds, mid) = median_sample(s, |x| x.seconds);
         let r = mid.and_then(|m| m.rpcs.clone());
-        let mut cpu: Vec<f64> = s.iter().map(|x| x.cpu).collect();
         rows.push(Row {
             bench: "build-hostap".into(),
             fs: c.name.clone(),
             seconds,
             ratio_to_native: seconds / native,
-            cpu_seconds: Some(median(&mut cpu)),
+            cpu_seconds: Some(median_of(s, |x| x.cpu)),
             rpcs: r.as_ref().map(|x| x.0),
             rpcs_by_type: r.map(|x| x.1).unwrap_or_default(),
         });
@@ -806,20 +737,14 @@ pub fn render(res: &BuildResult) -> String {
 /// The build rows as a bar chart of seconds (native red, walkfs blue,
 /// the peers grey).
 pub fn plot(res: &BuildResult, path: &str) -> Result<(), String> {
-    use crate::plot::{bar_chart, Bar, KERNEL, OTHER, WALKFS};
+    use crate::plot::{bar_chart, fs_color, Bar};
     let bars: Vec<Bar> = res
         .rows
         .iter()
         .map(|r| Bar {
             label: format!("{}  {}", r.bench, r.fs),
             value: r.seconds,
-            color: if r.fs == "native" {
-                KERNEL
-            } else if r.fs.starts_with("walkfs") {
-                WALKFS
-            } else {
-                OTHER
-            },
+            color: fs_color(&r.fs),
         })
         .collect();
     bar_chart(

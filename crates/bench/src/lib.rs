@@ -2,6 +2,7 @@
 //! table for people.
 
 pub mod build;
+pub mod files;
 pub mod freshfs;
 pub mod load;
 pub mod memory;
@@ -12,6 +13,7 @@ pub mod plot;
 pub mod proc;
 pub mod report;
 pub mod scale;
+pub mod timing;
 pub mod trace;
 pub mod transport;
 pub mod workloads;

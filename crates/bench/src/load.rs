@@ -23,6 +23,7 @@ use serde::Serialize;
 use walkfs_source::SourceOptions;
 use walkfs_vfs::{Creds, Ctx, AT_FDCWD};
 
+use crate::proc::status_kib;
 use crate::report::{progress, progress_done, table};
 
 #[derive(Clone, Debug)]
@@ -254,17 +255,6 @@ fn client(ctx: Ctx, id: usize, seed: u64, stop: &AtomicBool) -> Tally {
     t
 }
 
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// Compare the host tree with the models: contents and shared listings.
 fn verify(export: &Path, tallies: &[Tally], problems: &mut Vec<String>) -> (usize, u64) {
     let mut mismatches = 0;
@@ -368,7 +358,7 @@ pub fn run(opts: &LoadOpts) -> Result<(Row, Vec<String>), String> {
     let secs = t0.elapsed().as_secs_f64();
     progress_done();
     let pid = server.0.id();
-    let (rss, peak) = (status_kib(pid, "VmRSS:"), status_kib(pid, "VmHWM:"));
+    let (rss, peak) = (status_kib(pid, "VmRSS"), status_kib(pid, "VmHWM"));
     let mut problems: Vec<String> = tallies
         .iter()
         .filter_map(|t| t.first_problem.clone())

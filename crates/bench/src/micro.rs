@@ -19,15 +19,16 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use walkfs_source::SourceOptions;
 use walkfs_vfs::{Creds, Ctx, Errno, Vfs, AT_FDCWD};
 
-use crate::proc::{wait_until, KillOnDrop};
-use crate::report::{median, progress, progress_done, table};
+use crate::proc::{KillOnDrop, Unmount};
+use crate::report::{median, progress, progress_done, table, Steps};
+use crate::timing::together;
 use crate::trace::{self, Call};
 
 pub const ACCESS_PATH: &str = "/usr/lib/gcc/x86_64-linux-gnu/12/crtendS.o";
@@ -103,28 +104,23 @@ type Maker = Arc<dyn Fn() -> Body + Send + Sync>;
 /// whole batch, so a slow batch (a replay over 9P with nothing cached
 /// takes a second) that runs past the deadline is counted with its time.
 fn measure(threads: usize, dur: Duration, make: &Maker) -> f64 {
-    let stop = Arc::new(AtomicBool::new(false));
-    let start = Arc::new(Barrier::new(threads + 1));
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let (stop, start, make) = (stop.clone(), start.clone(), make.clone());
-            std::thread::spawn(move || {
-                let mut body = make();
-                body(); // warm the caches before the clock starts
-                start.wait();
+    let run = together(
+        threads,
+        |_| {
+            let mut body = make();
+            body(); // warm the caches before the clock starts
+            move |stop: &AtomicBool| {
                 let t0 = Instant::now();
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     n += body();
                 }
                 n as f64 / t0.elapsed().as_secs_f64()
-            })
-        })
-        .collect();
-    start.wait();
-    std::thread::sleep(dur);
-    stop.store(true, Ordering::Relaxed);
-    handles.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
+            }
+        },
+        || std::thread::sleep(dur),
+    );
+    run.results.into_iter().map(|r| r.unwrap_or(0.0)).sum()
 }
 
 fn c(s: &[u8]) -> CString {
@@ -378,27 +374,33 @@ struct Case {
     rpcs: Option<(u64, u64)>,
 }
 
+impl Case {
+    /// A kernel row: the host's own calls, with nothing to switch.
+    fn kernel(bench: &'static str, fs: &str, make: Maker) -> Case {
+        Case {
+            bench,
+            target: "kernel",
+            fs: fs.to_string(),
+            variant: "all",
+            switches: "",
+            vfs: None,
+            make,
+            rpcs: None,
+        }
+    }
+}
+
 fn kernel_cases(
     scratch: &Scratch,
     calls: &Arc<Vec<(Call, CString)>>,
     paths: &Arc<Vec<CString>>,
 ) -> Vec<Case> {
     let mut v = Vec::new();
-    let kernel = |bench, fs: &str, make: Maker| Case {
-        bench,
-        target: "kernel",
-        fs: fs.to_string(),
-        variant: "all",
-        switches: "",
-        vfs: None,
-        make,
-        rpcs: None,
-    };
     for (fs, dir) in [
         ("ext4", scratch.ext4.path().to_path_buf()),
         ("tmpfs", scratch.tmpfs.path().to_path_buf()),
     ] {
-        v.push(kernel("readlink", fs, kernel_readlink(dir.clone())));
+        v.push(Case::kernel("readlink", fs, kernel_readlink(dir.clone())));
         // ext4: the machine's own path; tmpfs: the mirror under /dev/shm.
         let base = if fs == "ext4" {
             PathBuf::from("/")
@@ -406,10 +408,10 @@ fn kernel_cases(
             dir.clone()
         };
         let rel = &ACCESS_PATH[1..];
-        v.push(kernel("access", fs, kernel_access(base.clone())));
+        v.push(Case::kernel("access", fs, kernel_access(base.clone())));
         for bench in ["fstat", "statx"] {
             let file = base.join(rel);
-            v.push(kernel(
+            v.push(Case::kernel(
                 bench,
                 fs,
                 Arc::new(move || {
@@ -441,8 +443,8 @@ fn kernel_cases(
             ));
         }
     }
-    v.push(kernel("trace", "ext4", kernel_trace(calls.clone())));
-    v.push(kernel(
+    v.push(Case::kernel("trace", "ext4", kernel_trace(calls.clone())));
+    v.push(Case::kernel(
         "trace_access",
         "ext4",
         kernel_trace_access(paths.clone()),
@@ -493,6 +495,32 @@ fn kernel_trace(calls: Arc<Vec<(Call, CString)>>) -> Maker {
         Box::new(move || {
             kernel_replay(&calls);
             calls.len() as u64
+        })
+    })
+}
+
+/// walkfs replaying `calls` through `vfs`, one replay per batch.
+fn walkfs_trace(vfs: Vfs, calls: Arc<Vec<(Call, CString)>>) -> Maker {
+    Arc::new(move || {
+        let ctx = vfs.context(Creds::root());
+        let calls = calls.clone();
+        Box::new(move || {
+            walkfs_replay(&ctx, &calls);
+            calls.len() as u64
+        })
+    })
+}
+
+/// walkfs's `faccessat(path, F_OK)` on every path, one pass per batch.
+fn walkfs_trace_access(vfs: Vfs, paths: Arc<Vec<CString>>) -> Maker {
+    Arc::new(move || {
+        let ctx = vfs.context(Creds::root());
+        let paths = paths.clone();
+        Box::new(move || {
+            for p in paths.iter() {
+                let _ = std::hint::black_box(ctx.faccessat(AT_FDCWD, p.as_bytes(), libc::F_OK, 0));
+            }
+            paths.len() as u64
         })
     })
 }
@@ -598,56 +626,52 @@ fn walkfs_cases(
                 }),
             ));
         }
-        let (main, calls) = (src.main.clone(), calls.clone());
         v.push(case(
             "trace",
             &src.main,
-            Arc::new(move || {
-                let ctx = main.context(Creds::root());
-                let calls = calls.clone();
-                Box::new(move || {
-                    walkfs_replay(&ctx, &calls);
-                    calls.len() as u64
-                })
-            }),
+            walkfs_trace(src.main.clone(), calls.clone()),
         ));
-        let (main, paths) = (src.main.clone(), paths.clone());
         v.push(case(
             "trace_access",
             &src.main,
-            Arc::new(move || {
-                let ctx = main.context(Creds::root());
-                let paths = paths.clone();
-                Box::new(move || {
-                    for p in paths.iter() {
-                        let _ = std::hint::black_box(ctx.faccessat(
-                            AT_FDCWD,
-                            p.as_bytes(),
-                            libc::F_OK,
-                            0,
-                        ));
-                    }
-                    paths.len() as u64
-                })
-            }),
+            walkfs_trace_access(src.main.clone(), paths.clone()),
         ));
     }
     v
 }
 
-fn set_switches(vfs: &Vfs, switches: &str) {
+/// Every optimization on, then `switches` (`name=value,...`) on top. A
+/// switch the vfs refuses (a name it does not know, a value it cannot
+/// take) or one without a value is an error naming it: ignored, its
+/// variant would be measured as "all" under its own name.
+fn set_switches(vfs: &Vfs, switches: &str) -> Result<(), String> {
+    let set = |name: &str, value: &str| {
+        vfs.set_option(name, value)
+            .map_err(|e| format!("switch {name}={value}: {e}"))
+    };
     for (name, value) in [
         ("fastpath", "1"),
         ("fastperm", "1"),
         ("cache_symlinks", "1"),
         ("negtimeout", "-1"),
     ] {
-        let _ = vfs.set_option(name, value);
+        set(name, value)?;
     }
     for kv in switches.split(',').filter(|s| !s.is_empty()) {
-        if let Some((k, v)) = kv.split_once('=') {
-            let _ = vfs.set_option(k, v);
-        }
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("switch {kv}: not NAME=VALUE"))?;
+        set(k, v)?;
+    }
+    Ok(())
+}
+
+/// Set `case`'s switches on its vfs (none for the kernel and 9P rows).
+fn switch_case(case: &Case) -> Result<(), String> {
+    match &case.vfs {
+        Some(vfs) => set_switches(vfs, case.switches)
+            .map_err(|e| format!("variant {} ({}): {e}", case.variant, case.fs)),
+        None => Ok(()),
     }
 }
 
@@ -659,6 +683,17 @@ pub struct MicroResult {
 
 /// Run the benchmark.
 pub fn run(opts: &MicroOpts) -> Result<MicroResult, String> {
+    if let Some(bad) = opts
+        .variants
+        .iter()
+        .find(|v| !VARIANTS.iter().any(|(name, _)| name == v))
+    {
+        let names: Vec<&str> = VARIANTS.iter().map(|(name, _)| *name).collect();
+        return Err(format!(
+            "--variant {bad}: no such variant (known: {})",
+            names.join(", ")
+        ));
+    }
     let scratch = Scratch::new().map_err(|e| format!("scratch trees: {e}"))?;
     let calls: Arc<Vec<(Call, CString)>> = Arc::new(
         trace::calls()
@@ -708,6 +743,8 @@ pub fn run(opts: &MicroOpts) -> Result<MicroResult, String> {
 /// `walkfs mount / MNT -o cache=loose,negtimeout=-1`, unmounted on drop.
 struct FuseMount {
     mnt: PathBuf,
+    // Unmounted before its mountpoint goes (fields drop in order).
+    _mounted: Unmount,
     _dir: tempfile::TempDir,
 }
 
@@ -731,13 +768,11 @@ impl FuseMount {
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
-        Ok(FuseMount { mnt, _dir: dir })
-    }
-}
-
-impl Drop for FuseMount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.mnt).status();
+        Ok(FuseMount {
+            _mounted: Unmount(mnt.clone()),
+            mnt,
+            _dir: dir,
+        })
     }
 }
 
@@ -781,16 +816,7 @@ fn fuse_cases(
             .strip_prefix("/")
             .unwrap_or(scratch.ext4.path()),
     );
-    let kernel = |bench, make: Maker| Case {
-        bench,
-        target: "kernel",
-        fs: "walkfs-fuse".to_string(),
-        variant: "all",
-        switches: "",
-        vfs: None,
-        make,
-        rpcs: None,
-    };
+    let kernel = |bench, make: Maker| Case::kernel(bench, "walkfs-fuse", make);
     let v = vec![
         kernel("readlink", kernel_readlink(link_dir)),
         kernel("access", kernel_access(mnt.to_path_buf())),
@@ -817,20 +843,21 @@ fn measure_cases(
     } else {
         (5, Duration::from_millis(300))
     };
-    let total = cases.len() * opts.threads.len() * reps;
+    // Every case's switches are tried before anything is measured: a run
+    // with one the vfs refuses fails here, not halfway through.
+    for case in &cases {
+        switch_case(case)?;
+    }
+    let mut steps = Steps::new("micro", cases.len() * opts.threads.len() * reps);
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); cases.len() * opts.threads.len()];
-    let mut done = 0;
     // Repetitions are interleaved across cases, so a noisy moment of the
     // machine spreads over all of them instead of sinking one.
     for _ in 0..reps {
         for (ci, case) in cases.iter().enumerate() {
-            if let Some(vfs) = &case.vfs {
-                set_switches(vfs, case.switches);
-            }
+            switch_case(case)?;
             for (ti, &t) in opts.threads.iter().enumerate() {
-                done += 1;
-                progress(&format!(
-                    "micro: [{done}/{total}] {} {} {} {} x{t}",
+                steps.next(&format!(
+                    "{} {} {} {} x{t}",
                     case.bench, case.target, case.fs, case.variant
                 ));
                 samples[ci * opts.threads.len() + ti].push(measure(t, dur, &case.make));
@@ -883,19 +910,7 @@ fn start_server(walkfs: &Path) -> Result<(ServerChild, String), String> {
         .map_err(|e| format!("socket dir: {e}"))?;
     let sock = dir.path().join("9p.sock");
     let addr = format!("unix:{}", sock.display());
-    let child = std::process::Command::new(walkfs)
-        .args(["serve", "/", "--read-only", "--listen", &addr])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| format!("start walkfs serve: {e}"))?;
-    let mut child = KillOnDrop(child);
-    wait_until(
-        "walkfs serve",
-        Duration::from_secs(10),
-        || std::os::unix::net::UnixStream::connect(&sock).is_ok(),
-        || child.exited(),
-    )?;
+    let child = crate::proc::walkfs_serve(walkfs, Path::new("/"), &sock, &["--read-only"])?;
     Ok((
         ServerChild {
             _child: child,
@@ -949,27 +964,11 @@ fn run_9p(
             "trace over 9P ({mode}): {n} calls, {hits} succeed on the kernel; walkfs answers differ on {bad}; RPCs first replay {first}, later replays {later}"
         ));
         for bench in ["trace", "trace_access"] {
-            let (v, calls, paths) = (vfs.clone(), calls.clone(), paths.clone());
-            let make: Maker = Arc::new(move || {
-                let ctx = v.context(Creds::root());
-                let (calls, paths) = (calls.clone(), paths.clone());
-                Box::new(move || {
-                    if bench == "trace" {
-                        walkfs_replay(&ctx, &calls);
-                        calls.len() as u64
-                    } else {
-                        for p in paths.iter() {
-                            let _ = std::hint::black_box(ctx.faccessat(
-                                AT_FDCWD,
-                                p.as_bytes(),
-                                libc::F_OK,
-                                0,
-                            ));
-                        }
-                        paths.len() as u64
-                    }
-                })
-            });
+            let make = if bench == "trace" {
+                walkfs_trace(vfs.clone(), calls.clone())
+            } else {
+                walkfs_trace_access(vfs.clone(), paths.clone())
+            };
             cases.push(Case {
                 bench,
                 target: "walkfs",
@@ -1197,6 +1196,58 @@ mod tests {
         let (n, bad, _) = check_trace(&ctx, &calls);
         assert_eq!(n, 2247);
         assert_eq!(bad, 0, "the memfs mirror answers differently from the host");
+    }
+
+    #[test]
+    fn every_variant_switches_and_a_bad_switch_is_named() {
+        let vfs = walkfs_source::open("mem:", &SourceOptions::default()).unwrap();
+        for (variant, switches) in VARIANTS {
+            set_switches(&vfs, switches).unwrap_or_else(|e| panic!("{variant}: {e}"));
+        }
+        let e = set_switches(&vfs, "fastpth=0").unwrap_err();
+        assert!(e.contains("fastpth"), "{e}");
+        let e = set_switches(&vfs, "negtimeout=soon").unwrap_err();
+        assert!(e.contains("negtimeout=soon"), "{e}");
+        let e = set_switches(&vfs, "fastpath").unwrap_err();
+        assert!(e.contains("fastpath"), "{e}");
+        // A bad switch fails the run before any case is measured.
+        let measured = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let m = measured.clone();
+        let make: Maker = Arc::new(move || {
+            m.fetch_add(1, Ordering::Relaxed);
+            Box::new(|| 1)
+        });
+        let case = |variant, switches| Case {
+            bench: "access",
+            target: "walkfs",
+            fs: "memfs".into(),
+            variant,
+            switches,
+            vfs: Some(vfs.clone()),
+            make: make.clone(),
+            rpcs: None,
+        };
+        let opts = MicroOpts {
+            quick: true,
+            threads: vec![1],
+            source: None,
+            walkfs: None,
+            fuse: false,
+            benches: vec![],
+            variants: vec![],
+        };
+        let cases = vec![case("all", ""), case("no-typo", "fastpth=0")];
+        let e = measure_cases(&opts, cases, vec![]).err().expect("refused");
+        assert!(e.contains("no-typo") && e.contains("fastpth"), "{e}");
+        assert_eq!(measured.load(Ordering::Relaxed), 0);
+        // So does a variant nobody defined.
+        let e = run(&MicroOpts {
+            variants: vec!["no-fastpth".into()],
+            ..opts
+        })
+        .err()
+        .expect("unknown variant");
+        assert!(e.contains("no-fastpth"), "{e}");
     }
 
     #[test]

@@ -10,16 +10,16 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 use walkfs_p9::{msg, read_frame, Fcall, Names, Str, Stream, GETATTR_BASIC, NOFID, NOTAG, VERSION};
 
-use crate::proc::{wait_until, KillOnDrop};
-use crate::report::{median, progress, progress_done, table};
+use crate::proc::{free_port, listening, spawn_ready, KillOnDrop};
+use crate::report::{median, progress_done, table, Steps};
+use crate::timing::together;
 
 /// One measured row; the JSON form is exactly these fields.
 #[derive(Clone, Debug, Serialize)]
@@ -60,12 +60,6 @@ fn make_tree(dir: &Path) -> std::io::Result<Vec<[String; 3]>> {
     Ok(out)
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// Find a Debian tool in the usual places.
 pub fn tool(name: &str) -> Option<PathBuf> {
     ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
@@ -94,17 +88,11 @@ fn start(server: &str, opts: &P9Opts, dir: &Path) -> Result<(KillOnDrop, u16), S
             c
         }
     };
-    let child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("start {server}: {e}"))?;
-    let mut k = KillOnDrop(child);
-    wait_until(
+    let k = spawn_ready(
+        &mut cmd,
+        |e| format!("start {server}: {e}"),
         &format!("{server} on port {port}"),
-        Duration::from_secs(10),
-        || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
-        || k.exited(),
+        || listening(port),
     )?;
     Ok((k, port))
 }
@@ -208,38 +196,31 @@ fn measure(
     aname: &str,
     conns: usize,
     dur: Duration,
-    leaves: &Arc<Vec<[String; 3]>>,
+    leaves: &[[String; 3]],
 ) -> Result<f64, String> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let start = Arc::new(Barrier::new(conns + 1));
-    let mut handles = Vec::new();
-    for i in 0..conns {
-        let (stop, start, leaves) = (stop.clone(), start.clone(), leaves.clone());
-        let aname = aname.to_string();
-        handles.push(std::thread::spawn(move || -> Result<u64, String> {
+    let run = together(
+        conns,
+        |i| {
             let c = Client::connect(port, aname.as_bytes());
-            start.wait();
-            let mut c = c?;
-            let mut n = 0u64;
-            let mut k = i * 7;
-            while !stop.load(Ordering::Relaxed) {
-                c.op(&leaves[k % leaves.len()])?;
-                k += 1;
-                n += 1;
+            move |stop: &AtomicBool| -> Result<u64, String> {
+                let mut c = c?;
+                let mut n = 0u64;
+                let mut k = i * 7;
+                while !stop.load(Ordering::Relaxed) {
+                    c.op(&leaves[k % leaves.len()])?;
+                    k += 1;
+                    n += 1;
+                }
+                Ok(n)
             }
-            Ok(n)
-        }));
-    }
-    start.wait();
-    let t0 = Instant::now();
-    std::thread::sleep(dur);
-    stop.store(true, Ordering::Relaxed);
-    let elapsed = t0.elapsed().as_secs_f64();
+        },
+        || std::thread::sleep(dur),
+    );
     let mut total = 0;
-    for h in handles {
-        total += h.join().map_err(|_| "load thread panicked")??;
+    for r in run.results {
+        total += r.ok_or("load thread panicked")??;
     }
-    Ok(total as f64 / elapsed)
+    Ok(total as f64 / run.seconds)
 }
 
 pub struct P9Result {
@@ -253,7 +234,7 @@ pub fn run(opts: &P9Opts) -> Result<P9Result, String> {
         .tempdir_in("/var/tmp")
         .map_err(|e| format!("scratch: {e}"))?;
     let dir = t.path().join("export");
-    let leaves = Arc::new(make_tree(&dir).map_err(|e| format!("tree: {e}"))?);
+    let leaves = make_tree(&dir).map_err(|e| format!("tree: {e}"))?;
     let want = |s: &str| opts.servers.is_empty() || opts.servers.iter().any(|x| x == s);
     let mut servers = Vec::new();
     for name in ["walkfs", "diod"] {
@@ -272,13 +253,11 @@ pub fn run(opts: &P9Opts) -> Result<P9Result, String> {
         .flat_map(|s| opts.conns.iter().map(move |&c| (s, c)))
         .collect();
     let mut samples = vec![Vec::new(); cases.len()];
-    let total = reps * cases.len();
-    let mut done = 0;
+    let mut steps = Steps::new("9p", reps * cases.len());
     for _ in 0..reps {
         for (i, &(s, conns)) in cases.iter().enumerate() {
-            done += 1;
             let (name, _, port) = &servers[s];
-            progress(&format!("9p: [{done}/{total}] {name} x{conns}"));
+            steps.next(&format!("{name} x{conns}"));
             samples[i].push(measure(*port, &aname, conns, dur, &leaves)?);
         }
     }

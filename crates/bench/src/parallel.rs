@@ -23,14 +23,15 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use walkfs_source::SourceOptions;
 use walkfs_vfs::{Creds, Vfs, AT_FDCWD};
 
+use crate::proc::{sh, wait_mounted, Unmount};
 use crate::report::{median, progress, progress_done, table};
+use crate::timing::together;
 
 #[derive(Clone, Debug)]
 pub struct ParallelOpts {
@@ -117,43 +118,39 @@ fn run_once(
     let probe_dir = format!("/r{r}-probe");
     std::fs::create_dir(export.join(&probe_dir[1..]))
         .map_err(|e| format!("mkdir {probe_dir}: {e}"))?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let start = Arc::new(Barrier::new(threads + 1));
-    let handles: Vec<_> = dirs
-        .into_iter()
-        .map(|d| {
-            let (vfs, stop, start) = (vfs.clone(), stop.clone(), start.clone());
-            std::thread::spawn(move || {
-                start.wait();
-                creator(&vfs, &d, &stop)
-            })
-        })
-        .collect();
-    start.wait();
-    let t0 = Instant::now();
-    let mut lat = Vec::new();
-    if probe {
-        let mut k = 0u64;
-        while t0.elapsed().as_secs_f64() < secs {
-            k += 1;
-            let p = format!("{probe_dir}/missing-{k}");
-            let t = Instant::now();
-            let r = ctx.faccessat(AT_FDCWD, p.as_bytes(), libc::F_OK, 0);
-            lat.push(t.elapsed().as_secs_f64() * 1e6);
-            if r != Err(walkfs_vfs::Errno::ENOENT) {
-                return Err(format!("probe {p}: {r:?}, expected ENOENT"));
+    let run = together(
+        threads,
+        |i| {
+            let d = &dirs[i];
+            move |stop: &AtomicBool| creator(vfs, d, stop)
+        },
+        || -> Result<Vec<f64>, String> {
+            let t0 = Instant::now();
+            let mut lat = Vec::new();
+            if probe {
+                let mut k = 0u64;
+                while t0.elapsed().as_secs_f64() < secs {
+                    k += 1;
+                    let p = format!("{probe_dir}/missing-{k}");
+                    let t = Instant::now();
+                    let r = ctx.faccessat(AT_FDCWD, p.as_bytes(), libc::F_OK, 0);
+                    lat.push(t.elapsed().as_secs_f64() * 1e6);
+                    if r != Err(walkfs_vfs::Errno::ENOENT) {
+                        return Err(format!("probe {p}: {r:?}, expected ENOENT"));
+                    }
+                }
+            } else {
+                std::thread::sleep(Duration::from_secs_f64(secs));
             }
-        }
-    } else {
-        std::thread::sleep(Duration::from_secs_f64(secs));
-    }
-    stop.store(true, Ordering::Relaxed);
-    let elapsed = t0.elapsed().as_secs_f64();
+            Ok(lat)
+        },
+    );
+    let lat = run.meanwhile?;
     let mut total = 0;
-    for h in handles {
-        total += h.join().map_err(|_| "a creator panicked".to_string())??;
+    for r in run.results {
+        total += r.ok_or_else(|| "a creator panicked".to_string())??;
     }
-    Ok((total, elapsed, lat))
+    Ok((total, run.seconds, lat))
 }
 
 fn percentile(v: &mut [f64], p: f64) -> f64 {
@@ -308,20 +305,12 @@ fn mount_creates(
     }
     let mnt = tmp.join("mnt");
     std::fs::create_dir_all(&mnt).map_err(|e| format!("mkdir: {e}"))?;
-    crate::build::sh(
-        std::process::Command::new(&opts.walkfs)
-            .args(["mount", source])
-            .arg(&mnt)
-            .args(["-o", "cache=loose,negtimeout=-1"]),
-    )?;
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-        }
-    }
+    sh(std::process::Command::new(&opts.walkfs)
+        .args(["mount", source])
+        .arg(&mnt)
+        .args(["-o", "cache=loose,negtimeout=-1"]))?;
     let _mounted = Unmount(mnt.clone());
-    crate::build::wait_mounted(&mnt)?;
+    wait_mounted(&mnt, "mount", || None)?;
     let (mut native, mut mounted) = (Vec::new(), Vec::new());
     for rep in 0..opts.reps.max(2) {
         progress(&format!(

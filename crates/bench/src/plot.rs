@@ -44,6 +44,18 @@ pub const KERNEL: RGBColor = RGBColor(220, 40, 40);
 pub const WALKFS: RGBColor = RGBColor(40, 70, 220);
 pub const OTHER: RGBColor = RGBColor(160, 160, 160);
 
+/// The colour of a row by its file system: native red, walkfs blue, the
+/// peers (bindfs, sshfs) grey.
+pub fn fs_color(fs: &str) -> RGBColor {
+    if fs == "native" {
+        KERNEL
+    } else if fs.starts_with("walkfs") {
+        WALKFS
+    } else {
+        OTHER
+    }
+}
+
 /// Draw `rows` (those with `threads == 1`) into the PNG file `path`.
 pub fn plot(rows: &[Row], path: &str) -> Result<(), String> {
     let mut rows: Vec<&Row> = rows.iter().filter(|r| r.threads == 1).collect();

@@ -16,11 +16,15 @@ pub fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// The median of one figure of `samples`.
+pub fn median_of<T>(samples: &[T], figure: impl Fn(&T) -> f64) -> f64 {
+    median(&mut samples.iter().map(figure).collect::<Vec<f64>>())
+}
+
 /// The median of `samples`' seconds and the sample nearest it (whose
 /// other figures, e.g. RPC counts, go with the median's row).
 pub fn median_sample<T>(samples: &[T], seconds: impl Fn(&T) -> f64) -> (f64, Option<&T>) {
-    let mut s: Vec<f64> = samples.iter().map(&seconds).collect();
-    let m = median(&mut s);
+    let m = median_of(samples, &seconds);
     let nearest = samples
         .iter()
         .min_by(|a, b| (seconds(a) - m).abs().total_cmp(&(seconds(b) - m).abs()));
@@ -74,6 +78,41 @@ pub fn progress(msg: &str) {
     let _ = e.flush();
 }
 
+/// Counts the runs of an interleaved benchmark on the progress line:
+/// `LABEL: [N/TOTAL] what`.
+pub struct Steps {
+    label: &'static str,
+    done: usize,
+    total: usize,
+}
+
+impl Steps {
+    pub fn new(label: &'static str, total: usize) -> Steps {
+        Steps {
+            label,
+            done: 0,
+            total,
+        }
+    }
+
+    /// The next run starts: shown, and its number (from 1).
+    pub fn next(&mut self, what: &str) -> usize {
+        self.done += 1;
+        progress(&format!(
+            "{}: [{}/{}] {what}",
+            self.label, self.done, self.total
+        ));
+        self.done
+    }
+}
+
+/// The last `n` lines of `s`, in order (for an error message).
+pub fn last_lines(s: &str, n: usize) -> Vec<&str> {
+    let mut v: Vec<&str> = s.lines().rev().take(n).collect();
+    v.reverse();
+    v
+}
+
 pub fn progress_done() {
     if !is_tty() {
         return;
@@ -86,4 +125,24 @@ pub fn progress_done() {
 fn is_tty() -> bool {
     use std::io::IsTerminal;
     std::io::stderr().is_terminal()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_tails() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&mut []).is_nan());
+        let v = [(1, 5.0), (2, 1.0), (3, 3.0)];
+        assert_eq!(median_of(&v, |x| x.1), 3.0);
+        let (m, mid) = median_sample(&v, |x| x.1);
+        assert_eq!((m, mid.map(|x| x.0)), (3.0, Some(3)));
+        assert_eq!(last_lines("a\nb\nc\n", 2), ["b", "c"]);
+        assert_eq!(last_lines("a", 5), ["a"]);
+        let mut s = Steps::new("t", 2);
+        assert_eq!((s.next("x"), s.next("y")), (1, 2));
+    }
 }

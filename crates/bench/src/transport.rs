@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use serde::Serialize;
 use walkfs_fusewire::{kmount, proto};
 
-use crate::report::{median, progress, progress_done, table};
+use crate::report::{median_of, progress_done, table, Steps};
 
 /// Files in the synthetic root.
 const FILES: u64 = 1000;
@@ -325,13 +325,11 @@ pub fn run(opts: &TransportOpts) -> Result<Vec<Row>, String> {
     }
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut samples: std::collections::BTreeMap<(&str, &str), Vec<Sample>> = Default::default();
-    let total = opts.reps * transports.len() * 2;
-    let mut n = 0;
+    let mut steps = Steps::new("fuse-transport", opts.reps * transports.len() * 2);
     for _ in 0..opts.reps {
         for w in ["stat", "readdir"] {
             for t in &transports {
-                n += 1;
-                progress(&format!("fuse-transport: [{n}/{total}] {t} {w}"));
+                steps.next(&format!("{t} {w}"));
                 let s = one(t, w, opts, dir.path())?;
                 samples.entry((t, w)).or_default().push(s);
             }
@@ -340,8 +338,7 @@ pub fn run(opts: &TransportOpts) -> Result<Vec<Row>, String> {
     progress_done();
     let mut rows = Vec::new();
     for ((t, w), v) in samples {
-        let pick =
-            |f: fn(&(f64, f64, f64, u64)) -> f64| median(&mut v.iter().map(f).collect::<Vec<_>>());
+        let pick = |f: fn(&Sample) -> f64| median_of(&v, f);
         rows.push(Row {
             bench: "fuse-transport",
             transport: t.to_string(),

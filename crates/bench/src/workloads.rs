@@ -34,7 +34,9 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::build::{self, BuildOpts, Config, Kind, Sshd};
-use crate::report::{median, median_sample, progress, progress_done, table};
+use crate::files::{find_in, untar};
+use crate::proc::{drop_caches, is_mounted, sh};
+use crate::report::{median_of, median_sample, progress, progress_done, table, Steps};
 
 /// The npm project (package.json + package-lock.json) and the script
 /// that requires its packages.
@@ -112,21 +114,11 @@ pub struct WorkloadResult {
 }
 
 fn configs(opts: &WorkloadOpts) -> Vec<Config> {
-    let walkfs = |name: &str, o: &'static str, delay_us: u64| Config {
-        name: name.into(),
-        kind: Kind::Walkfs {
-            opts: o,
-            delay_us,
-            via_9p: name.contains("-9p"),
-            baseline: false,
-            as_kernel: None,
-        },
+    let walkfs = |name: &str, o: &'static str, delay_us: u64| {
+        Config::walkfs(name, o, delay_us, name.contains("-9p"))
     };
     let mut v = vec![
-        Config {
-            name: "native".into(),
-            kind: Kind::Native,
-        },
+        Config::new("native", Kind::Native),
         walkfs("walkfs-loose", "cache=loose,negtimeout=-1", 0),
         // The kernel's write-back cache instead of passthrough (the
         // fuse crate's passthrough.rs), where the default would use it.
@@ -144,16 +136,10 @@ fn configs(opts: &WorkloadOpts) -> Vec<Config> {
         ),
         walkfs("walkfs-coherent", "cache=coherent,negtimeout=-1", 0),
         walkfs("walkfs-9p-loose", "cache=loose,negtimeout=-1", 0),
-        Config {
-            name: "bindfs".into(),
-            kind: Kind::Bindfs,
-        },
+        Config::new("bindfs", Kind::Bindfs),
     ];
     if !opts.quick {
-        v.push(Config {
-            name: "sshfs".into(),
-            kind: Kind::Sshfs,
-        });
+        v.push(Config::new("sshfs", Kind::Sshfs));
     }
     if opts.reply_delay_us > 0 {
         let d = opts.reply_delay_us;
@@ -191,27 +177,13 @@ fn configs(opts: &WorkloadOpts) -> Vec<Config> {
         let Some(k) = walkfs_fusewire::abi::KernelAbi::named(k) else {
             continue;
         };
-        let Some(c) = v.iter().find(|c| c.name == base).cloned() else {
+        let Some(c) = v.iter().find(|c| c.name == base) else {
             continue;
         };
-        if let Kind::Walkfs {
-            opts,
-            delay_us,
-            via_9p,
-            baseline,
-            ..
-        } = c.kind
-        {
-            v.push(Config {
-                name: name.clone(),
-                kind: Kind::Walkfs {
-                    opts,
-                    delay_us,
-                    via_9p,
-                    baseline,
-                    as_kernel: Some(k.name),
-                },
-            });
+        let mut c = Config::new(name, c.kind.clone());
+        if let Kind::Walkfs { as_kernel, .. } = &mut c.kind {
+            *as_kernel = Some(k.name);
+            v.push(c);
         }
     }
     if !opts.fs.is_empty() {
@@ -231,11 +203,9 @@ pub fn npm_project() -> Result<PathBuf, String> {
         return Ok(tar);
     }
     if Command::new("npm").arg("--version").output().is_err() {
-        build::sh(
-            Command::new("apt-get")
-                .args(["install", "-y", "-qq", "nodejs", "npm"])
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )?;
+        sh(Command::new("apt-get")
+            .args(["install", "-y", "-qq", "nodejs", "npm"])
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
     }
     let _ = std::fs::remove_dir_all(&dir);
     let proj = dir.join("proj");
@@ -248,34 +218,24 @@ pub fn npm_project() -> Result<PathBuf, String> {
         std::fs::write(proj.join(name), text).map_err(|e| format!("{name}: {e}"))?;
     }
     progress("workloads: npm ci (once)...");
-    build::sh(
-        Command::new("npm")
-            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
-            .current_dir(&proj)
-            .stdout(Stdio::null()),
-    )?;
-    build::sh(
-        Command::new("tar")
-            .arg("cf")
-            .arg(&tar)
-            .arg("-C")
-            .arg(&dir)
-            .arg("proj"),
-    )?;
+    sh(Command::new("npm")
+        .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
+        .current_dir(&proj)
+        .stdout(Stdio::null()))?;
+    sh(Command::new("tar")
+        .arg("cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&dir)
+        .arg("proj"))?;
     std::fs::write(&stamp, NPM_LOCK).map_err(|e| e.to_string())?;
     Ok(tar)
-}
-
-fn drop_caches() -> Result<(), String> {
-    build::sh(&mut Command::new("sync"))?;
-    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
-    Ok(())
 }
 
 /// Run `cmd` in `dir` (output discarded), timed.
 fn timed(cmd: &mut Command) -> Result<f64, String> {
     let t0 = Instant::now();
-    build::sh(cmd.stdout(Stdio::null()))?;
+    sh(cmd.stdout(Stdio::null()))?;
     Ok(t0.elapsed().as_secs_f64())
 }
 
@@ -342,7 +302,7 @@ impl Run<'_> {
             .then(|| build::counts(self.bopts, &self.mnt))
             .flatten();
         let seconds = f(&self.root(m))?;
-        if m.is_some() && !build::is_mounted(&self.mnt) {
+        if m.is_some() && !is_mounted(&self.mnt) {
             return Err(format!("{}: the mount vanished during {w}", self.c.name));
         }
         let counts = walkfs
@@ -392,28 +352,17 @@ fn run_config(
         out: Vec::new(),
     };
     let tree = |dir: &Path| -> Result<PathBuf, String> {
-        std::fs::read_dir(dir)
+        find_in(dir, Path::is_dir)
             .map_err(|e| e.to_string())?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.is_dir())
             .ok_or_else(|| "the tarball made no tree".to_string())
     };
     // The hostap tree: extracted onto the share when that is measured,
     // natively otherwise.
     if r.wants("untar-hostap") {
         let m = r.mount()?;
-        r.measure("untar-hostap", &m, |d| {
-            timed(Command::new("tar").arg("xf").arg(hostap).arg("-C").arg(d))
-        })?;
+        r.measure("untar-hostap", &m, |d| timed(&mut untar(hostap, d)))?;
     } else {
-        build::sh(
-            Command::new("tar")
-                .arg("xf")
-                .arg(hostap)
-                .arg("-C")
-                .arg(&r.src),
-        )?;
+        sh(&mut untar(hostap, &r.src))?;
     }
     let rel = tree(&r.src)?
         .strip_prefix(&r.src)
@@ -425,9 +374,9 @@ fn run_config(
         r.measure("git-commit", &m, |d| {
             let d = d.join(&rel);
             let t0 = Instant::now();
-            build::sh(git(&d, &["init", "-q"]).stdout(Stdio::null()))?;
-            build::sh(git(&d, &["add", "."]).stdout(Stdio::null()))?;
-            build::sh(git(&d, &["commit", "-q", "-m", "tree"]).stdout(Stdio::null()))?;
+            sh(git(&d, &["init", "-q"]).stdout(Stdio::null()))?;
+            sh(git(&d, &["add", "."]).stdout(Stdio::null()))?;
+            sh(git(&d, &["commit", "-q", "-m", "tree"]).stdout(Stdio::null()))?;
             Ok(t0.elapsed().as_secs_f64())
         })?;
     } else {
@@ -437,7 +386,7 @@ fn run_config(
             &["add", "."],
             &["commit", "-q", "-m", "tree"],
         ] {
-            build::sh(git(&d, a).stdout(Stdio::null()))?;
+            sh(git(&d, a).stdout(Stdio::null()))?;
         }
     }
     if r.wants("git-status-cold") || r.wants("git-status-warm") {
@@ -469,11 +418,9 @@ fn run_config(
     if r.wants("untar-npm") || r.wants("node-require") {
         if r.wants("untar-npm") {
             let m = r.mount()?;
-            r.measure("untar-npm", &m, |d| {
-                timed(Command::new("tar").arg("xf").arg(npm).arg("-C").arg(d))
-            })?;
+            r.measure("untar-npm", &m, |d| timed(&mut untar(npm, d)))?;
         } else {
-            build::sh(Command::new("tar").arg("xf").arg(npm).arg("-C").arg(&r.src))?;
+            sh(&mut untar(npm, &r.src))?;
         }
         if r.wants("node-require") {
             drop_caches()?;
@@ -529,12 +476,10 @@ pub fn run(opts: &WorkloadOpts) -> Result<WorkloadResult, String> {
     };
     let reps = opts.reps.unwrap_or(if opts.quick { 1 } else { 3 }).max(1);
     let mut samples: BTreeMap<(&'static str, String), Vec<Sample>> = BTreeMap::new();
-    let total = reps * cfgs.len();
-    let mut n = 0;
+    let mut steps = Steps::new("workloads", reps * cfgs.len());
     for _ in 0..reps {
         for c in &cfgs {
-            n += 1;
-            progress(&format!("workloads: [{n}/{total}] {} ...", c.name));
+            steps.next(&format!("{} ...", c.name));
             match run_config(c, &bopts, sshd.as_ref(), &hostap, &npm, &opts.only) {
                 Ok(v) => {
                     for (w, s) in v {
@@ -554,8 +499,7 @@ pub fn run(opts: &WorkloadOpts) -> Result<WorkloadResult, String> {
     let mut natives = BTreeMap::new();
     for ((w, f), v) in &samples {
         if f == "native" {
-            let mut s: Vec<f64> = v.iter().map(|x| x.seconds).collect();
-            natives.insert(*w, median(&mut s));
+            natives.insert(*w, median_of(v, |x| x.seconds));
         }
     }
     let mut rows = Vec::new();
@@ -683,7 +627,7 @@ pub fn render(res: &WorkloadResult) -> String {
 
 /// Ratios to native as a bar chart (walkfs blue, the peers grey).
 pub fn plot(res: &WorkloadResult, path: &str) -> Result<(), String> {
-    use crate::plot::{bar_chart, Bar, OTHER, WALKFS};
+    use crate::plot::{bar_chart, fs_color, Bar};
     let bars: Vec<Bar> = res
         .rows
         .iter()
@@ -691,11 +635,7 @@ pub fn plot(res: &WorkloadResult, path: &str) -> Result<(), String> {
         .map(|r| Bar {
             label: format!("{}  {}", r.workload, r.fs),
             value: r.ratio_to_native,
-            color: if r.fs.starts_with("walkfs") {
-                WALKFS
-            } else {
-                OTHER
-            },
+            color: fs_color(&r.fs),
         })
         .collect();
     bar_chart(
