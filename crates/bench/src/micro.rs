@@ -953,9 +953,9 @@ fn run_9p(
         let vfs = walkfs_source::open(&addr, &o).map_err(|e| format!("{addr}: {e}"))?;
         let ctx = vfs.context(Creds::root());
         let count = |ctx: &Ctx| {
-            vfs.p9_reset_stats();
+            vfs.reset_rpc_stats();
             walkfs_replay(ctx, calls);
-            vfs.p9_stats().map_or(0, |s| s.total_rpcs)
+            vfs.rpc_stats().map_or(0, |s| s.total_rpcs)
         };
         let first = count(&ctx);
         let later = count(&ctx);

@@ -194,7 +194,7 @@ pub fn run(opts: &ParallelOpts) -> Result<Vec<Row>, String> {
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); opts.threads.len()];
     let mut restarts = vec![0u64; opts.threads.len()];
     let mut rpcs = vec![(0u64, 0u64); opts.threads.len()];
-    let sent = |v: &Vfs| v.p9_stats().map_or(0, |s| s.total_rpcs);
+    let sent = |v: &Vfs| v.rpc_stats().map_or(0, |s| s.total_rpcs);
     for rep in 0..opts.reps {
         for (i, &t) in opts.threads.iter().enumerate() {
             progress(&format!(

@@ -122,7 +122,7 @@ fn a_100k_tree_through_a_small_fid_budget() {
                             assert_eq!(u32::from(x.stx_mode) & libc::S_IFMT, libc::S_IFREG);
                         }
                     }
-                    let fs = vfs.p9_fid_stats().expect("9p");
+                    let fs = vfs.remote_handles().expect("9p");
                     assert!(fs.held <= 64, "{fs:?}");
                     // 100,000 files known (each directory listed with
                     // attributes on its first miss, or walked to one by
@@ -170,7 +170,7 @@ fn a_100k_tree_through_a_small_fid_budget() {
             ctx.read(fd, &mut [0u8; 8]).expect("read");
             ctx.close(fd).expect("close");
         }
-        let fs = vfs.p9_fid_stats().expect("9p");
+        let fs = vfs.remote_handles().expect("9p");
         assert!(fs.released > 400, "{opts}: {fs:?}");
         let d1 = root.join("d1");
         std::fs::rename(d1.join("f1"), d1.join("f1-moved")).expect("rename");

@@ -13,6 +13,7 @@
 
 use std::fmt;
 
+pub mod caps;
 pub mod clock;
 mod errno;
 pub mod keyindex;
@@ -386,7 +387,7 @@ impl How {
 }
 
 /// One entry of a directory listed with attributes
-/// ([`FileSystem::readdir_plus`]): what a lookup of the name returns (and
+/// ([`caps::Listings::readdir_plus`]): what a lookup of the name returns (and
 /// counts: each is matched by one [`FileSystem::forget`]), and a
 /// symlink's body when the backend has it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -397,7 +398,7 @@ pub struct DirPlus {
 }
 
 /// A change the vfs lets run behind its caller
-/// ([`FileSystem::submit`]): its result was decided from the cache.
+/// ([`caps::Ordered::submit`]): its result was decided from the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Deferred<'a> {
     /// Write all of `data` (fewer bytes written is `ENOSPC`).
@@ -446,7 +447,7 @@ pub enum Deferred<'a> {
 }
 
 /// Carry `op` out on `fs` now with its ordinary methods and report the
-/// outcome to `done`: what [`FileSystem::submit`] does for a backend that
+/// outcome to `done`: what [`caps::Ordered::submit`] does for a backend that
 /// completes inline (and for one that cannot defer a given change).
 pub fn run_inline<F: FileSystem + ?Sized>(fs: &F, op: Deferred<'_>, done: Done) {
     let r = match op {
@@ -481,7 +482,7 @@ pub fn run_inline<F: FileSystem + ?Sized>(fs: &F, op: Deferred<'_>, done: Done) 
     done(r);
 }
 
-/// What [`FileSystem::make_behind`] makes.
+/// What [`caps::Ordered::make_behind`] makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Make<'a> {
     /// A regular file with permission bits `mode`, opened with `flags`
@@ -539,7 +540,7 @@ impl Make<'_> {
 }
 
 /// A node's identity handed out ahead of its creation
-/// ([`FileSystem::grant`]): the backend's node id and the inode number
+/// ([`caps::Ordered::grant`]): the backend's node id and the inode number
 /// every client of the backend will see for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Granted {
@@ -547,7 +548,7 @@ pub struct Granted {
     pub ino: u64,
 }
 
-/// [`FileSystem::open_read`] with the ordinary calls: open, then read
+/// [`caps::Remote::open_read`] with the ordinary calls: open, then read
 /// (the handle released when the read fails).
 pub fn open_then_read<F: FileSystem + ?Sized>(
     fs: &F,
@@ -570,34 +571,21 @@ pub fn open_then_read<F: FileSystem + ?Sized>(
 /// (a 9P client's reply reader), so it must not wait for anything.
 pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
 
-/// Where [`FileSystem::getattr_behind`] hands a node's attributes: called
+/// Where [`caps::Ordered::getattr_behind`] hands a node's attributes: called
 /// once, on a backend's thread, so it must neither wait nor call the
 /// backend.
 pub type AttrThen = Box<dyn FnOnce(Result<Attr>) + Send>;
 
-/// A listing asked for ahead ([`FileSystem::list_ahead`]): the ticket for
+/// A listing asked for ahead ([`caps::Listings::list_ahead`]): the ticket for
 /// an answer on its way. Dropping it unused gives the answer up (whatever
 /// the backend holds for it is released, and nothing is counted as looked
 /// up).
 pub trait ListAhead: Send {
     /// Wait for the answer: the listing, each entry counted as a lookup
-    /// (as [`FileSystem::readdir_plus`]); `None` when it turned out
+    /// (as [`caps::Listings::readdir_plus`]); `None` when it turned out
     /// unusable (the directory was not where the backend last saw it, or
     /// the listing did not fit in one reply).
     fn wait(self: Box<Self>) -> Option<Result<Vec<DirPlus>>>;
-}
-
-/// When a backend carries out what is [submitted](FileSystem::submit).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Completion {
-    /// Before `submit` returns: running behind the caller buys nothing
-    /// (a local disk, memory), so the vfs calls the ordinary methods.
-    Inline,
-    /// Later; but submitted changes are carried out in the order they were
-    /// submitted, and before anything the backend is asked after `submit`
-    /// returned (a 9P server that promises order: docs/9p-ordering.md).
-    /// So the vfs never waits before a later call.
-    Ordered,
 }
 
 /// Where a watched file system reports its changes: in batches, from a
@@ -613,7 +601,7 @@ pub trait ChangeSink: Send + Sync {
 }
 
 /// A backend's message counters (a 9P client's RPCs): what
-/// [`FileSystem::rpc_stats`] reports.
+/// [`caps::Remote::rpc_stats`] reports.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RpcStats {
     /// `(message name, count)` for each request type sent.
@@ -628,7 +616,7 @@ pub struct RpcStats {
 }
 
 /// A backend's use of the remote handles it keeps for cached nodes (a 9P
-/// client's fids): what [`FileSystem::fid_stats`] reports.
+/// client's fids): what [`caps::Remote::fid_stats`] reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FidStats {
     /// Files the vfs holds.
@@ -641,13 +629,27 @@ pub struct FidStats {
     pub rewalks: u64,
 }
 
-/// A file system the vfs can mount. Methods take the parent's [`NodeId`]
-/// and a single name; see the module comment for what the vfs guarantees
-/// about names. Errors are errnos as Linux would return them.
+/// A file system the vfs can mount: the calls every backend answers.
+/// Methods take the parent's [`NodeId`] and a single name; see the module
+/// comment for what the vfs guarantees about names. Errors are errnos as
+/// Linux would return them.
+///
+/// What only some backends can do (run changes behind the caller, list
+/// with attributes, hand out host files, report changes made elsewhere,
+/// count messages to a server) is a capability: an extension trait of
+/// [`caps`] the vfs asks for with the accessors at the end, as Linux
+/// looks for a non-NULL entry in an operations table. The answer may
+/// change over a backend's life (hostfs runs changes behind its callers
+/// only while the vfs writes back), so callers ask each time.
 #[allow(unused_variables)]
 pub trait FileSystem: Send + Sync {
     /// The root directory's node. Never forgotten.
     fn root(&self) -> NodeId;
+
+    /// A short name for logs and `statfs`-like reports ("memfs", "hostfs").
+    fn kind(&self) -> &'static str {
+        "unknown"
+    }
 
     /// Find `name` in directory `parent`. `ENOENT` when it does not exist.
     /// Each successful lookup is matched by one [`FileSystem::forget`].
@@ -667,62 +669,6 @@ pub trait FileSystem: Send + Sync {
         Err(Errno::ENOSYS)
     }
 
-    /// How [`submit`](FileSystem::submit) carries out a change the vfs
-    /// lets run behind its caller (the vfs's write-back).
-    fn completion(&self) -> Completion {
-        Completion::Inline
-    }
-
-    /// Start `op` and report its outcome to `done`, exactly once. The
-    /// default carries it out before returning ([`Completion::Inline`]);
-    /// a backend that answers [`Completion::Ordered`] may return first.
-    /// `Err` when the change could not even be started (the connection is
-    /// gone): then `done` is never called. The vfs has decided the
-    /// change's result from its cache and checked the permission; a
-    /// failure reported to `done` is a refusal the cache could not
-    /// foresee (another client, a full disk).
-    fn submit(&self, op: Deferred<'_>, done: Done) -> Result<()> {
-        run_inline(self, op, done);
-        Ok(())
-    }
-
-    /// An identity for a node `owner` is about to make behind the caller
-    /// ([`make_behind`](FileSystem::make_behind)): from numbers the
-    /// backend's server granted ahead, so the node's number is final
-    /// before the server has made it. `None` when the backend cannot
-    /// (no grants; a node for `owner` would not be theirs on the
-    /// server): then the vfs makes nodes with the ordinary methods.
-    fn grant(&self, owner: Owner) -> Option<Granted> {
-        None
-    }
-
-    /// Make `what` as `name` in `parent` for `owner`, as the node
-    /// `node` (from [`grant`](FileSystem::grant)), behind the caller: the
-    /// node exists for every later call (a [`Completion::Ordered`]
-    /// backend carries it out first), its outcome goes to `done`, and a
-    /// file comes back with its open handle. `Err` when it could not
-    /// even be started (then `done` is never called).
-    fn make_behind(
-        &self,
-        parent: NodeId,
-        name: &[u8],
-        owner: Owner,
-        node: Granted,
-        what: Make<'_>,
-        done: Done,
-    ) -> Result<Option<FileHandle>> {
-        Err(Errno::ENOSYS)
-    }
-
-    /// Ask for `node`'s attributes behind the caller: `then` gets them.
-    /// `false` when the backend cannot without waiting itself (a remote
-    /// handle it would first have to walk to): then `then` is dropped
-    /// uncalled. A backend whose changes run behind their callers gives
-    /// the vfs its server's attributes this way once they have landed.
-    fn getattr_behind(&self, node: NodeId, then: AttrThen) -> bool {
-        false
-    }
-
     /// The body of a symlink.
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
         Err(Errno::ENOSYS)
@@ -732,19 +678,6 @@ pub trait FileSystem: Send + Sync {
     /// device nodes, fifos and sockets (`EACCES`, or `ENXIO`).
     fn open(&self, node: NodeId, flags: OpenFlags) -> Result<FileHandle> {
         Err(Errno::ENOSYS)
-    }
-
-    /// Open `node` (a regular file) and read from `off` into `buf`: the
-    /// first read of a file the vfs opened lazily, in one go (a remote
-    /// backend: one round trip for both). The default opens, then reads.
-    fn open_read(
-        &self,
-        node: NodeId,
-        flags: OpenFlags,
-        off: u64,
-        buf: &mut [u8],
-    ) -> Result<(FileHandle, usize)> {
-        open_then_read(self, node, flags, off, buf)
     }
 
     /// Create and open a regular file that must not exist yet.
@@ -769,35 +702,6 @@ pub trait FileSystem: Send + Sync {
 
     /// Close what [`FileSystem::open`] or [`FileSystem::create`] opened.
     fn release(&self, node: NodeId, fh: FileHandle) {}
-
-    /// The host file behind open handle `fh`, for a kernel that can do
-    /// the file's I/O itself (FUSE passthrough); `None` for a backend
-    /// whose files are not host files (memory, a remote server).
-    fn host_file(
-        &self,
-        node: NodeId,
-        fh: FileHandle,
-    ) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
-        None
-    }
-
-    /// The backend's own descriptor for `node` (a host directory's
-    /// `O_PATH` descriptor), where it keeps one; `None` elsewhere.
-    fn node_fd(&self, node: NodeId) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
-        let _ = node;
-        None
-    }
-
-    /// Does the backend hold a lease covering `node`: a file it made
-    /// under a directory's lease (its server recalls the lease before
-    /// anyone else opens the file, so a close need not wait for the
-    /// file's changes), or a directory leased (this client is the one
-    /// making its names)? Only backends that complete changes behind the
-    /// caller can.
-    fn leased(&self, node: NodeId) -> bool {
-        let _ = node;
-        false
-    }
 
     fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, owner: Owner) -> Result<Entry> {
         Err(Errno::ENOSYS)
@@ -854,74 +758,37 @@ pub trait FileSystem: Send + Sync {
         Err(Errno::ENOSYS)
     }
 
-    /// Every entry of a directory with its attributes, each counted as a
-    /// lookup, in one go (a remote backend: one round trip rather than
-    /// one per name). `None` when the backend cannot list that way (then
-    /// [`readdir`](FileSystem::readdir)).
-    fn readdir_plus(&self, node: NodeId) -> Option<Result<Vec<DirPlus>>> {
-        None
-    }
-
-    /// Ask for `node`'s [`readdir_plus`](FileSystem::readdir_plus) listing
-    /// without waiting for it (the vfs's directory read-ahead). `None`
-    /// when the backend cannot (then the vfs lists when it needs to):
-    /// asking ahead pays only where the answer travels (a remote server
-    /// that keeps a connection's order, so the listing reflects every
-    /// change submitted before it).
-    fn list_ahead(&self, node: NodeId) -> Option<Box<dyn ListAhead>> {
-        None
-    }
-
-    /// May a listing stand for every name of the directory until a change
-    /// is reported (a miss then lists a small directory, and a name the
-    /// listing lacks is denied without asking)? Yes for a share whose
-    /// other writers are other clients (the caller's negative-entry policy
-    /// covers them); no for a local directory, which any program on the
-    /// host changes without telling anyone.
-    fn listings_complete(&self) -> bool {
-        false
-    }
-
     fn statfs(&self, node: NodeId) -> Result<StatFs> {
         Err(Errno::ENOSYS)
     }
 
-    /// Get ready to report changes made behind the file system's back to
-    /// `sink` (one sink per file system: a second call replaces it): open
-    /// what watching needs, while the process may still be privileged.
-    /// Changes made from now on are reported once [`start_watching`] is
-    /// called. `EOPNOTSUPP` when the backend cannot see them.
-    ///
-    /// [`start_watching`]: FileSystem::start_watching
-    fn watch_changes(&self, sink: std::sync::Arc<dyn ChangeSink>) -> Result<()> {
-        Err(Errno::EOPNOTSUPP)
-    }
-
-    /// Start reporting (on a thread of the backend's own). Separate from
-    /// [`watch_changes`](FileSystem::watch_changes) so that a process can
-    /// confine itself in between: a thread started before would escape
-    /// the confinement (capabilities and mount namespaces are per thread).
-    fn start_watching(&self) -> Result<()> {
-        Ok(())
-    }
-
-    /// A short name for logs and `statfs`-like reports ("memfs", "hostfs").
-    fn kind(&self) -> &'static str {
-        "unknown"
-    }
-
-    /// Counters of the messages sent to a remote server; `None` for a
-    /// backend that sends none.
-    fn rpc_stats(&self) -> Option<RpcStats> {
+    /// Changes run behind their callers, in order ([`caps::Ordered`]);
+    /// `None`: every change is carried out before its call returns.
+    fn ordered(&self) -> Option<&dyn caps::Ordered> {
         None
     }
 
-    /// Use of the remote handles kept for cached nodes; `None` for a
-    /// backend that keeps none.
-    fn fid_stats(&self) -> Option<FidStats> {
+    /// Listings with attributes ([`caps::Listings`]); `None`: the vfs
+    /// lists names and looks each up.
+    fn listings(&self) -> Option<&dyn caps::Listings> {
         None
     }
 
-    /// Zero the counters [`FileSystem::rpc_stats`] reports.
-    fn reset_stats(&self) {}
+    /// Host files under the nodes ([`caps::HostFiles`]): a kernel may do
+    /// their I/O itself. `None` for memory or a remote server.
+    fn host_files(&self) -> Option<&dyn caps::HostFiles> {
+        None
+    }
+
+    /// Reports of changes made behind the file system's back
+    /// ([`caps::Watch`]); `None` when the backend cannot see them.
+    fn watch(&self) -> Option<&dyn caps::Watch> {
+        None
+    }
+
+    /// Counters of a remote server's messages and handles
+    /// ([`caps::Remote`]); `None` for a backend that sends none.
+    fn remote(&self) -> Option<&dyn caps::Remote> {
+        None
+    }
 }

@@ -221,14 +221,13 @@ impl WalkFuse {
         let nodes = Arc::new(RwLock::new(nodes));
         let writes_behind = vfs.writes_behind();
         // Bare listings where a lookup is as cheap as the stat a listing
-        // with attributes would make: a local directory (not 9P).
+        // with attributes would make: a backend with no link to cross.
         let keeps = matches!(opts.cache, CachePolicy::Loose | CachePolicy::Coherent);
-        let local = vfs.p9_stats().is_none();
-        let bare = bare::BarePolicy::new(opts.bare_listings && keeps && local);
+        let bare = bare::BarePolicy::new(opts.bare_listings && keeps && !vfs.is_remote());
         // Passthrough needs host files under the mount, and the right to
         // register them with the kernel.
         let pt = Arc::new(passthrough::Backings::new(
-            local && keeps && opts.passthrough && passthrough::permitted(),
+            vfs.has_host_files() && keeps && opts.passthrough && passthrough::permitted(),
         ));
         let replay = if opts.cache == CachePolicy::Coherent && opts.events {
             Some(Arc::new(replay::Replayer::new(&vfs, Arc::clone(&pt))?))

@@ -343,7 +343,7 @@ impl MountStats {
             s.fuse_minor = i.minor.load(Relaxed);
             s.fuse_flags = i.flags.load(Relaxed);
         }
-        if let Some(f) = vfs.p9_fid_stats() {
+        if let Some(f) = vfs.remote_handles() {
             s.resources.extend([
                 ("9p_nodes".to_string(), f.nodes),
                 ("9p_fids_held".to_string(), f.held),
@@ -352,7 +352,7 @@ impl MountStats {
                 ("9p_rewalks".to_string(), f.rewalks),
             ]);
         }
-        if let Some(p) = vfs.p9_stats() {
+        if let Some(p) = vfs.rpc_stats() {
             s.rpcs = p.rpcs.iter().map(|(n, c)| (n.to_string(), *c)).collect();
             s.total_rpcs = p.total_rpcs;
             s.bytes_sent = p.bytes_sent;

@@ -450,7 +450,7 @@ mod tests {
             .mkdirat(AT_FDCWD, b"/d", 0o755)
             .unwrap();
         // A memfs sends no messages.
-        assert_eq!(vfs.p9_stats(), None);
+        assert_eq!(vfs.rpc_stats(), None);
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir(tmp.path().join("sub")).unwrap();
         let dir = tmp.path().to_str().unwrap();
@@ -467,10 +467,10 @@ mod tests {
         let vfs = open_served(dir, &opts, ServerConfig::default()).unwrap();
         let ctx = vfs.context(Creds::root());
         assert_eq!(ctx.faccessat(AT_FDCWD, b"/sub", 0, 0), Ok(()));
-        let rpcs = vfs.p9_stats().unwrap().total_rpcs;
+        let rpcs = vfs.rpc_stats().unwrap().total_rpcs;
         assert!(rpcs > 0);
-        assert!(vfs.p9_fid_stats().unwrap().cap >= 1);
-        vfs.p9_reset_stats();
-        assert!(vfs.p9_stats().unwrap().total_rpcs < rpcs);
+        assert!(vfs.remote_handles().unwrap().cap >= 1);
+        vfs.reset_rpc_stats();
+        assert!(vfs.rpc_stats().unwrap().total_rpcs < rpcs);
     }
 }

@@ -15,7 +15,7 @@ fn stack(dir: &std::path::Path, opts: &str) -> Vfs {
 }
 
 fn rpcs(vfs: &Vfs) -> u64 {
-    vfs.p9_stats().expect("9p").total_rpcs
+    vfs.rpc_stats().expect("9p").total_rpcs
 }
 
 /// Unlinks sent without waiting, then the directory's rmdir: the server
@@ -291,7 +291,7 @@ fn subdirectories_are_read_ahead_and_used_only_while_fresh() {
     // The walk that listed s1 left its fid with s1: emptying it (what
     // `rm -rf` does next) walks nowhere.
     let walks = || {
-        vfs.p9_stats()
+        vfs.rpc_stats()
             .expect("9p")
             .rpcs
             .iter()
@@ -338,7 +338,7 @@ fn a_coherent_miss_is_answered_by_the_listing_it_makes() {
     let vfs = stack(t.path(), "cache=coherent");
     let ctx = vfs.context(Creds::root());
     let getattrs = || {
-        let s = vfs.p9_stats().expect("9p");
+        let s = vfs.rpc_stats().expect("9p");
         s.rpcs
             .iter()
             .find(|(n, _)| *n == "Tgetattr")

@@ -54,11 +54,11 @@ impl Served {
 }
 
 fn waits(vfs: &Vfs) -> u64 {
-    vfs.p9_stats().expect("9p").waits
+    vfs.rpc_stats().expect("9p").waits
 }
 
 fn sent(vfs: &Vfs, msg: &str) -> u64 {
-    let s = vfs.p9_stats().expect("9p");
+    let s = vfs.rpc_stats().expect("9p");
     s.rpcs
         .iter()
         .find(|(n, _)| *n == msg)

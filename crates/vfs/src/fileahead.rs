@@ -3,7 +3,7 @@
 //! *.h`) finds the next files' first bytes already on their way, instead
 //! of paying a round trip to open and read each. Like the directory
 //! read-ahead (readahead.rs), only for a backend whose answers travel and
-//! keep their order (`Completion::Ordered`), and only while
+//! keep their order (`caps::Ordered`), and only while
 //! `dir_readahead` is on.
 //!
 //! The policy:
@@ -11,7 +11,7 @@
 //!   listed lately are remembered in name order.
 //! - A first read of one of them, right after a first read of the one
 //!   before it in that order, asks for the next [`WINDOW`] (open and first
-//!   read in one backend call, [`FileSystem::open_read`], run by a few
+//!   read in one backend call, [`caps::Remote::open_read`], run by a few
 //!   threads here); each first read answered that way asks for one more.
 //!   Readers in any other order ask for nothing.
 //! - An answer is used by the first read of its file only if it is as

@@ -69,7 +69,7 @@ pub use options::{CachePolicy, NegPolicy, Options};
 pub use perm::Creds;
 pub use stat::{Statx, StatxTimestamp};
 pub use walkfs_fsapi::{
-    generation_of, Change, ChangeSink, Errno, FidStats, FileSystem, FileType, How, Result,
+    caps, generation_of, Change, ChangeSink, Errno, FidStats, FileSystem, FileType, How, Result,
     RpcStats, Seen, StatFs, TimeSet, Timespec, What, NAME_MAX, PATH_MAX, RENAME_EXCHANGE,
     RENAME_NOREPLACE,
 };
@@ -299,7 +299,8 @@ impl Vfs {
         }
         let sbs = self.inner.sbs.read().clone();
         for fs in sbs {
-            if let Err(e) = fs.start_watching() {
+            let Some(w) = fs.watch() else { continue };
+            if let Err(e) = w.start() {
                 tracing::warn!(
                     "cache=coherent: {} cannot watch ({e}); revalidating",
                     fs.kind()
@@ -372,9 +373,12 @@ impl Vfs {
         if !self.inner.coherent {
             return;
         }
-        let r = fs
-            .watch_changes(sink)
-            .and_then(|()| if start { fs.start_watching() } else { Ok(()) });
+        let r = match fs.watch() {
+            Some(w) => w
+                .watch_changes(sink)
+                .and_then(|()| if start { w.start() } else { Ok(()) }),
+            None => Err(Errno::EOPNOTSUPP),
+        };
         if let Err(e) = r {
             tracing::warn!(
                 "cache=coherent: {} cannot report changes ({e}); revalidating instead",
@@ -487,23 +491,36 @@ impl Vfs {
     }
 
     /// The message counters of the root's backend (`None` unless it
-    /// talks to a server: a 9P client).
-    pub fn p9_stats(&self) -> Option<RpcStats> {
-        self.inner.sb(0).ok()?.rpc_stats()
+    /// talks to a server: [`caps::Remote`]).
+    pub fn rpc_stats(&self) -> Option<RpcStats> {
+        Some(self.inner.sb(0).ok()?.remote()?.rpc_stats())
     }
 
-    /// The root backend's use of remote handles (`None` unless it keeps
-    /// any: a 9P client's fids).
-    pub fn p9_fid_stats(&self) -> Option<FidStats> {
-        self.inner.sb(0).ok()?.fid_stats()
+    /// The root backend's use of the handles it keeps on its server for
+    /// cached nodes (`None` unless it keeps any).
+    pub fn remote_handles(&self) -> Option<FidStats> {
+        self.inner.sb(0).ok()?.remote()?.fid_stats()
     }
 
-    /// Zero the root backend's message counters.
-    pub fn p9_reset_stats(&self) {
+    /// Zero the root backend's message counters, and the write-back's.
+    pub fn reset_rpc_stats(&self) {
         self.inner.wb.reset_stats();
-        if let Ok(fs) = self.inner.sb(0) {
-            fs.reset_stats();
+        if let Some(r) = self.inner.sb(0).ok().as_deref().and_then(|fs| fs.remote()) {
+            r.reset_stats();
         }
+    }
+
+    /// Does the root backend talk to a server over a link
+    /// ([`caps::Remote`])?
+    pub fn is_remote(&self) -> bool {
+        self.inner.sb(0).is_ok_and(|fs| fs.remote().is_some())
+    }
+
+    /// Are the root backend's files host files ([`caps::HostFiles`]): a
+    /// kernel may do their I/O itself (FUSE passthrough), and a lookup
+    /// costs no more than the stat a listing with attributes would make?
+    pub fn has_host_files(&self) -> bool {
+        self.inner.sb(0).is_ok_and(|fs| fs.host_files().is_some())
     }
 
     /// A caller with `creds`, whose `/` is the vfs root.

@@ -1,5 +1,5 @@
 //! Directories listed with their attributes (a backend's
-//! [`FileSystem::readdir_plus`](walkfs_fsapi::FileSystem::readdir_plus)):
+//! [`caps::Listings::readdir_plus`](walkfs_fsapi::caps::Listings::readdir_plus)):
 //! every entry is cached as a lookup of it would be — the dentry, the
 //! attributes, a symlink's body — and the directory becomes complete
 //! (`I_COMPLETE`: a name not cached in it does not exist). `ls -l`,
@@ -49,7 +49,7 @@ impl Inner {
             None => {
                 let gen = self.attr_gen.load(Acquire);
                 let seen = self.ext_seen.load(Acquire);
-                match fs.readdir_plus(NodeId(s.node))? {
+                match fs.listings()?.readdir_plus(NodeId(s.node))? {
                     Ok(p) => (p, gen, seen),
                     Err(e) => return Some(Err(e)),
                 }

@@ -5,14 +5,15 @@
 //!
 //! A call is "waited for" when its caller could not go on before the
 //! backend answered: every call but a change submitted to a backend that
-//! completes it later ([`Completion::Ordered`]), and the listings asked
+//! completes it later ([`caps::Ordered`]), and the listings asked
 //! for ahead (their waits, if any, are timed by the read-ahead).
 
 use std::sync::Arc;
 
 use walkfs_fsapi::{
-    Attr, ChangeSink, Completion, Deferred, DirEntry, DirPlus, Done, Entry, FidStats, FileHandle,
-    FileSystem, ListAhead, NodeId, OpenFlags, Owner, Result, RpcStats, SetAttr, StatFs,
+    caps, Attr, AttrThen, Deferred, DirEntry, DirPlus, Done, Entry, Errno, FidStats, FileHandle,
+    FileSystem, Granted, ListAhead, Make, NodeId, OpenFlags, Owner, Result, RpcStats, SetAttr,
+    StatFs,
 };
 
 use crate::counters::Counter;
@@ -150,51 +151,6 @@ impl FileSystem for Metered {
         self.fs.setattr(node, set)
     }
 
-    fn completion(&self) -> Completion {
-        self.fs.completion()
-    }
-
-    fn submit(&self, op: Deferred<'_>, done: Done) -> Result<()> {
-        self.meter.count(Op::Submit);
-        if !matches!(self.fs.completion(), Completion::Inline) {
-            self.meter.behind.inc();
-        }
-        self.fs.submit(op, done)
-    }
-
-    fn grant(&self, owner: Owner) -> Option<walkfs_fsapi::Granted> {
-        self.fs.grant(owner)
-    }
-
-    fn make_behind(
-        &self,
-        parent: NodeId,
-        name: &[u8],
-        owner: Owner,
-        node: walkfs_fsapi::Granted,
-        what: walkfs_fsapi::Make<'_>,
-        done: Done,
-    ) -> Result<Option<FileHandle>> {
-        self.meter.count(match what {
-            walkfs_fsapi::Make::File { .. } => Op::Create,
-            walkfs_fsapi::Make::Dir { .. } => Op::Mkdir,
-            walkfs_fsapi::Make::Symlink { .. } => Op::Symlink,
-            walkfs_fsapi::Make::Special { .. } => Op::Mknod,
-        });
-        self.meter.behind.inc();
-        self.fs.make_behind(parent, name, owner, node, what, done)
-    }
-
-    fn getattr_behind(&self, node: NodeId, then: walkfs_fsapi::AttrThen) -> bool {
-        let asked = self.fs.getattr_behind(node, then);
-        if asked {
-            // Nobody waits for it.
-            self.meter.count(Op::Getattr);
-            self.meter.behind.inc();
-        }
-        asked
-    }
-
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
         self.meter.count(Op::Readlink);
         self.fs.readlink(node)
@@ -203,18 +159,6 @@ impl FileSystem for Metered {
     fn open(&self, node: NodeId, flags: OpenFlags) -> Result<FileHandle> {
         self.meter.count(Op::Open);
         self.fs.open(node, flags)
-    }
-
-    fn open_read(
-        &self,
-        node: NodeId,
-        flags: OpenFlags,
-        off: u64,
-        buf: &mut [u8],
-    ) -> Result<(FileHandle, usize)> {
-        self.meter.count(Op::Open);
-        self.meter.count(Op::Read);
-        self.fs.open_read(node, flags, off, buf)
     }
 
     fn create(
@@ -242,18 +186,6 @@ impl FileSystem for Metered {
     fn release(&self, node: NodeId, fh: FileHandle) {
         self.meter.count(Op::Release);
         self.fs.release(node, fh)
-    }
-
-    fn host_file(&self, node: NodeId, fh: FileHandle) -> Option<Arc<std::os::fd::OwnedFd>> {
-        self.fs.host_file(node, fh)
-    }
-
-    fn node_fd(&self, node: NodeId) -> Option<Arc<std::os::fd::OwnedFd>> {
-        self.fs.node_fd(node)
-    }
-
-    fn leased(&self, node: NodeId) -> bool {
-        self.fs.leased(node)
     }
 
     fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, owner: Owner) -> Result<Entry> {
@@ -310,47 +242,143 @@ impl FileSystem for Metered {
         self.fs.readdir(node)
     }
 
-    fn readdir_plus(&self, node: NodeId) -> Option<Result<Vec<DirPlus>>> {
-        self.meter.count(Op::ReaddirPlus);
-        self.fs.readdir_plus(node)
-    }
-
-    fn list_ahead(&self, node: NodeId) -> Option<Box<dyn ListAhead>> {
-        self.meter.count(Op::ListAhead);
-        self.fs.list_ahead(node)
-    }
-
-    fn listings_complete(&self) -> bool {
-        self.fs.listings_complete()
-    }
-
     fn statfs(&self, node: NodeId) -> Result<StatFs> {
         self.meter.count(Op::Statfs);
         self.fs.statfs(node)
-    }
-
-    fn watch_changes(&self, sink: Arc<dyn ChangeSink>) -> Result<()> {
-        self.fs.watch_changes(sink)
-    }
-
-    fn start_watching(&self) -> Result<()> {
-        self.fs.start_watching()
     }
 
     fn kind(&self) -> &'static str {
         self.fs.kind()
     }
 
-    fn rpc_stats(&self) -> Option<RpcStats> {
-        self.fs.rpc_stats()
+    /// Metered too: a change submitted is counted, and whether its caller
+    /// waits for it.
+    fn ordered(&self) -> Option<&dyn caps::Ordered> {
+        self.fs.ordered().map(|_| self as &dyn caps::Ordered)
+    }
+
+    fn listings(&self) -> Option<&dyn caps::Listings> {
+        self.fs.listings().map(|_| self as &dyn caps::Listings)
+    }
+
+    // Not metered: the kernel's own I/O and the backend's reports are no
+    // calls of the vfs.
+    fn host_files(&self) -> Option<&dyn caps::HostFiles> {
+        self.fs.host_files()
+    }
+
+    fn watch(&self) -> Option<&dyn caps::Watch> {
+        self.fs.watch()
+    }
+
+    /// Metered: an open with its first read is two calls.
+    fn remote(&self) -> Option<&dyn caps::Remote> {
+        self.fs.remote().map(|_| self as &dyn caps::Remote)
+    }
+}
+
+/// The inner backend's [`caps::Ordered`], counted. Asked for only while
+/// the inner one has it; should it have stopped since, a change is
+/// carried out now and an identity is refused.
+impl caps::Ordered for Metered {
+    fn submit(&self, op: Deferred<'_>, done: Done) -> Result<()> {
+        self.meter.count(Op::Submit);
+        match self.fs.ordered() {
+            Some(o) => {
+                self.meter.behind.inc();
+                o.submit(op, done)
+            }
+            None => {
+                walkfs_fsapi::run_inline(&*self.fs, op, done);
+                Ok(())
+            }
+        }
+    }
+
+    fn grant(&self, owner: Owner) -> Option<Granted> {
+        self.fs.ordered()?.grant(owner)
+    }
+
+    fn make_behind(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        owner: Owner,
+        node: Granted,
+        what: Make<'_>,
+        done: Done,
+    ) -> Result<Option<FileHandle>> {
+        let o = self.fs.ordered().ok_or(Errno::ENOSYS)?;
+        self.meter.count(match what {
+            Make::File { .. } => Op::Create,
+            Make::Dir { .. } => Op::Mkdir,
+            Make::Symlink { .. } => Op::Symlink,
+            Make::Special { .. } => Op::Mknod,
+        });
+        self.meter.behind.inc();
+        o.make_behind(parent, name, owner, node, what, done)
+    }
+
+    fn getattr_behind(&self, node: NodeId, then: AttrThen) -> bool {
+        let asked = self
+            .fs
+            .ordered()
+            .is_some_and(|o| o.getattr_behind(node, then));
+        if asked {
+            // Nobody waits for it.
+            self.meter.count(Op::Getattr);
+            self.meter.behind.inc();
+        }
+        asked
+    }
+
+    fn leased(&self, node: NodeId) -> bool {
+        self.fs.leased(node)
+    }
+}
+
+impl caps::Remote for Metered {
+    fn open_read(
+        &self,
+        node: NodeId,
+        flags: OpenFlags,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Option<Result<(FileHandle, usize)>> {
+        let r = self.fs.remote()?.open_read(node, flags, off, buf)?;
+        self.meter.count(Op::Open);
+        self.meter.count(Op::Read);
+        Some(r)
+    }
+
+    fn rpc_stats(&self) -> RpcStats {
+        self.fs.remote().map(|r| r.rpc_stats()).unwrap_or_default()
     }
 
     fn fid_stats(&self) -> Option<FidStats> {
-        self.fs.fid_stats()
+        self.fs.remote()?.fid_stats()
     }
 
     fn reset_stats(&self) {
-        self.fs.reset_stats()
+        if let Some(r) = self.fs.remote() {
+            r.reset_stats();
+        }
+    }
+}
+
+impl caps::Listings for Metered {
+    fn readdir_plus(&self, node: NodeId) -> Option<Result<Vec<DirPlus>>> {
+        self.meter.count(Op::ReaddirPlus);
+        self.fs.listings()?.readdir_plus(node)
+    }
+
+    fn list_ahead(&self, node: NodeId) -> Option<Box<dyn ListAhead>> {
+        self.meter.count(Op::ListAhead);
+        self.fs.listings()?.list_ahead(node)
+    }
+
+    fn complete(&self) -> bool {
+        self.fs.listings_complete()
     }
 }
 

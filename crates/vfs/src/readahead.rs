@@ -1,6 +1,6 @@
 //! Directory read-ahead: when a listing shows subdirectories, their
 //! listings are asked for at once, without waiting
-//! ([`FileSystem::list_ahead`]), so a tree walk (`find`, `du`,
+//! ([`caps::Listings::list_ahead`]), so a tree walk (`find`, `du`,
 //! `git status`, a build's header search) finds most directories already
 //! on their way instead of paying a round trip for each. Only a backend
 //! whose answers travel offers it (the 9P client over a server that keeps
@@ -280,10 +280,10 @@ impl ReadAhead {
 /// The `no_ahead` bit of superblock `sb` when its backend `fs` never
 /// lists ahead (it does not keep its answers' order), else 0.
 pub(crate) fn never_ahead(fs: &dyn walkfs_fsapi::FileSystem, sb: usize) -> u64 {
-    match fs.completion() {
-        walkfs_fsapi::Completion::Ordered => 0,
-        _ if sb < 64 => 1 << sb,
-        _ => 0,
+    match fs.ordered() {
+        Some(_) => 0,
+        None if sb < 64 => 1 << sb,
+        None => 0,
     }
 }
 
@@ -371,7 +371,7 @@ impl Inner {
                 continue;
             };
             let gens = Gens::now(self);
-            let Some(ticket) = fs.list_ahead(NodeId(q.key.1)) else {
+            let Some(ticket) = fs.listings().and_then(|l| l.list_ahead(NodeId(q.key.1))) else {
                 // The backend cannot: never ask it again.
                 self.no_ahead.fetch_or(1 << q.key.0, Relaxed);
                 continue;

@@ -163,13 +163,13 @@ enum OwnedOp {
 }
 
 /// memfs as a backend whose changes complete later
-/// ([`Completion::Ordered`]): submitted changes queue up, and one worker
+/// ([`caps::Ordered`]): submitted changes queue up, and one worker
 /// carries them out in order, each after passing `gate` (so a test holds
 /// them in flight); `fail` makes every change it runs fail with that
 /// errno (a full disk, a refusal).
 pub(crate) struct LaterFs {
     pub inner: walkfs_memfs::MemFs,
-    /// Itself, for the tickets [`FileSystem::list_ahead`] hands out.
+    /// Itself, for the tickets [`caps::Listings::list_ahead`] hands out.
     me: std::sync::Weak<LaterFs>,
     pub gate: Gate,
     pub fail: Mutex<Option<walkfs_fsapi::Errno>>,
@@ -253,7 +253,7 @@ impl LaterFs {
         Ok(out)
     }
 
-    /// What `Completion::Ordered` promises: a call sees every change
+    /// What `caps::Ordered` promises: a call sees every change
     /// submitted before it.
     fn settle(&self) {
         let mut b = self.busy.lock().expect("busy");
@@ -324,10 +324,22 @@ impl FileSystem for LaterFs {
         self.settle();
         self.inner.readdir(n)
     }
+
+    fn listings(&self) -> Option<&dyn walkfs_fsapi::caps::Listings> {
+        Some(self)
+    }
+
+    fn ordered(&self) -> Option<&dyn walkfs_fsapi::caps::Ordered> {
+        Some(self)
+    }
+}
+
+impl walkfs_fsapi::caps::Listings for LaterFs {
     fn readdir_plus(&self, n: NodeId) -> Option<Result<Vec<walkfs_fsapi::DirPlus>>> {
         self.settle();
         Some(self.plus(n))
     }
+
     /// Answered as of the ask (as an ordered server would), handed over
     /// at the wait.
     fn list_ahead(&self, n: NodeId) -> Option<Box<dyn walkfs_fsapi::ListAhead>> {
@@ -337,9 +349,9 @@ impl FileSystem for LaterFs {
             listing: Some(self.plus(n)),
         }))
     }
-    fn completion(&self) -> walkfs_fsapi::Completion {
-        walkfs_fsapi::Completion::Ordered
-    }
+}
+
+impl walkfs_fsapi::caps::Ordered for LaterFs {
     fn submit(&self, op: walkfs_fsapi::Deferred<'_>, done: walkfs_fsapi::Done) -> Result<()> {
         use walkfs_fsapi::Deferred;
         let op = match op {

@@ -181,15 +181,15 @@ fn loose_cache_second_replay_sends_nothing_none_asks_each_time() {
     };
     let loose = client(&src, "cache=loose,negtimeout=-1");
     replay(&loose);
-    let first = loose.vfs().p9_stats().expect("stats").total_rpcs;
+    let first = loose.vfs().rpc_stats().expect("stats").total_rpcs;
     assert!(first > 0);
     replay(&loose);
-    assert_eq!(loose.vfs().p9_stats().expect("stats").total_rpcs, first);
+    assert_eq!(loose.vfs().rpc_stats().expect("stats").total_rpcs, first);
     let none = client(&src, "cache=none");
     replay(&none);
-    let a = none.vfs().p9_stats().expect("stats").total_rpcs;
+    let a = none.vfs().rpc_stats().expect("stats").total_rpcs;
     replay(&none);
-    let b = none.vfs().p9_stats().expect("stats").total_rpcs;
+    let b = none.vfs().rpc_stats().expect("stats").total_rpcs;
     assert!(b - a >= 4, "cache=none asks the server again: {a} then {b}");
     // A change made on the server by another client is seen at once with
     // cache=none, not by the loose client's negative entry.

@@ -1,10 +1,10 @@
 //! Changes carried out behind the caller: the vfs answers an unlink, an
 //! rmdir, a rename, a write or an attribute change from its cache and
-//! hands it here ([`FileSystem::submit`](walkfs_fsapi::FileSystem::submit));
+//! hands it here ([`caps::Ordered::submit`](walkfs_fsapi::caps::Ordered::submit));
 //! one thread of ours makes the host calls, in the order they came, while
 //! the mount answers the program and takes its next request.
 //!
-//! The promise of `Completion::Ordered` is that a change is carried out
+//! The promise of `caps::Ordered` is that a change is carried out
 //! before anything asked of us after it was submitted. One worker taking
 //! the queue in order keeps the first half. For the second, every node a
 //! queued change touches is counted here, and an ordinary call first

@@ -39,7 +39,7 @@ use own::Own;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use walkfs_fsapi::{
-    Attr, ChangeSink, Completion, Deferred, DirEntry, DirPlus, Done, Entry, Errno, FileHandle,
+    caps, Attr, ChangeSink, Deferred, DirEntry, DirPlus, Done, Entry, Errno, FileHandle,
     FileSystem, FileType, NodeId, OpenFlags, Owner, Result, SetAttr, StatFs, TimeSet,
 };
 
@@ -288,9 +288,9 @@ impl HostFs {
             .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// [`FileSystem::watch_changes`] with a chosen source (fanotify is
+    /// [`caps::Watch::watch_changes`] with a chosen source (fanotify is
     /// preferred where it can be used; see watch.rs). Reporting starts
-    /// with [`FileSystem::start_watching`].
+    /// with [`caps::Watch::start`].
     pub fn watch_changes_with(&self, source: WatchSource, sink: Arc<dyn ChangeSink>) -> Result<()> {
         // Held across the scan of existing directories, so that one
         // registered meanwhile waits and is then covered too.
@@ -314,7 +314,7 @@ impl HostFs {
     }
 
     /// What watches the export's root: "fanotify" or "inotify" (`None`
-    /// before [`FileSystem::watch_changes`]).
+    /// before [`caps::Watch::watch_changes`]).
     pub fn watch_source(&self) -> Option<&'static str> {
         let dev = self.table.root_key()?.0;
         Some(self.watcher.lock().as_ref()?.source_of(dev))
@@ -579,80 +579,6 @@ impl FileSystem for HostFs {
         Ok(attr)
     }
 
-    fn completion(&self) -> Completion {
-        if self.ordered.load(Relaxed) {
-            Completion::Ordered
-        } else {
-            Completion::Inline
-        }
-    }
-
-    /// Queue the change for our worker (behind.rs), keyed by the nodes it
-    /// touches. A truncation, and a change of times while the kernel may
-    /// write the file directly, run now: a direct write must not be
-    /// overtaken by them.
-    fn submit(&self, op: Deferred<'_>, done: Done) -> Result<()> {
-        if !self.ordered.load(Relaxed) {
-            walkfs_fsapi::run_inline(self, op, done);
-            return Ok(());
-        }
-        let core = self.core();
-        match op {
-            Deferred::Write {
-                node,
-                fh,
-                off,
-                data,
-            } => {
-                let file = self.handle(fh)?;
-                let data = data.to_vec();
-                let run = move || match sys::pwrite(file.as_fd(), &data, off) {
-                    Ok(n) if n < data.len() => Err(Errno::ENOSPC),
-                    r => r.map(drop),
-                };
-                self.behind.push([node.0, 0, 0], Box::new(run), done)
-            }
-            Deferred::SetAttr { node, set }
-                if set.size.is_none()
-                    && (set.atime.is_none() && set.mtime.is_none() || !self.direct_node(node)) =>
-            {
-                let run = move || core.setattr(node, &set).map(drop);
-                self.behind.push([node.0, 0, 0], Box::new(run), done)
-            }
-            Deferred::Unlink { parent, name, node } => {
-                check_name(name)?;
-                let name = name.to_vec();
-                let run = move || core.unlink(parent, &name, 0);
-                self.behind.push([parent.0, node.0, 0], Box::new(run), done)
-            }
-            Deferred::Rmdir { parent, name, node } => {
-                check_name(name)?;
-                let name = name.to_vec();
-                let run = move || core.unlink(parent, &name, libc::AT_REMOVEDIR);
-                self.behind.push([parent.0, node.0, 0], Box::new(run), done)
-            }
-            Deferred::Rename {
-                parent,
-                name,
-                newparent,
-                newname,
-                node,
-            } => {
-                check_name(name)?;
-                check_name(newname)?;
-                let (name, newname) = (name.to_vec(), newname.to_vec());
-                let run = move || core.rename(parent, &name, newparent, &newname, 0);
-                self.behind
-                    .push([parent.0, newparent.0, node.0], Box::new(run), done)
-            }
-            // The ordinary call waits for the node's queued changes.
-            op => {
-                walkfs_fsapi::run_inline(self, op, done);
-                Ok(())
-            }
-        }
-    }
-
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
         let fd = self.fd(node)?;
         sys::readlinkat_empty(fd.as_fd()).map_err(|e| {
@@ -705,23 +631,6 @@ impl FileSystem for HostFs {
     fn write(&self, node: NodeId, fh: FileHandle, off: u64, data: &[u8]) -> Result<usize> {
         self.behind.settle(&[node.0]);
         sys::pwrite(self.handle(fh)?.as_fd(), data, off)
-    }
-
-    fn host_file(&self, node: NodeId, fh: FileHandle) -> Option<Arc<OwnedFd>> {
-        self.behind.settle(&[node.0]);
-        let file = self.handle(fh).ok()?;
-        // Only changes run behind need to know (submit): no lock otherwise.
-        if self.ordered.load(Relaxed) {
-            let mut d = self.direct.lock();
-            if d.handles.insert(fh.0, node.0).is_none() {
-                *d.nodes.entry(node.0).or_insert(0) += 1;
-            }
-        }
-        Some(file)
-    }
-
-    fn node_fd(&self, node: NodeId) -> Option<Arc<OwnedFd>> {
-        self.fd(node).ok()
     }
 
     fn release(&self, _node: NodeId, fh: FileHandle) {
@@ -863,27 +772,6 @@ impl FileSystem for HostFs {
         Ok(out)
     }
 
-    /// The entries with their attributes, each stat'ed by name in the
-    /// directory (no descriptor opened for it, unless it is a directory
-    /// that must be watched): one call where a lookup of each would cost
-    /// an open and a stat.
-    fn readdir_plus(&self, node: NodeId) -> Option<Result<Vec<DirPlus>>> {
-        // The entries' attributes too: everything queued first.
-        self.behind.settle_all();
-        Some(self.list_plus(node))
-    }
-
-    fn watch_changes(&self, sink: Arc<dyn ChangeSink>) -> Result<()> {
-        self.watch_changes_with(WatchSource::Auto, sink)
-    }
-
-    fn start_watching(&self) -> Result<()> {
-        match self.watcher.lock().as_ref() {
-            Some(w) => w.start(),
-            None => Err(Errno::EINVAL),
-        }
-    }
-
     fn statfs(&self, node: NodeId) -> Result<StatFs> {
         self.behind.settle_all();
         let st = sys::fstatfs(self.fd(node)?.as_fd())?;
@@ -899,11 +787,145 @@ impl FileSystem for HostFs {
             frsize: st.f_frsize as u64,
         })
     }
+
+    /// Changes run behind their callers (behind.rs) only while the vfs
+    /// writes back; otherwise each is carried out in its call.
+    fn ordered(&self) -> Option<&dyn caps::Ordered> {
+        self.ordered
+            .load(Relaxed)
+            .then_some(self as &dyn caps::Ordered)
+    }
+
+    fn listings(&self) -> Option<&dyn caps::Listings> {
+        Some(self)
+    }
+
+    fn host_files(&self) -> Option<&dyn caps::HostFiles> {
+        Some(self)
+    }
+
+    fn watch(&self) -> Option<&dyn caps::Watch> {
+        Some(self)
+    }
+}
+
+impl caps::Ordered for HostFs {
+    /// Queue the change for our worker (behind.rs), keyed by the nodes it
+    /// touches. A truncation, and a change of times while the kernel may
+    /// write the file directly, run now: a direct write must not be
+    /// overtaken by them.
+    fn submit(&self, op: Deferred<'_>, done: Done) -> Result<()> {
+        if !self.ordered.load(Relaxed) {
+            // Asked for while the vfs stopped writing back.
+            walkfs_fsapi::run_inline(self, op, done);
+            return Ok(());
+        }
+        let core = self.core();
+        match op {
+            Deferred::Write {
+                node,
+                fh,
+                off,
+                data,
+            } => {
+                let file = self.handle(fh)?;
+                let data = data.to_vec();
+                let run = move || match sys::pwrite(file.as_fd(), &data, off) {
+                    Ok(n) if n < data.len() => Err(Errno::ENOSPC),
+                    r => r.map(drop),
+                };
+                self.behind.push([node.0, 0, 0], Box::new(run), done)
+            }
+            Deferred::SetAttr { node, set }
+                if set.size.is_none()
+                    && (set.atime.is_none() && set.mtime.is_none() || !self.direct_node(node)) =>
+            {
+                let run = move || core.setattr(node, &set).map(drop);
+                self.behind.push([node.0, 0, 0], Box::new(run), done)
+            }
+            Deferred::Unlink { parent, name, node } => {
+                check_name(name)?;
+                let name = name.to_vec();
+                let run = move || core.unlink(parent, &name, 0);
+                self.behind.push([parent.0, node.0, 0], Box::new(run), done)
+            }
+            Deferred::Rmdir { parent, name, node } => {
+                check_name(name)?;
+                let name = name.to_vec();
+                let run = move || core.unlink(parent, &name, libc::AT_REMOVEDIR);
+                self.behind.push([parent.0, node.0, 0], Box::new(run), done)
+            }
+            Deferred::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                node,
+            } => {
+                check_name(name)?;
+                check_name(newname)?;
+                let (name, newname) = (name.to_vec(), newname.to_vec());
+                let run = move || core.rename(parent, &name, newparent, &newname, 0);
+                self.behind
+                    .push([parent.0, newparent.0, node.0], Box::new(run), done)
+            }
+            // The ordinary call waits for the node's queued changes.
+            op => {
+                walkfs_fsapi::run_inline(self, op, done);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl caps::Listings for HostFs {
+    /// The entries with their attributes, each stat'ed by name in the
+    /// directory (no descriptor opened for it, unless it is a directory
+    /// that must be watched): one call where a lookup of each would cost
+    /// an open and a stat.
+    fn readdir_plus(&self, node: NodeId) -> Option<Result<Vec<DirPlus>>> {
+        // The entries' attributes too: everything queued first.
+        self.behind.settle_all();
+        Some(self.list_plus(node))
+    }
+}
+
+impl caps::HostFiles for HostFs {
+    fn host_file(&self, node: NodeId, fh: FileHandle) -> Option<Arc<OwnedFd>> {
+        self.behind.settle(&[node.0]);
+        let file = self.handle(fh).ok()?;
+        // Only changes run behind need to know (submit): no lock otherwise.
+        if self.ordered.load(Relaxed) {
+            let mut d = self.direct.lock();
+            if d.handles.insert(fh.0, node.0).is_none() {
+                *d.nodes.entry(node.0).or_insert(0) += 1;
+            }
+        }
+        Some(file)
+    }
+
+    fn node_fd(&self, node: NodeId) -> Option<Arc<OwnedFd>> {
+        self.fd(node).ok()
+    }
+}
+
+impl caps::Watch for HostFs {
+    fn watch_changes(&self, sink: Arc<dyn ChangeSink>) -> Result<()> {
+        self.watch_changes_with(WatchSource::Auto, sink)
+    }
+
+    fn start(&self) -> Result<()> {
+        match self.watcher.lock().as_ref() {
+            Some(w) => w.start(),
+            None => Err(Errno::EINVAL),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use walkfs_fsapi::caps::{Listings, Watch};
     use walkfs_fsapi::Change;
 
     #[test]
@@ -1006,7 +1028,7 @@ mod tests {
         let d = fs.lookup(fs.root(), b"d").unwrap();
         fs.watch_changes_with(source, Arc::new(Collect(tx)))
             .unwrap();
-        fs.start_watching().unwrap();
+        fs.start().unwrap();
         let want = match source {
             WatchSource::Inotify => "inotify",
             WatchSource::Auto if sys::geteuid() == 0 => "fanotify",

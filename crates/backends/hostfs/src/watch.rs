@@ -1,5 +1,5 @@
 //! Seeing changes made behind our back, and reporting them as [`Change`]s
-//! to the sink the vfs gave [`FileSystem::watch_changes`], from a thread
+//! to the sink the vfs gave [`caps::Watch::watch_changes`], from a thread
 //! of our own.
 //!
 //! Two sources:
@@ -22,7 +22,7 @@
 //! and data of the files in it (write, truncate, chmod, chown:
 //! [`Change::Inode`]). A queue overflow is [`Change::All`].
 //!
-//! [`FileSystem::watch_changes`]: walkfs_fsapi::FileSystem::watch_changes
+//! [`caps::Watch::watch_changes`]: walkfs_fsapi::caps::Watch::watch_changes
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};

@@ -1,6 +1,6 @@
 //! A directory listing asked for in one write, without waiting: the
 //! transport under the vfs's directory read-ahead
-//! ([`FileSystem::list_ahead`](walkfs_fsapi::FileSystem::list_ahead); the
+//! ([`caps::Listings::list_ahead`](walkfs_fsapi::caps::Listings::list_ahead); the
 //! policy of what to ask for, and whether an answer is still fresh, is the
 //! vfs's).
 //!
@@ -149,7 +149,7 @@ impl Listing {
     }
 }
 
-/// The ticket [`FileSystem::list_ahead`](walkfs_fsapi::FileSystem::list_ahead)
+/// The ticket [`caps::Listings::list_ahead`](walkfs_fsapi::caps::Listings::list_ahead)
 /// hands out.
 pub struct Ahead {
     pub(crate) listing: Option<Arc<Listing>>,

@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use walkfs_fsapi::{
-    Attr, Completion, Deferred, DirEntry, Done, Entry, Errno, FileHandle, FileSystem, FileType,
-    Granted, Make, NodeId, OpenFlags, Owner, Result, SetAttr, StatFs,
+    caps, Attr, Deferred, DirEntry, Done, Entry, Errno, FileHandle, FileSystem, FileType, Granted,
+    Make, NodeId, OpenFlags, Owner, Result, SetAttr, StatFs,
 };
 use walkfs_p9::{self as p9, Fcall, Str};
 
@@ -24,39 +24,11 @@ impl FileSystem for P9Fs {
         self.entry_of(parent, dir.fid, name)
     }
 
-    /// Changes come from the server (walkfs serve's notification
-    /// extension), when it offered them at attach.
-    fn watch_changes(&self, sink: Arc<dyn walkfs_fsapi::ChangeSink>) -> Result<()> {
-        let Some(version) = self.notify else {
-            return Err(Errno::EOPNOTSUPP);
-        };
-        *self.sink.lock() = Some(Arc::clone(&sink));
-        notify::start(
-            version,
-            Arc::downgrade(&self.rpc),
-            self.nodes.clone(),
-            self.root_ino,
-            sink,
-            notify::Recaller {
-                leases: Arc::clone(&self.leases),
-                fids: Arc::clone(&self.fids),
-            },
-        )
-    }
-
-    fn leased(&self, node: NodeId) -> bool {
-        self.leases.covers(node.0)
-    }
-
     fn forget(&self, node: NodeId, count: u64) {
         let gone = self.nodes.lock().forget(node.0, count);
         if let Some(fid) = gone {
             self.clunk(fid);
         }
-    }
-
-    fn getattr_behind(&self, node: NodeId, then: walkfs_fsapi::AttrThen) -> bool {
-        self.send_getattr_behind(node, then)
     }
 
     fn getattr(&self, node: NodeId) -> Result<Attr> {
@@ -81,46 +53,6 @@ impl FileSystem for P9Fs {
             attr: a,
         })?;
         self.getattr(node)
-    }
-
-    fn completion(&self) -> Completion {
-        if self.ordered {
-            Completion::Ordered
-        } else {
-            Completion::Inline
-        }
-    }
-
-    /// Sent without waiting for the reply (the server runs them in
-    /// order); the outcome goes to `done` from the reader thread.
-    fn submit(&self, op: Deferred<'_>, done: Done) -> Result<()> {
-        self.submit_op(op, done)
-    }
-
-    /// The next number of the server's grant (a new grant when it is
-    /// spent). A node made for someone else than who we attached as is
-    /// theirs on the server only when we are root there (see `own`).
-    fn grant(&self, owner: Owner) -> Option<Granted> {
-        self.next_grant(owner)
-    }
-
-    /// The make (`Tlcreatei` on a clone of the directory's fid for a
-    /// file, `Tmkdiri`, `Tsymlinki`, `Tmknodi`), a walk to the new name
-    /// for the node's fid, and, attached as root for someone else, the
-    /// chown `own` would send: back to back in one write, none waited
-    /// for. The server runs them in order before anything sent later, so
-    /// the node and its fid exist for every later request; `done` hears
-    /// the first failure among them.
-    fn make_behind(
-        &self,
-        parent: NodeId,
-        name: &[u8],
-        owner: Owner,
-        node: Granted,
-        what: Make<'_>,
-        done: Done,
-    ) -> Result<Option<FileHandle>> {
-        self.send_make_behind(parent, name, owner, node, what, done)
     }
 
     fn readlink(&self, node: NodeId) -> Result<Vec<u8>> {
@@ -178,23 +110,6 @@ impl FileSystem for P9Fs {
             },
             FileHandle(nf as u64),
         ))
-    }
-
-    /// The walk to an open fid, the open and the first read back to back:
-    /// one round trip where `open` and `read` took two (three when the
-    /// node held no fid). The open fid is cloned from the node's own fid;
-    /// a node that holds none gets one in the same write, walked from the
-    /// nearest ancestor that does (by the names cached, checked against
-    /// the qids remembered). A server that does not keep a fid's requests
-    /// in order gets them one at a time.
-    fn open_read(
-        &self,
-        node: NodeId,
-        flags: OpenFlags,
-        off: u64,
-        buf: &mut [u8],
-    ) -> Result<(FileHandle, usize)> {
-        self.open_read_batched(node, flags, off, buf)
     }
 
     fn read(&self, _node: NodeId, fh: FileHandle, off: u64, buf: &mut [u8]) -> Result<usize> {
@@ -450,10 +365,94 @@ impl FileSystem for P9Fs {
         r.map(|()| out)
     }
 
-    fn listings_complete(&self) -> bool {
-        true
+    fn statfs(&self, node: NodeId) -> Result<StatFs> {
+        self.rpc.call(
+            Fcall::Tstatfs {
+                fid: self.pin(node)?.fid,
+            },
+            |r| match r {
+                Fcall::Rstatfs { st } => Ok(StatFs {
+                    fs_type: st.ty as i64,
+                    bsize: st.bsize as u64,
+                    blocks: st.blocks,
+                    bfree: st.bfree,
+                    bavail: st.bavail,
+                    files: st.files,
+                    ffree: st.ffree,
+                    namelen: st.namelen as u64,
+                    frsize: st.bsize as u64,
+                }),
+                r => Err(err_of(&r)),
+            },
+        )
     }
 
+    fn kind(&self) -> &'static str {
+        "9p"
+    }
+
+    /// Over a server that keeps a connection's order (walkfs serve):
+    /// changes are sent without waiting for their replies.
+    fn ordered(&self) -> Option<&dyn caps::Ordered> {
+        self.ordered.then_some(self as &dyn caps::Ordered)
+    }
+
+    fn listings(&self) -> Option<&dyn caps::Listings> {
+        Some(self)
+    }
+
+    fn watch(&self) -> Option<&dyn caps::Watch> {
+        Some(self)
+    }
+
+    fn remote(&self) -> Option<&dyn caps::Remote> {
+        Some(self)
+    }
+}
+
+impl caps::Ordered for P9Fs {
+    /// Sent without waiting for the reply (the server runs them in
+    /// order); the outcome goes to `done` from the reader thread.
+    fn submit(&self, op: Deferred<'_>, done: Done) -> Result<()> {
+        self.submit_op(op, done)
+    }
+
+    /// The next number of the server's grant (a new grant when it is
+    /// spent). A node made for someone else than who we attached as is
+    /// theirs on the server only when we are root there (see `own`).
+    fn grant(&self, owner: Owner) -> Option<Granted> {
+        self.next_grant(owner)
+    }
+
+    /// The make (`Tlcreatei` on a clone of the directory's fid for a
+    /// file, `Tmkdiri`, `Tsymlinki`, `Tmknodi`), a walk to the new name
+    /// for the node's fid, and, attached as root for someone else, the
+    /// chown `own` would send: back to back in one write, none waited
+    /// for. The server runs them in order before anything sent later, so
+    /// the node and its fid exist for every later request; `done` hears
+    /// the first failure among them.
+    fn make_behind(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        owner: Owner,
+        node: Granted,
+        what: Make<'_>,
+        done: Done,
+    ) -> Result<Option<FileHandle>> {
+        self.send_make_behind(parent, name, owner, node, what, done)
+    }
+
+    fn getattr_behind(&self, node: NodeId, then: walkfs_fsapi::AttrThen) -> bool {
+        self.send_getattr_behind(node, then)
+    }
+
+    fn leased(&self, node: NodeId) -> bool {
+        self.leases.covers(node.0)
+    }
+}
+
+impl caps::Listings for P9Fs {
     fn readdir_plus(&self, node: NodeId) -> Option<Result<Vec<walkfs_fsapi::DirPlus>>> {
         if !self.dirplus.load(Relaxed) {
             return None;
@@ -497,34 +496,53 @@ impl FileSystem for P9Fs {
         }))
     }
 
-    fn statfs(&self, node: NodeId) -> Result<StatFs> {
-        self.rpc.call(
-            Fcall::Tstatfs {
-                fid: self.pin(node)?.fid,
-            },
-            |r| match r {
-                Fcall::Rstatfs { st } => Ok(StatFs {
-                    fs_type: st.ty as i64,
-                    bsize: st.bsize as u64,
-                    blocks: st.blocks,
-                    bfree: st.bfree,
-                    bavail: st.bavail,
-                    files: st.files,
-                    ffree: st.ffree,
-                    namelen: st.namelen as u64,
-                    frsize: st.bsize as u64,
-                }),
-                r => Err(err_of(&r)),
+    fn complete(&self) -> bool {
+        true
+    }
+}
+
+impl caps::Watch for P9Fs {
+    /// Changes come from the server (walkfs serve's notification
+    /// extension), when it offered them at attach.
+    fn watch_changes(&self, sink: Arc<dyn walkfs_fsapi::ChangeSink>) -> Result<()> {
+        let Some(version) = self.notify else {
+            return Err(Errno::EOPNOTSUPP);
+        };
+        *self.sink.lock() = Some(Arc::clone(&sink));
+        notify::start(
+            version,
+            Arc::downgrade(&self.rpc),
+            self.nodes.clone(),
+            self.root_ino,
+            sink,
+            notify::Recaller {
+                leases: Arc::clone(&self.leases),
+                fids: Arc::clone(&self.fids),
             },
         )
     }
+}
 
-    fn kind(&self) -> &'static str {
-        "9p"
+impl caps::Remote for P9Fs {
+    /// The walk to an open fid, the open and the first read back to back:
+    /// one round trip where `open` and `read` took two (three when the
+    /// node held no fid). The open fid is cloned from the node's own fid;
+    /// a node that holds none gets one in the same write, walked from the
+    /// nearest ancestor that does (by the names cached, checked against
+    /// the qids remembered). A server that does not keep a fid's requests
+    /// in order gets them one at a time.
+    fn open_read(
+        &self,
+        node: NodeId,
+        flags: OpenFlags,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Option<Result<(FileHandle, usize)>> {
+        Some(self.open_read_batched(node, flags, off, buf))
     }
 
-    fn rpc_stats(&self) -> Option<Stats> {
-        Some(self.stats())
+    fn rpc_stats(&self) -> Stats {
+        self.stats()
     }
 
     fn fid_stats(&self) -> Option<FidStats> {

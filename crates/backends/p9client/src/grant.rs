@@ -90,7 +90,7 @@ impl P9Fs {
         }
     }
 
-    /// The body of [`FileSystem::grant`] (see there).
+    /// The body of [`caps::Ordered::grant`] (see there).
     pub(crate) fn next_grant(&self, owner: Owner) -> Option<Granted> {
         if self.attach_uid != 0 && owner.uid != self.attach_uid {
             return None;
@@ -114,7 +114,7 @@ impl P9Fs {
         })
     }
 
-    /// The body of [`FileSystem::make_behind`] (see there).
+    /// The body of [`caps::Ordered::make_behind`] (see there).
     pub(crate) fn send_make_behind(
         &self,
         parent: NodeId,

@@ -4,7 +4,7 @@
 //! the directory, in the same write as the create and ahead of it, so the
 //! server grants it before it carries out the create. Files made there
 //! while the lease is held are *covered*: their closes need not wait for
-//! their changes (`FileSystem::leased`), because nobody else can look at
+//! their changes (`caps::Ordered::leased`), because nobody else can look at
 //! them before the server has recalled the lease, and the recall is
 //! answered only after everything pending was sent.
 //!

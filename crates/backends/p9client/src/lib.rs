@@ -44,7 +44,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 #[cfg(doc)]
-use walkfs_fsapi::{Completion, FileSystem};
+use walkfs_fsapi::{caps, FileSystem};
 use walkfs_p9::inogrant::Grant;
 
 pub use rpc::{Counters, Stats};
@@ -70,7 +70,7 @@ pub struct Config {
     /// The secret to show with `Tauth` when the server asks for one.
     pub secret: Option<Vec<u8>>,
     /// Ask the server to report changes (the walkfs extension; see
-    /// [`FileSystem::watch_changes`]).
+    /// [`caps::Watch::watch_changes`]).
     pub notify: bool,
     /// Fids kept for cached nodes beyond those in use (open files and
     /// calls in flight hold theirs as long as they need them).
@@ -128,7 +128,7 @@ pub struct P9Fs {
     attach_uid: u32,
     /// The server runs a connection's changes in arrival order
     /// (p9::order): what is submitted may go without waiting
-    /// ([`Completion::Ordered`]).
+    /// ([`caps::Ordered`]).
     ordered: bool,
     /// The server has answered a `Tunlinkat` (diod 1.0 does not know it,
     /// and an asynchronous one could not fall back).

@@ -21,7 +21,7 @@ pub(crate) fn one<'a>(name: &'a [u8]) -> Names<'a> {
     Names::new(&[name]).unwrap_or_default()
 }
 
-/// A [`FileSystem::getattr_behind`] under way: answers still to come,
+/// A [`caps::Ordered::getattr_behind`] under way: answers still to come,
 /// the attributes, and where they go (taken by whoever finishes it).
 struct Behind {
     left: usize,
@@ -291,7 +291,7 @@ impl P9Fs {
         })
     }
 
-    /// The body of [`FileSystem::getattr_behind`] (see there).
+    /// The body of [`caps::Ordered::getattr_behind`] (see there).
     pub(crate) fn send_getattr_behind(&self, node: NodeId, then: walkfs_fsapi::AttrThen) -> bool {
         // Not while the connection is being made again: the recovery
         // walks the table's fids to their numbers on the new server, and

@@ -22,7 +22,7 @@ impl P9Fs {
         }
     }
 
-    /// The body of [`FileSystem::open_read`] (see there).
+    /// The body of [`caps::Remote::open_read`] (see there).
     pub(crate) fn open_read_batched(
         &self,
         node: NodeId,

@@ -1,4 +1,4 @@
-//! Changes submitted without waiting ([`FileSystem::submit`]): sent in
+//! Changes submitted without waiting ([`caps::Ordered::submit`]): sent in
 //! order to a server that keeps a connection's order, their outcome
 //! delivered from the reader thread; a change sent in parts reports once.
 
@@ -61,7 +61,7 @@ impl Join {
 }
 
 impl P9Fs {
-    /// The body of [`FileSystem::submit`] (see there).
+    /// The body of [`caps::Ordered::submit`] (see there).
     pub(crate) fn submit_op(&self, op: Deferred<'_>, done: Done) -> Result<()> {
         if !self.ordered {
             walkfs_fsapi::run_inline(self, op, done);

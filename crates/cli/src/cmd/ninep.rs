@@ -44,7 +44,7 @@ impl NineP {
             NineOp::Readlink => print_readlink(&ctx, &path),
         };
         if stats {
-            if let Some(s) = ctx.vfs().p9_stats() {
+            if let Some(s) = ctx.vfs().rpc_stats() {
                 eprintln!(
                     "rpcs {} ({}) bytes out {} in {} waited {:.3} ms",
                     s.total_rpcs,

@@ -229,7 +229,8 @@ impl Ctx {
             let inner = self.inner();
             let c = Cur::of(&inner.dc, self.fd_dentry(At::Handle(h))?)?;
             let s = inner.dc.inode_snap(c.ino).ok_or(Step::Restart)?;
-            Ok(inner.sb(s.sb())?.node_fd(NodeId(s.node)))
+            let fs = inner.sb(s.sb())?;
+            Ok(fs.host_files().and_then(|h| h.node_fd(NodeId(s.node))))
         })
     }
 

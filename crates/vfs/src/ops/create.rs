@@ -86,7 +86,7 @@ impl Ctx {
         if !inner.defers(fs) {
             return None;
         }
-        let g = fs.grant(owner)?;
+        let g = fs.ordered()?.grant(owner)?;
         Some(inner.make_behind(fs, ds.sb(), ds.node, name, owner, g, what, dir.d))
     }
 

@@ -33,7 +33,7 @@ impl Ctx {
     }
 
     /// The first read of a file opened lazily (read-only) opens it too,
-    /// in one backend call (`FileSystem::open_read`: one round trip to a
+    /// in one backend call (`caps::Remote::open_read`: one round trip to a
     /// remote server). `None`: the file is open already, or is a
     /// directory (the usual path answers).
     fn open_and_read(&self, fd: i32, buf: &mut [u8], off: u64) -> Result<Option<usize>> {
@@ -129,7 +129,9 @@ impl Ctx {
         let inner = self.inner();
         inner.flush_file(s.sb(), s.node)?;
         let fs = inner.sb(s.sb())?;
-        Ok(fs.host_file(NodeId(s.node), FileHandle(file.fh.load(Relaxed))))
+        Ok(fs
+            .host_files()
+            .and_then(|h| h.host_file(NodeId(s.node), FileHandle(file.fh.load(Relaxed)))))
     }
 
     /// `read(fd, buf)` at the file position.

@@ -2,11 +2,11 @@
 //! behind the caller, for every backend.
 //!
 //! With a cache (`cache=loose`/`coherent`), without `sync_metadata`, and
-//! on a backend whose [`Completion`] is `Ordered` (a 9P server that runs a
+//! on a backend with [`caps::Ordered`] (a 9P server that runs a
 //! connection's changes in arrival order), an unlink, a write and an
 //! attribute change whose outcome the cache can work out (see
 //! [`decide_setattr`]) are answered at once and [submitted]; a backend
-//! whose completion is `Inline` (a local disk, memory) is called as usual,
+//! without it (a local disk, memory) is called as usual,
 //! since running behind buys nothing there. This module owns:
 //!
 //! - **what is in flight**, per inode (the file written or changed; for an
@@ -32,7 +32,8 @@
 //!   for its entries' changes; `syncfs`, `Vfs::sync` and dropping the vfs
 //!   wait for everything.
 //!
-//! [submitted]: walkfs_fsapi::FileSystem::submit
+//! [submitted]: walkfs_fsapi::caps::Ordered::submit
+//! [`caps::Ordered`]: walkfs_fsapi::caps::Ordered
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -41,8 +42,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use walkfs_fsapi::{
-    Attr, Change, ChangeSink, Completion, Deferred, Done, Entry, Errno, FileHandle, FileSystem,
-    Granted, How, Make, NodeId, Owner, Result, SetAttr, TimeSet, Timespec,
+    Attr, Change, ChangeSink, Deferred, Done, Entry, Errno, FileHandle, FileSystem, Granted, How,
+    Make, NodeId, Owner, Result, SetAttr, TimeSet, Timespec,
 };
 
 use crate::dcache::{DIdx, IIdx};
@@ -477,7 +478,7 @@ impl Inner {
     /// Whether changes to `fs` run behind their callers.
     #[inline]
     pub(crate) fn defers(&self, fs: &dyn FileSystem) -> bool {
-        self.sw.write_back.load(Relaxed) && fs.completion() == Completion::Ordered
+        self.sw.write_back.load(Relaxed) && fs.ordered().is_some()
     }
 
     /// A failure, on the corrections thread: log it with its path, drop
@@ -882,7 +883,10 @@ impl Inner {
             vec![(dir, name.to_vec())],
             dentry,
             label,
-            |done| fs.make_behind(NodeId(dir), name, owner, node, what, done),
+            |done| match fs.ordered() {
+                Some(o) => o.make_behind(NodeId(dir), name, owner, node, what, done),
+                None => Err(Errno::ENOSYS),
+            },
         )?;
         let attr = what.attr(node.ino, owner, Timespec::now());
         Ok((
@@ -1080,7 +1084,7 @@ mod tests {
         // A refresh from the backend while writes are gathered (here,
         // one the test forces) could set the size back: then a stat
         // asks the backend, which answers after the changes before it
-        // (`Completion::Ordered`).
+        // (`caps::Ordered`).
         assert_eq!(ctx.write(fd, b"0123456789"), Ok(10));
         vfs.inner
             .dc

@@ -10,7 +10,7 @@
 //!
 //! So once every change of a file made behind its callers has been
 //! answered (the ledger's count for it drops to zero), its attributes are
-//! asked of the backend behind everyone ([`FileSystem::getattr_behind`]:
+//! asked of the backend behind everyone ([`caps::Ordered::getattr_behind`]:
 //! no caller waits for it, and a 9P client sends one `Tgetattr`) and
 //! replace the cached ones, when:
 //! - nothing changed the file in the cache since they were asked (its
@@ -145,12 +145,14 @@ fn ask(inner: &Arc<Inner>, key: Key, tx: &mpsc::Sender<Msg>) {
     }
     let Ok(fs) = inner.sb(key.0) else { return };
     let tx = tx.clone();
-    let asked = fs.getattr_behind(
-        NodeId(key.1),
-        Box::new(move |r| {
-            let _ = tx.send(Msg::Answer(Box::new((key, before, r))));
-        }),
-    );
+    let asked = fs.ordered().is_some_and(|o| {
+        o.getattr_behind(
+            NodeId(key.1),
+            Box::new(move |r| {
+                let _ = tx.send(Msg::Answer(Box::new((key, before, r))));
+            }),
+        )
+    });
     if asked {
         inner.wb.shared.settler.asked.fetch_add(1, Relaxed);
     }
