@@ -10,7 +10,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
-use walkfs_vfs::{Creds, Ctx, Errno, Options, Statx};
+use walkfs_vfs::{Creds, Ctx, Errno, Statx};
 
 /// The opaque context behind `walkfs_t *`.
 pub struct WalkfsCtx {
@@ -138,15 +138,16 @@ pub unsafe extern "C" fn walkfs_set_option(
         return -libc::EINVAL;
     };
     if name == "beneath" {
-        return match Options::parse(&format!("ro={value}")) {
-            Ok(o) => {
-                w.ctx.set_beneath(o.read_only);
+        // The context's, not the vfs's; a switch like the others.
+        return match walkfs_vfs::opt::flag(name, value) {
+            Ok(on) => {
+                w.ctx.set_beneath(on);
                 0
             }
-            Err(e) => err(e),
+            Err(e) => err(e.into()),
         };
     }
-    ret(w.ctx.vfs().set_option(name, value))
+    ret(w.ctx.vfs().set_option(name, value).map_err(Errno::from))
 }
 
 /// `int walkfs_set_creds(walkfs_t *, uid_t, gid_t, int ngroups, const gid_t *groups)`.

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use walkfs_fusewire::Transport;
 use walkfs_source::SourceOptions;
-use walkfs_vfs::{CachePolicy, Errno, NegPolicy};
+use walkfs_vfs::opt::{self, Opt, OptError};
+use walkfs_vfs::{CachePolicy, NegPolicy};
 
 /// What the kernel is told to cache for how long: the timeouts follow
 /// the cache policy (Linux's 9p client in `cache=loose` never
@@ -68,6 +69,172 @@ pub const IO_FDS: usize = 256;
 /// Default bound on the mount daemon's vfs cache.
 pub const MOUNT_DENTRIES: u32 = 262_144;
 
+/// What the mount's own options say, before the cache mode decides the
+/// rest ([`MountOptions::parse`]).
+#[derive(Clone)]
+struct Given {
+    allow_other: bool,
+    default_permissions: bool,
+    read_only: bool,
+    threads: usize,
+    io_fds: usize,
+    transport: Transport,
+    bare_listings: bool,
+    passthrough: bool,
+    writeback_cache: bool,
+    events: bool,
+    entry: Option<Duration>,
+    attr: Option<Duration>,
+}
+
+impl Default for Given {
+    fn default() -> Given {
+        Given {
+            allow_other: false,
+            // The kernel checks permissions itself from the attributes it
+            // holds, as on a local file system: exact semantics at every
+            // step of a path (FUSE without it skips search permission),
+            // and access(2) answered without a round trip to us.
+            default_permissions: true,
+            read_only: false,
+            threads: 2 * std::thread::available_parallelism().map_or(2, |n| n.get()),
+            io_fds: IO_FDS,
+            transport: Transport::Auto,
+            bare_listings: true,
+            passthrough: true,
+            writeback_cache: true,
+            events: true,
+            entry: None,
+            attr: None,
+        }
+    }
+}
+
+/// The FUSE mount's own options; every other name goes to the source
+/// (the vfs's and the backends' tables).
+const MOUNT_OPTIONS: &[Opt<Given>] = &[
+    Opt {
+        names: &["allow_other"],
+        live: false,
+        set: |g, n, v| {
+            g.allow_other = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["default_permissions"],
+        live: false,
+        set: |g, n, v| {
+            g.default_permissions = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["no_default_permissions"],
+        live: false,
+        set: |g, n, v| {
+            g.default_permissions = !opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["ro"],
+        live: false,
+        set: |g, n, v| {
+            g.read_only = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["rw"],
+        live: false,
+        set: |g, n, v| {
+            g.read_only = !opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["threads"],
+        live: false,
+        set: |g, n, v| {
+            g.threads = opt::count(n, v, 1, 4096)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["io_fds"],
+        live: false,
+        set: |g, n, v| {
+            g.io_fds = opt::count(n, v, 1, 1 << 20)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["transport"],
+        live: false,
+        set: |g, n, v| {
+            g.transport = v
+                .parse()
+                .map_err(|_| OptError::bad(n, v, "expected auto, dev or uring"))?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["bare"],
+        live: false,
+        set: |g, n, v| {
+            g.bare_listings = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["passthrough"],
+        live: false,
+        set: |g, n, v| {
+            g.passthrough = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["writeback_cache"],
+        live: false,
+        set: |g, n, v| {
+            g.writeback_cache = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["events"],
+        live: false,
+        set: |g, n, v| {
+            g.events = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["entry_timeout"],
+        live: false,
+        set: |g, n, v| {
+            g.entry = Some(opt::seconds(n, v)?);
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["attr_timeout"],
+        live: false,
+        set: |g, n, v| {
+            g.attr = Some(opt::seconds(n, v)?);
+            Ok(())
+        },
+    },
+];
+
+/// mount(8)'s own options: handed to every helper, meaningless here.
+const MOUNT_NOISE: &[&str] = &[
+    "dev", "nodev", "suid", "nosuid", "exec", "noexec", "auto", "noauto", "user", "nouser",
+    "_netdev", "nofail", "defaults", "atime", "noatime", "relatime",
+];
+
 impl MountOptions {
     /// Parse `name[=value],...`. FUSE options: `allow_other`,
     /// `default_permissions` (on unless `no_default_permissions`),
@@ -76,102 +243,28 @@ impl MountOptions {
     /// `entry_timeout=S`, `attr_timeout=S` (seconds; defaults follow the
     /// cache mode). Everything else is a vfs option (`cache`,
     /// `negtimeout`/`ndentrytmo`, `msize`, `fastpath`, ...). Mount-command
-    /// noise (`dev`, `suid`, `exec`, `auto`, `_netdev`, ...) is ignored.
-    pub fn parse(text: &str) -> Result<MountOptions, String> {
-        let mut vfs_opts = Vec::new();
-        // The kernel checks permissions itself from the attributes it
-        // holds, as on a local file system: exact semantics at every step
-        // of a path (FUSE without it skips search permission), and
-        // access(2) answered without a round trip to us.
-        let (mut allow_other, mut default_permissions, mut read_only) = (false, true, false);
-        let mut threads = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
-        let mut io_fds = IO_FDS;
-        let (mut entry, mut attr) = (None, None);
-        let mut transport = Transport::Auto;
-        let mut bare_listings = true;
-        let mut passthrough = true;
-        let mut writeback_cache = true;
-        let mut events = true;
-        let secs = |v: &str| -> Result<Duration, String> {
-            v.parse::<f64>()
-                .ok()
-                .filter(|s| *s >= 0.0 && s.is_finite())
-                .map(Duration::from_secs_f64)
-                .ok_or_else(|| format!("bad timeout {v:?}"))
-        };
-        for kv in text.split(',').filter(|s| !s.is_empty()) {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            match k {
-                "allow_other" => allow_other = true,
-                "default_permissions" => default_permissions = true,
-                "no_default_permissions" => default_permissions = false,
-                "ro" => read_only = true,
-                "rw" => read_only = false,
-                "threads" => {
-                    threads = v
-                        .parse()
-                        .ok()
-                        .filter(|n| *n > 0)
-                        .ok_or_else(|| format!("bad threads {v:?}"))?
-                }
-                "io_fds" => {
-                    io_fds = v
-                        .parse()
-                        .ok()
-                        .filter(|n| *n > 0)
-                        .ok_or_else(|| format!("bad io_fds {v:?}: 1 or more"))?
-                }
-                "transport" => transport = v.parse()?,
-                "bare" => {
-                    bare_listings = match v {
-                        "1" | "" => true,
-                        "0" => false,
-                        _ => return Err(format!("bad bare {v:?}: 0 or 1")),
-                    }
-                }
-                "passthrough" => {
-                    passthrough = match v {
-                        "1" | "" => true,
-                        "0" => false,
-                        _ => return Err(format!("bad passthrough {v:?}: 0 or 1")),
-                    }
-                }
-                "events" => {
-                    events = match v {
-                        "0" => false,
-                        "1" => true,
-                        _ => return Err(format!("bad events {v:?}: 0 or 1")),
-                    }
-                }
-                "writeback_cache" => {
-                    writeback_cache = match v {
-                        "1" | "" => true,
-                        "0" => false,
-                        _ => return Err(format!("bad writeback_cache {v:?}: 0 or 1")),
-                    }
-                }
-                "entry_timeout" => entry = Some(secs(v)?),
-                "attr_timeout" => attr = Some(secs(v)?),
-                "dev" | "nodev" | "suid" | "nosuid" | "exec" | "noexec" | "auto" | "noauto"
-                | "user" | "nouser" | "_netdev" | "nofail" | "defaults" | "atime" | "noatime"
-                | "relatime" => {}
-                // For other programs (systemd's x-systemd.automount,
-                // x-systemd.requires=..., x-mount.mkdir): mount(8) hands
-                // them to helpers, and helpers leave them alone.
-                _ if k.starts_with("x-") => {}
-                _ => vfs_opts.push(kv),
-            }
-        }
+    /// noise (`dev`, `suid`, `exec`, `auto`, `_netdev`, ...) and other
+    /// programs' `x-*` options are ignored.
+    pub fn parse(text: &str) -> Result<MountOptions, OptError> {
+        let mut given = Given::default();
+        let mut source = SourceOptions::default();
         // The kernel's dentry and inode caches hold the mounted tree; the
         // vfs under it caches the working set (anything it evicts is
         // found again by name), so its memory does not grow with the
         // tree. A user's max_dentries comes later and wins.
-        let mut source = SourceOptions::parse(&format!(
-            "max_dentries={MOUNT_DENTRIES},{}",
-            vfs_opts.join(",")
-        ))
-        .map_err(|e: Errno| format!("bad options {text:?}: {e}"))?;
-        source.vfs.read_only |= read_only;
+        source.vfs.max_dentries = MOUNT_DENTRIES;
+        for (k, v) in opt::items(text) {
+            if opt::find(MOUNT_OPTIONS, k).is_some() {
+                opt::set(MOUNT_OPTIONS, &mut given, k, v)?;
+            } else if MOUNT_NOISE.contains(&k) || k.starts_with("x-") {
+                // x-*: for other programs (systemd's x-systemd.automount,
+                // x-mount.mkdir): mount(8) hands them to helpers, and
+                // helpers leave them alone.
+            } else {
+                source.set(k, v)?;
+            }
+        }
+        source.vfs.read_only |= given.read_only;
         let cache = source.vfs.cache;
         let (dentry, dattr) = match cache {
             CachePolicy::None => (Duration::ZERO, Duration::ZERO),
@@ -184,19 +277,19 @@ impl MountOptions {
         };
         Ok(MountOptions {
             cache,
-            entry_ttl: entry.unwrap_or(dentry),
-            attr_ttl: attr.unwrap_or(dattr),
+            entry_ttl: given.entry.unwrap_or(dentry),
+            attr_ttl: given.attr.unwrap_or(dattr),
             neg_ttl,
-            allow_other,
-            default_permissions,
+            allow_other: given.allow_other,
+            default_permissions: given.default_permissions,
             read_only: source.vfs.read_only,
-            threads,
-            io_fds,
-            transport,
-            bare_listings,
-            passthrough,
-            writeback_cache,
-            events,
+            threads: given.threads,
+            io_fds: given.io_fds,
+            transport: given.transport,
+            bare_listings: given.bare_listings,
+            passthrough: given.passthrough,
+            writeback_cache: given.writeback_cache,
+            events: given.events,
             source,
             text: text.to_string(),
         })
@@ -264,5 +357,44 @@ mod tests {
         assert!(!MountOptions::parse("passthrough=0").unwrap().passthrough);
         assert!(MountOptions::parse("").unwrap().passthrough);
         assert!(MountOptions::parse("passthrough=maybe").is_err());
+    }
+
+    #[test]
+    fn the_same_mistake_gets_the_same_error_in_every_layer() {
+        // A switch of the mount, of the vfs, of a backend: one vocabulary,
+        // one message.
+        let said = |text: &str| MountOptions::parse(text).unwrap_err().to_string();
+        assert_eq!(
+            said("passthrough=2"),
+            "option passthrough=2: expected 0 or 1"
+        );
+        assert_eq!(said("fastpath=2"), "option fastpath=2: expected 0 or 1");
+        assert_eq!(
+            said("host_behind=2"),
+            "option host_behind=2: expected 0 or 1"
+        );
+        assert_eq!(
+            walkfs_vfs::Options::parse("fastpath=2")
+                .unwrap_err()
+                .to_string(),
+            said("fastpath=2")
+        );
+        assert_eq!(said("warp=9"), "option warp: no such option");
+        for on in ["passthrough=on", "fastpath=yes", "host_behind=true"] {
+            assert!(MountOptions::parse(on).is_ok(), "{on}");
+        }
+        assert_eq!(
+            said("threads=0"),
+            "option threads=0: expected a whole number from 1 to 4096"
+        );
+        // The mount's default cache bound, unless the user gives one.
+        assert_eq!(
+            MountOptions::parse("max_dentries=5")
+                .unwrap()
+                .source
+                .vfs
+                .max_dentries,
+            5
+        );
     }
 }

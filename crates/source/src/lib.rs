@@ -12,7 +12,9 @@
 //! ([`SourceOptions::parse`]): the backends' names ([`BackendOptions`]:
 //! `msize`, `aname`, `secret_file`, `fids`, `host_fds`) go to the backend
 //! built, every other name to the vfs ([`walkfs_vfs::Options`]); an
-//! unknown name is `EINVAL`.
+//! unknown name is an error ([`OptError`], `EINVAL` as an errno). Each
+//! layer's options are a table ([`BACKEND_OPTIONS`],
+//! [`walkfs_vfs::OPTIONS`]) read by one parser ([`walkfs_vfs::opt`]).
 //!
 //! ```
 //! use walkfs_source::SourceOptions;
@@ -36,6 +38,8 @@ use std::sync::Arc;
 
 use walkfs_fsapi::{Errno, FileSystem, Result};
 use walkfs_p9::{Addr, Stream};
+use walkfs_vfs::opt::{self, Opt};
+pub use walkfs_vfs::OptError;
 use walkfs_vfs::{CachePolicy, Options, Vfs};
 
 /// The server's user database: the credentials of a uid (or a name), with
@@ -140,60 +144,89 @@ impl Default for BackendOptions {
     }
 }
 
-impl BackendOptions {
-    /// The names [`BackendOptions::set`] takes.
-    pub const NAMES: &'static [&'static str] = &[
-        "msize",
-        "aname",
-        "secret_file",
-        "fids",
-        "host_fds",
-        "watch_queue",
-        "host_behind",
-        "reconnect",
-    ];
+/// The backends' options ([`BackendOptions`]), as [`walkfs_vfs::OPTIONS`]
+/// is the vfs's: none may change on a running vfs.
+pub const BACKEND_OPTIONS: &[Opt<BackendOptions>] = &[
+    Opt {
+        names: &["msize"],
+        live: false,
+        set: |o, n, v| {
+            o.msize = opt::count(n, v, 4096, u64::from(u32::MAX))?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["aname"],
+        live: false,
+        set: |o, _, v| {
+            o.aname = v.to_string();
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["secret_file"],
+        live: false,
+        set: |o, n, v| {
+            if v.is_empty() {
+                return Err(OptError::bad(n, v, "expected the path of a file"));
+            }
+            o.secret_file = Some(PathBuf::from(v));
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["fids"],
+        live: false,
+        set: |o, n, v| {
+            o.fids = opt::count(n, v, 1, u64::from(u32::MAX))?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["host_fds"],
+        live: false,
+        set: |o, n, v| {
+            o.host_fds = opt::count(n, v, 1, u64::from(u32::MAX))?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["watch_queue"],
+        live: false,
+        set: |o, n, v| {
+            o.watch_queue_unlimited = opt::choice(n, v, &["unlimited", "limited"])? == "unlimited";
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["host_behind"],
+        live: false,
+        set: |o, n, v| {
+            o.host_behind = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["reconnect"],
+        live: false,
+        set: |o, n, v| {
+            o.reconnect_secs = opt::count(n, v, 0, u64::from(u32::MAX))?;
+            Ok(())
+        },
+    },
+];
 
+impl BackendOptions {
     /// Is `name` a backend's option (rather than the vfs's)?
     pub fn handles(name: &str) -> bool {
-        BackendOptions::NAMES.contains(&name)
+        opt::find(BACKEND_OPTIONS, name).is_some()
     }
 
-    /// Set one option by name: `EINVAL` for another name or a bad value
+    /// Set one option by name: an error for another name or a bad value
     /// (a count below 1, an msize below 4096, an empty `secret_file`),
     /// leaving the options as they were.
-    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
-        // A count of at least `min`.
-        let count = |v: &str, min: u32| -> Result<u32> {
-            v.parse::<i64>()
-                .ok()
-                .and_then(|n| u32::try_from(n).ok())
-                .filter(|&n| n >= min)
-                .ok_or(Errno::EINVAL)
-        };
-        match name {
-            "msize" => self.msize = count(value, 4096)?,
-            "aname" => self.aname = value.to_string(),
-            "secret_file" if !value.is_empty() => self.secret_file = Some(PathBuf::from(value)),
-            "fids" => self.fids = count(value, 1)?,
-            "host_fds" => self.host_fds = count(value, 1)?,
-            "reconnect" => self.reconnect_secs = count(value, 0)?,
-            "watch_queue" => {
-                self.watch_queue_unlimited = match value {
-                    "unlimited" => true,
-                    "limited" => false,
-                    _ => return Err(Errno::EINVAL),
-                }
-            }
-            "host_behind" => {
-                self.host_behind = match value {
-                    "1" => true,
-                    "0" => false,
-                    _ => return Err(Errno::EINVAL),
-                }
-            }
-            _ => return Err(Errno::EINVAL),
-        }
-        Ok(())
+    pub fn set(&mut self, name: &str, value: &str) -> std::result::Result<(), OptError> {
+        opt::set(BACKEND_OPTIONS, self, name, value)
     }
 }
 
@@ -206,20 +239,39 @@ pub struct SourceOptions {
 
 impl SourceOptions {
     /// Parse `"cache=loose,msize=65536,..."`; an empty string gives the
-    /// defaults. Unknown names are `EINVAL`.
-    pub fn parse(s: &str) -> Result<SourceOptions> {
+    /// defaults. Unknown names are errors.
+    pub fn parse(s: &str) -> std::result::Result<SourceOptions, OptError> {
         let mut o = SourceOptions::default();
-        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let (name, value) = item.split_once('=').unwrap_or((item, ""));
-            o.set(name, value)?;
-        }
+        o.apply(s)?;
         Ok(o)
     }
 
+    /// The defaults of a server's own vfs (`walkfs serve`, or one in this
+    /// process): the exported tree's authority, its caches bounded by
+    /// [`SERVE_DENTRIES`]; `coherent`: kept coherent with the host by
+    /// watching it.
+    pub fn served(coherent: bool) -> SourceOptions {
+        let mut o = SourceOptions::default();
+        if coherent {
+            o.vfs.cache = CachePolicy::Coherent;
+        }
+        o.vfs.max_dentries = SERVE_DENTRIES;
+        o
+    }
+
+    /// Set each option of `text` (`name=value,...`) in turn: the later of
+    /// two settings of one name wins.
+    pub fn apply(&mut self, text: &str) -> std::result::Result<(), OptError> {
+        for (name, value) in opt::items(text) {
+            self.set(name, value)?;
+        }
+        Ok(())
+    }
+
     /// Set one option by name: a backend's name to [`BackendOptions`],
-    /// any other to the vfs's [`Options::set`] (`EINVAL` for a name
+    /// any other to the vfs's [`Options::set`] (an error for a name
     /// neither knows, or a bad value).
-    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+    pub fn set(&mut self, name: &str, value: &str) -> std::result::Result<(), OptError> {
         if BackendOptions::handles(name) {
             self.backend.set(name, value)
         } else {
@@ -318,11 +370,7 @@ fn p9_config(opts: &SourceOptions) -> Result<walkfs_p9client::Config> {
 /// client, kept coherent with the host by watching it (and telling the
 /// client). The server's threads live as long as the connection.
 pub fn serve_in_process(source: &str, opts: &SourceOptions, cfg: ServerConfig) -> Result<Stream> {
-    let mut served = SourceOptions::default();
-    if opts.vfs.cache == CachePolicy::Coherent {
-        served.vfs.cache = CachePolicy::Coherent;
-    }
-    served.vfs.max_dentries = SERVE_DENTRIES;
+    let mut served = SourceOptions::served(opts.vfs.cache == CachePolicy::Coherent);
     served.backend.host_fds = opts.backend.host_fds;
     let vfs = open(source, &served)?;
     // A host directory's files keep the numbers they were made with
@@ -421,7 +469,14 @@ mod tests {
         assert_eq!(SourceOptions::default().backend.reconnect_secs, 60);
         assert!(SourceOptions::parse("reconnect=-1").is_err());
         assert!(SourceOptions::parse("watch_queue=some").is_err());
-        assert!(SourceOptions::parse("host_behind=yes").is_err());
+        assert!(SourceOptions::parse("host_behind=2").is_err());
+        // One vocabulary for every switch, whichever layer has it.
+        assert!(
+            SourceOptions::parse("host_behind=yes")
+                .unwrap()
+                .backend
+                .host_behind
+        );
         assert_eq!(o.vfs.dir_readahead, 4);
         assert_eq!(SourceOptions::parse("").unwrap(), SourceOptions::default());
         assert_eq!(SourceOptions::default().backend.fids, 1024);
@@ -438,7 +493,8 @@ mod tests {
             "negtimeout=-2",
             "cache=strict",
         ] {
-            assert_eq!(SourceOptions::parse(bad), Err(Errno::EINVAL), "{bad}");
+            let e = SourceOptions::parse(bad).expect_err(bad);
+            assert_eq!(Errno::from(e), Errno::EINVAL, "{bad}");
         }
     }
 

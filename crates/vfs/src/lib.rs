@@ -39,6 +39,7 @@ mod listing;
 mod metered;
 mod namei;
 mod ops;
+pub mod opt;
 mod options;
 mod pathcache;
 mod perm;
@@ -65,7 +66,8 @@ pub use handle::{At, Handle};
 pub use metered::BackendCalls;
 pub use namei::slow_permission_checks;
 pub use ops::{Ctx, DirEntryOut, NameStep, AT_FDCWD};
-pub use options::{CachePolicy, NegPolicy, Options};
+pub use opt::OptError;
+pub use options::{CachePolicy, NegPolicy, Options, OPTIONS};
 pub use perm::Creds;
 pub use stat::{Statx, StatxTimestamp};
 pub use walkfs_fsapi::{
@@ -534,21 +536,23 @@ impl Vfs {
         Ctx::new(self.clone(), creds, max_fds)
     }
 
-    /// Change a switch at run time (same names as [`Options`]; the sizes
-    /// are fixed when the vfs is built: `EINVAL`). The live switches
+    /// Change a switch at run time (the options of [`OPTIONS`] marked
+    /// `live`; the sizes are fixed when the vfs is built). The live switches
     /// follow, less what `cache=none` or a degraded vfs forbids.
-    pub fn set_option(&self, name: &str, value: &str) -> Result<()> {
+    pub fn set_option(&self, name: &str, value: &str) -> std::result::Result<(), OptError> {
         let inner = &self.inner;
+        let o = opt::find(options::OPTIONS, name).ok_or_else(|| OptError::unknown(name, value))?;
+        if !o.live {
+            // Sizes are fixed when the vfs is built.
+            return Err(OptError::bad(
+                name,
+                value,
+                "fixed when the vfs is built: not settable on a running one",
+            ));
+        }
         let mut opts = inner.opts.lock();
         let mut o = opts.clone();
         o.set(name, value)?;
-        match name {
-            "fastpath" | "fastperm" | "cache_symlinks" | "pathcache" | "negtimeout"
-            | "ndentrytmo" | "umask" | "ro" | "cache" | "sync_metadata" | "dir_readahead"
-            | "settle" => {}
-            // Sizes are fixed when the vfs is built.
-            _ => return Err(Errno::EINVAL),
-        }
         // Under the lock, so that a degrade meanwhile is either seen here
         // or applies its overrides after (coherent.rs).
         inner.sw.apply(&o, inner.degraded.load(Ordering::Acquire));

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use walkfs_fsapi::{Errno, Result};
 
+use crate::opt::{self, Opt, OptError};
+
 /// How much of what was learned from the backend is trusted (`cache=`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum CachePolicy {
@@ -165,60 +167,146 @@ impl Default for Options {
     }
 }
 
-fn parse_bool(v: &str) -> Result<bool> {
-    match v {
-        "1" | "on" | "true" | "yes" | "" => Ok(true),
-        "0" | "off" | "false" | "no" => Ok(false),
-        _ => Err(Errno::EINVAL),
-    }
-}
+/// The vfs's options: names, whether they may change on a running vfs
+/// ([`crate::Vfs::set_option`]), and how each value is taken.
+pub const OPTIONS: &[Opt<Options>] = &[
+    Opt {
+        names: &["fastpath"],
+        live: true,
+        set: |o, n, v| {
+            o.fastpath = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["fastperm"],
+        live: true,
+        set: |o, n, v| {
+            o.fastperm = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["cache_symlinks"],
+        live: true,
+        set: |o, n, v| {
+            o.cache_symlinks = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["pathcache"],
+        live: true,
+        set: |o, n, v| {
+            o.pathcache = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        // Linux's 9p client calls it ndentrytmo.
+        names: &["negtimeout", "ndentrytmo"],
+        live: true,
+        set: |o, n, v| {
+            o.negative = NegPolicy::from_millis(opt::signed(n, v)?).map_err(|_| {
+                OptError::bad(n, v, "expected milliseconds, 0 (off) or -1 (for ever)")
+            })?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["max_dentries"],
+        live: false,
+        set: |o, n, v| {
+            o.max_dentries = opt::count(n, v, 0, u64::from(u32::MAX))?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["max_files"],
+        live: false,
+        set: |o, n, v| {
+            o.max_files = opt::count(n, v, 0, u64::from(u32::MAX))?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["umask"],
+        live: true,
+        set: |o, n, v| {
+            o.umask = u32::from_str_radix(v, 8)
+                .ok()
+                .filter(|m| *m <= 0o777)
+                .ok_or_else(|| OptError::bad(n, v, "expected octal bits, at most 777"))?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["ro"],
+        live: true,
+        set: |o, n, v| {
+            o.read_only = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["rw"],
+        live: true,
+        set: |o, n, v| {
+            o.read_only = !opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["cache"],
+        live: true,
+        set: |o, n, v| {
+            o.cache = v
+                .parse()
+                .map_err(|_| OptError::bad(n, v, "expected none, loose or coherent"))?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["sync_metadata"],
+        live: true,
+        set: |o, n, v| {
+            o.sync_metadata = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["settle"],
+        live: true,
+        set: |o, n, v| {
+            o.settle = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["dir_readahead"],
+        live: true,
+        set: |o, n, v| {
+            o.dir_readahead = opt::count(n, v, 0, 64)?;
+            Ok(())
+        },
+    },
+];
 
 impl Options {
     /// Parse `"negtimeout=-1,fastpath=1,..."`; an empty string gives the
-    /// defaults. Unknown names (the backends' too) are `EINVAL`.
-    pub fn parse(s: &str) -> Result<Options> {
+    /// defaults. Unknown names (the backends' too) are errors.
+    pub fn parse(s: &str) -> std::result::Result<Options, OptError> {
         let mut o = Options::default();
-        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let (name, value) = item.split_once('=').unwrap_or((item, ""));
+        for (name, value) in opt::items(s) {
             o.set(name, value)?;
         }
         Ok(o)
     }
 
-    /// Set one option by name (`EINVAL` for an unknown name or a bad
+    /// Set one option by name (an error for an unknown name or a bad
     /// value, leaving the options as they were).
-    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
-        let num = |v: &str| v.parse::<i64>().map_err(|_| Errno::EINVAL);
-        match name {
-            "fastpath" => self.fastpath = parse_bool(value)?,
-            "fastperm" => self.fastperm = parse_bool(value)?,
-            "cache_symlinks" => self.cache_symlinks = parse_bool(value)?,
-            "pathcache" => self.pathcache = parse_bool(value)?,
-            "negtimeout" | "ndentrytmo" => self.negative = NegPolicy::from_millis(num(value)?)?,
-            "max_dentries" => {
-                self.max_dentries = u32::try_from(num(value)?).map_err(|_| Errno::EINVAL)?;
-            }
-            "max_files" => {
-                self.max_files = u32::try_from(num(value)?).map_err(|_| Errno::EINVAL)?
-            }
-            "umask" => {
-                let v = u32::from_str_radix(value, 8).map_err(|_| Errno::EINVAL)?;
-                if v > 0o777 {
-                    return Err(Errno::EINVAL);
-                }
-                self.umask = v;
-            }
-            "ro" => self.read_only = parse_bool(value)?,
-            "rw" => self.read_only = !parse_bool(value)?,
-            "cache" => self.cache = value.parse()?,
-            "sync_metadata" => self.sync_metadata = parse_bool(value)?,
-            "settle" => self.settle = parse_bool(value)?,
-            "dir_readahead" => {
-                self.dir_readahead = u32::try_from(num(value)?).map_err(|_| Errno::EINVAL)?
-            }
-            _ => return Err(Errno::EINVAL),
-        }
-        Ok(())
+    pub fn set(&mut self, name: &str, value: &str) -> std::result::Result<(), OptError> {
+        opt::set(OPTIONS, self, name, value)
     }
 }
 
@@ -233,9 +321,13 @@ mod tests {
         assert!(!o.fastpath);
         assert_eq!(o.umask, 0o22);
         assert_eq!(Options::parse("").unwrap(), Options::default());
-        assert_eq!(Options::parse("bogus=1"), Err(Errno::EINVAL));
-        assert_eq!(Options::parse("negtimeout=-2"), Err(Errno::EINVAL));
-        assert_eq!(Options::parse("negtimeout=x"), Err(Errno::EINVAL));
+        assert!(Options::parse("bogus=1").is_err_and(|e| e.unknown));
+        assert_eq!(
+            Options::parse("negtimeout=-2").unwrap_err().to_string(),
+            "option negtimeout=-2: expected milliseconds, 0 (off) or -1 (for ever)"
+        );
+        assert!(Options::parse("negtimeout=x").is_err());
+        assert!(Options::parse("dir_readahead=65").is_err());
         assert_eq!(
             Options::parse("ndentrytmo=5000").unwrap().negative,
             NegPolicy::For(Duration::from_millis(5000))
@@ -245,7 +337,7 @@ mod tests {
             NegPolicy::Forever
         );
         // The backends' options are not the vfs's.
-        assert_eq!(Options::parse("msize=8192"), Err(Errno::EINVAL));
+        assert!(Options::parse("msize=8192").is_err_and(|e| e.unknown));
     }
 
     #[test]
@@ -259,7 +351,7 @@ mod tests {
         ] {
             assert_eq!(Options::parse(&format!("cache={v}")).unwrap().cache, p);
         }
-        assert_eq!(Options::parse("cache=strict"), Err(Errno::EINVAL));
+        assert!(Options::parse("cache=strict").is_err());
         assert_eq!(Options::default().cache, CachePolicy::Loose);
         for p in [CachePolicy::None, CachePolicy::Loose, CachePolicy::Coherent] {
             assert_eq!(p.to_string().parse::<CachePolicy>(), Ok(p));

@@ -117,7 +117,8 @@ fn mount_cmd(
     via_9p: bool,
 ) -> Result<(), String> {
     use walkfs_fuse::mount;
-    let opts = walkfs_fuse::MountOptions::parse(options)?;
+    let opts = walkfs_fuse::MountOptions::parse(options)
+        .map_err(|e| format!("bad options {options:?}: {e}"))?;
     let mp = std::path::Path::new(mountpoint);
     if !mp.is_dir() {
         return Err(format!("{mountpoint}: not a directory"));

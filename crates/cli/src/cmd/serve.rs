@@ -127,11 +127,9 @@ impl Serve {
                  unix socket (for a VM manager with hybrid vsock: unix:PATH_PORT)."
             ));
         }
-        let opts = SourceOptions::parse(&format!(
-            "cache=coherent,max_dentries={},{options}",
-            walkfs_server::SERVE_DENTRIES
-        ))
-        .map_err(|e| format!("bad options {options:?}: {e}"))?;
+        let mut opts = SourceOptions::served(true);
+        opts.apply(&options)
+            .map_err(|e| format!("bad options {options:?}: {e}"))?;
         // Watching is set up now (fanotify needs the privileges the
         // sandbox drops) and started once confined (threads started
         // before would escape the sandbox).
