@@ -421,7 +421,7 @@ pub unsafe extern "C" fn walkfs_mkdirat(
     let _errno = ErrnoGuard::save();
     // SAFETY: handle and path from the caller.
     let (c, p) = unsafe { (try_ptr!(ctx(w)), try_ptr!(bytes(path))) };
-    ret(c.mkdirat(dirfd, p, mode))
+    ret(c.mkdirat(dirfd, p, mode).map(drop))
 }
 
 /// `int walkfs_unlinkat(walkfs_t *, int dirfd, const char *path, int flags)`.
@@ -477,7 +477,7 @@ pub unsafe extern "C" fn walkfs_symlinkat(
             try_ptr!(bytes(linkpath)),
         )
     };
-    ret(c.symlinkat(t, newdirfd, l))
+    ret(c.symlinkat(t, newdirfd, l).map(drop))
 }
 
 /// `int walkfs_mknodat(walkfs_t *, int dirfd, const char *path, mode_t mode, dev_t dev)`.
@@ -492,7 +492,7 @@ pub unsafe extern "C" fn walkfs_mknodat(
     let _errno = ErrnoGuard::save();
     // SAFETY: handle and path from the caller.
     let (c, p) = unsafe { (try_ptr!(ctx(w)), try_ptr!(bytes(path))) };
-    ret(c.mknodat(dirfd, p, mode, dev))
+    ret(c.mknodat(dirfd, p, mode, dev).map(drop))
 }
 
 /// `int walkfs_linkat(walkfs_t *, int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags)`.
@@ -514,7 +514,7 @@ pub unsafe extern "C" fn walkfs_linkat(
             try_ptr!(bytes(newpath)),
         )
     };
-    ret(c.linkat(olddirfd, o, newdirfd, n, flags))
+    ret(c.linkat(olddirfd, o, newdirfd, n, flags).map(drop))
 }
 
 /// `int walkfs_fchmodat(walkfs_t *, int dirfd, const char *path, mode_t mode, int flags)`.

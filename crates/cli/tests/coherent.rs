@@ -159,11 +159,13 @@ impl Changer for VfsView {
     fn symlink(&self, target: &str, rel: &str) -> io::Result<()> {
         self.0
             .symlinkat(target.as_bytes(), AT_FDCWD, &Self::path(rel))
+            .map(drop)
             .map_err(err)
     }
     fn mkdir(&self, rel: &str) -> io::Result<()> {
         self.0
             .mkdirat(AT_FDCWD, &Self::path(rel), 0o755)
+            .map(drop)
             .map_err(err)
     }
 }

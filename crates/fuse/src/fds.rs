@@ -1,59 +1,65 @@
-//! Bounded caches of vfs descriptors for the FUSE node table: the
-//! kernel may hold millions of nodes, the vfs descriptor table is finite,
-//! so nodes keep descriptors only while recently used (see the crate
-//! comment).
+//! The front end's open files: the kernel's handles (`fh`), each an
+//! [`OpenFile`] of the vfs, and bounded caches of the nodes' own open
+//! files for I/O the kernel sends without a handle (the kernel may hold
+//! millions of nodes; nodes keep open files only while recently used, see
+//! the crate comment).
 //!
-//! A cached descriptor is an `Arc<VFd>`: the cache may drop it at any
-//! time, and the descriptor closes when the last request using it lets
-//! go, never under a request.
+//! An open file is counted: the cache or the handle table may let one go
+//! at any time, and it closes when the last request using it lets go,
+//! never under a request.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 use walkfs_fsapi::clock::{Clock, Visit};
-use walkfs_vfs::Ctx;
+use walkfs_vfs::OpenFile;
 
-/// Closes descriptors of the shared table.
-pub(crate) struct Closer {
-    pub ctx: Ctx,
+/// Shards of the handle table: requests on different handles rarely meet
+/// on one lock.
+const SHARDS: usize = 16;
+
+/// The open files the kernel holds handles of: `fh` -> open file. Handle
+/// 0 is never given (it means "no handle": the node's own file).
+pub(crate) struct Handles {
+    next: AtomicU64,
+    shards: [Mutex<HashMap<u64, OpenFile>>; SHARDS],
 }
 
-impl Closer {
-    /// Own `fd`: it closes when the returned value's last clone goes.
-    pub fn own(self: &Arc<Self>, fd: i32) -> Arc<VFd> {
-        Arc::new(VFd {
-            fd,
-            closer: self.clone(),
-        })
-    }
-}
-
-/// A vfs descriptor that closes with its last reference.
-pub(crate) struct VFd {
-    pub fd: i32,
-    closer: Arc<Closer>,
-}
-
-impl Drop for VFd {
-    fn drop(&mut self) {
-        let _ = self.closer.ctx.close(self.fd);
-    }
-}
-
-/// The descriptor a read or write goes through: the kernel's handle, or
-/// the node's shared open file.
-pub(crate) enum IoFd {
-    Handle(i32),
-    Shared(Arc<VFd>),
-}
-
-impl IoFd {
-    pub fn fd(&self) -> i32 {
-        match self {
-            IoFd::Handle(fd) => *fd,
-            IoFd::Shared(f) => f.fd,
+impl Default for Handles {
+    fn default() -> Handles {
+        Handles {
+            next: AtomicU64::new(1),
+            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
         }
+    }
+}
+
+impl Handles {
+    fn shard(&self, fh: u64) -> &Mutex<HashMap<u64, OpenFile>> {
+        &self.shards[fh as usize % SHARDS]
+    }
+
+    /// A new handle for `file`.
+    pub fn insert(&self, file: OpenFile) -> u64 {
+        let fh = self.next.fetch_add(1, Relaxed);
+        self.shard(fh).lock().insert(fh, file);
+        fh
+    }
+
+    /// The open file of handle `fh` (a reference of the request's own).
+    pub fn get(&self, fh: u64) -> Option<OpenFile> {
+        self.shard(fh).lock().get(&fh).cloned()
+    }
+
+    /// Let handle `fh` go (the kernel's release): the file closes once no
+    /// request uses it.
+    pub fn remove(&self, fh: u64) -> Option<OpenFile> {
+        self.shard(fh).lock().remove(&fh)
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
     }
 }
 
@@ -132,6 +138,7 @@ impl<V: Clone> Cache<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn the_cache_keeps_at_most_cap_and_prefers_recent_values() {

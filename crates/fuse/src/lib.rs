@@ -43,7 +43,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use walkfs_fusewire::abi::{self, fopen};
 use walkfs_fusewire::{Request, TimeArg};
-use walkfs_vfs::{Creds, Ctx, Errno, Handle, Statx, TimeSet, Timespec, Vfs};
+use walkfs_vfs::{Creds, Ctx, Errno, Handle, OpenFile, Statx, TimeSet, Timespec, Vfs};
 
 pub use options::MountOptions;
 pub use stats::{FuseCounters, MountStats, Op, OP_NAMES, STATS_IOCTL, STATS_MAX, SYNC_IOCTL};
@@ -51,10 +51,6 @@ pub use walkfs_vfs::CachePolicy;
 
 /// FUSE's node id of the root.
 pub(crate) const ROOT: u64 = 1;
-
-/// Descriptors the mount may hold in the vfs: the open files of zero-
-/// message I/O (`io_fds`), plus one per file the kernel has open.
-const MAX_FDS: usize = 1 << 18;
 
 /// What a node id stands for.
 struct Node {
@@ -92,7 +88,7 @@ impl Nodes {
 }
 
 /// A node's own open files: (read-only, read-write).
-type NodeIo = (Option<Arc<fds::VFd>>, Option<Arc<fds::VFd>>);
+type NodeIo = (Option<OpenFile>, Option<OpenFile>);
 
 /// A caller: uid, gid, supplementary groups (sorted).
 type Identity = (u32, u32, Vec<u32>);
@@ -103,8 +99,9 @@ const DEGRADED_TTL: Duration = Duration::from_secs(1);
 /// The file system the FUSE session serves.
 pub struct WalkFuse {
     vfs: Vfs,
-    /// Root credentials, the descriptor table every request shares.
-    base: Ctx,
+    /// Root credentials: what the front end does on its own behalf (the
+    /// nodes' own open files, attributes for the kernel, invalidations).
+    base: Arc<Ctx>,
     ctxs: RwLock<HashMap<Identity, Arc<Ctx>>>,
     nodes: Arc<RwLock<Nodes>>,
     /// What the kernel was handed, for invalidations (cache=coherent).
@@ -124,7 +121,8 @@ pub struct WalkFuse {
     /// (zero-message opens): (read-only, read-write), opened on first
     /// use, closed when the node is forgotten or the cache is full.
     io: fds::Cache<NodeIo>,
-    closer: Arc<fds::Closer>,
+    /// The open files the kernel holds handles of.
+    handles: fds::Handles,
     opts: MountOptions,
     /// Changes run behind their callers in the vfs (errors come at
     /// flush and fsync).
@@ -202,7 +200,8 @@ fn time_set(t: Option<TimeArg>) -> Option<TimeSet> {
 
 impl WalkFuse {
     pub fn new(vfs: Vfs, opts: MountOptions) -> Result<WalkFuse, Errno> {
-        let base = vfs.context_with_fds(Creds::root(), MAX_FDS);
+        // No descriptors: every open file is an object of its own.
+        let base = Arc::new(vfs.context_with_fds(Creds::root(), 0));
         let root = base.handle(walkfs_vfs::AT_FDCWD, b"/")?;
         let x = base.statx(&root, b"", libc::AT_EMPTY_PATH, libc::STATX_BASIC_STATS)?;
         let mut nodes = Nodes::default();
@@ -234,13 +233,10 @@ impl WalkFuse {
         } else {
             None
         };
-        let closer = Arc::new(fds::Closer {
-            ctx: base.with_creds(Creds::root()),
-        });
         Ok(WalkFuse {
             root,
             io: fds::Cache::new(opts.io_fds),
-            closer,
+            handles: fds::Handles::default(),
             vfs,
             base,
             ctxs: RwLock::new(HashMap::new()),
@@ -433,6 +429,19 @@ impl WalkFuse {
             .walk_handle(&dir, &[name], &mut steps)?
             .ok_or(Errno::ENOENT)?;
         let x = stat_of(ctx, &h)?;
+        self.enter(ctx, h, &x)
+    }
+
+    /// What a make call made, as the kernel's new entry: a lookup count
+    /// on its node and its attributes, with no second walk of its name.
+    fn made(&self, ctx: &Ctx, m: walkfs_vfs::Made) -> Result<abi::Attr, Errno> {
+        self.enter(ctx, m.handle, &m.stat)
+    }
+
+    /// Node `h` with attributes `x`, entered for the kernel: a new
+    /// lookup count on its node, and its attributes.
+    fn enter(&self, ctx: &Ctx, h: Handle, x: &Statx) -> Result<abi::Attr, Errno> {
+        let x = *x;
         if self.pt.held() == 0 {
             return Ok(attr_of(self.remember(h, &x), &x));
         }
@@ -526,6 +535,7 @@ impl WalkFuse {
             ("nodes".to_string(), nodes),
             ("io_fds".to_string(), self.io.len() as u64),
             ("io_fds_max".to_string(), self.opts.io_fds as u64),
+            ("open_handles".to_string(), self.handles.len() as u64),
             (
                 "listing_with_attrs".to_string(),
                 u64::from(self.bare.attrs_mode()),
@@ -571,38 +581,36 @@ impl WalkFuse {
         matches!(self.opts.cache, CachePolicy::Loose | CachePolicy::Coherent)
     }
 
-    /// The vfs descriptor for I/O on `ino` with handle `fh`: the handle's
-    /// own (kernel handles are descriptor + 1), or for handle 0 the node's
-    /// shared open file, read-write when `write` (or when the file allows
-    /// it, so one descriptor serves both), else read-only.
-    fn io_fd(&self, ino: u64, fh: u64, write: bool) -> Result<fds::IoFd, Errno> {
+    /// The open file for I/O on `ino` with handle `fh`: the handle's
+    /// own, or for handle 0 the node's shared open file, read-write when
+    /// `write` (or when the file allows it, so one file serves both),
+    /// else read-only.
+    fn io_file(&self, ino: u64, fh: u64, write: bool) -> Result<OpenFile, Errno> {
         if fh != 0 {
-            return Ok(fds::IoFd::Handle((fh - 1) as i32));
+            return self.handles.get(fh).ok_or(Errno::EBADF);
         }
         let (ro, rw) = self.io.get(ino).unwrap_or((None, None));
-        if let Some(fd) = rw {
-            return Ok(fds::IoFd::Shared(fd));
+        if let Some(f) = rw {
+            return Ok(f);
         }
         if !write {
-            if let Some(fd) = ro {
-                return Ok(fds::IoFd::Shared(fd));
+            if let Some(f) = ro {
+                return Ok(f);
             }
         }
         let node = self.node(ino)?;
         let (ro, rw) = if write {
-            let fd = self.base.reopen(&node, libc::O_RDWR)?;
-            (ro, Some(self.closer.own(fd)))
+            (ro, Some(self.base.reopen_file(&node, libc::O_RDWR)?))
         } else {
             // Read-only: the vfs opens it on the backend with its first
             // read, in one call (over 9P one round trip for both).
-            let fd = self.base.reopen(&node, libc::O_RDONLY)?;
-            (Some(self.closer.own(fd)), rw)
+            (Some(self.base.reopen_file(&node, libc::O_RDONLY)?), rw)
         };
-        let fd = rw.clone().or_else(|| ro.clone()).ok_or(Errno::EBADF)?;
+        let f = rw.clone().or_else(|| ro.clone()).ok_or(Errno::EBADF)?;
         // Two threads may both open one: the later replaces the earlier,
         // which closes once its user is done.
         self.io.insert(ino, (ro, rw));
-        Ok(fds::IoFd::Shared(fd))
+        Ok(f)
     }
 
     /// Write-back caching, as agreed at INIT: only in `cache=loose`, and
@@ -659,18 +667,16 @@ impl WalkFuse {
     /// uses (a plain READDIR, or a bare READDIRPLUS).
     fn list(
         &self,
-        ctx: &Ctx,
+        ctx: &Arc<Ctx>,
         ino: u64,
         names_only: bool,
     ) -> Result<Vec<walkfs_vfs::DirEntryOut>, Errno> {
-        let d = ctx.reopen(&self.node(ino)?, libc::O_RDONLY | libc::O_DIRECTORY)?;
-        let entries = if names_only {
-            ctx.getdents_names(d)
+        let d = ctx.reopen_file(&self.node(ino)?, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        if names_only {
+            d.getdents_names()
         } else {
-            ctx.getdents(d)
-        };
-        let _ = ctx.close(d);
-        entries
+            d.getdents()
+        }
     }
 
     /// Where a READDIR(PLUS) of `ino` at `offset` starts: in its

@@ -8,7 +8,7 @@ use walkfs_fusewire::abi::{self, fopen, init};
 use walkfs_fusewire::reply::{put, DirBuf};
 use walkfs_fusewire::request::DirRead;
 use walkfs_fusewire::{Filesystem, Operation, Request, Setattr};
-use walkfs_vfs::{CachePolicy, Ctx, Errno, Statx};
+use walkfs_vfs::{CachePolicy, Ctx, Errno, OpenFile, Statx, WriteAs};
 
 use crate::stats::{Op, STATS_IOCTL, SYNC_IOCTL};
 use crate::{attr_of, stat_of, time_set, WalkFuse, DEGRADED_TTL, ROOT};
@@ -20,11 +20,11 @@ use crate::{attr_of, stat_of, time_set, WalkFuse, DEGRADED_TTL, ROOT};
 /// credentials, which keep the bits, where the vfs clears them as Linux
 /// would for the caller. (A file that gains the bits while open in
 /// passthrough keeps them on its next write: the open cannot be moved.)
-fn kills_priv_on_write(ctx: &Ctx, h: i32) -> bool {
-    if ctx.creds().uid == 0 {
+fn kills_priv_on_write(file: &OpenFile) -> bool {
+    if file.ctx().creds().uid == 0 {
         return false;
     }
-    ctx.fstatx(h, libc::STATX_MODE).is_ok_and(|x| {
+    file.statx(libc::STATX_MODE).is_ok_and(|x| {
         let m = u32::from(x.stx_mode);
         m & libc::S_ISUID != 0
             || m & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP
@@ -154,8 +154,8 @@ impl Filesystem for WalkFuse {
             Operation::Mkdir { name, mode, umask } => {
                 let ctx = self.ctx(req);
                 Self::name(name).and_then(|n| {
-                    ctx.mkdirat(&self.node(ino)?, n, mode & !umask & 0o7777)?;
-                    self.put_entry(out, self.lookup_node(&ctx, ino, n)?);
+                    let m = ctx.mkdirat(&self.node(ino)?, n, mode & !umask & 0o7777)?;
+                    self.put_entry(out, self.made(&ctx, m)?);
                     Ok(())
                 })
             }
@@ -173,16 +173,16 @@ impl Filesystem for WalkFuse {
                 Self::name(name).and_then(|n| {
                     let perm = mode & !umask & 0o7777;
                     let kind = (mode & libc::S_IFMT) | perm;
-                    ctx.mknodat(&self.node(ino)?, n, kind, u64::from(rdev))?;
-                    self.put_entry(out, self.lookup_node(&ctx, ino, n)?);
+                    let m = ctx.mknodat(&self.node(ino)?, n, kind, u64::from(rdev))?;
+                    self.put_entry(out, self.made(&ctx, m)?);
                     Ok(())
                 })
             }
             Operation::Symlink { name, target } => {
                 let ctx = self.ctx(req);
                 Self::name(name).and_then(|n| {
-                    ctx.symlinkat(target, &self.node(ino)?, n)?;
-                    self.put_entry(out, self.lookup_node(&ctx, ino, n)?);
+                    let m = ctx.symlinkat(target, &self.node(ino)?, n)?;
+                    self.put_entry(out, self.made(&ctx, m)?);
                     Ok(())
                 })
             }
@@ -190,8 +190,8 @@ impl Filesystem for WalkFuse {
                 let ctx = self.ctx(req);
                 Self::name(newname).and_then(|n| {
                     let from = self.node(oldnodeid)?;
-                    ctx.linkat(&from, b"", &self.node(ino)?, n, libc::AT_EMPTY_PATH)?;
-                    self.put_entry(out, self.lookup_node(&ctx, ino, n)?);
+                    let m = ctx.linkat(&from, b"", &self.node(ino)?, n, libc::AT_EMPTY_PATH)?;
+                    self.put_entry(out, self.made(&ctx, m)?);
                     Ok(())
                 })
             }
@@ -223,8 +223,8 @@ impl Filesystem for WalkFuse {
                 let at = out.len();
                 out.resize(at + size as usize, 0);
                 let r = self
-                    .io_fd(ino, fh, false)
-                    .and_then(|fd| self.base.pread(fd.fd(), &mut out[at..], offset));
+                    .io_file(ino, fh, false)
+                    .and_then(|f| f.pread(&mut out[at..], offset));
                 r.map(|n| out.truncate(at + n))
             }
             Operation::Write {
@@ -233,11 +233,19 @@ impl Filesystem for WalkFuse {
                 write_flags,
                 data,
             } => (|| {
-                if write_flags & abi::WRITE_KILL_SUIDGID != 0 && !data.is_empty() {
-                    self.ctx(req).remove_privs(&self.node(ino)?)?;
-                }
-                let fd = self.io_fd(ino, fh, true)?;
-                let n = self.base.pwrite(fd.fd(), data, offset)?;
+                // The kernel says who writes and whether set-id bits go
+                // (HANDLE_KILLPRIV_V2): the vfs drops them for the writer,
+                // whoever opened the file (the kernel writes back through
+                // any open file of the node, or without one).
+                let ctx;
+                let who = if write_flags & abi::WRITE_KILL_SUIDGID != 0 {
+                    ctx = self.ctx(req);
+                    WriteAs::As(ctx.creds())
+                } else {
+                    WriteAs::Keep
+                };
+                let f = self.io_file(ino, fh, true)?;
+                let n = f.pwrite_by(data, offset, who)?;
                 put(
                     out,
                     &abi::WriteOut {
@@ -262,12 +270,11 @@ impl Filesystem for WalkFuse {
                         self.mine_closed(ino, &a);
                     }
                 }
+                // Closed once no request uses it; what a close reports
+                // was reported at flush already, where a program could
+                // see it.
                 if fh != 0 {
-                    if let Err(e) = self.base.close((fh - 1) as i32) {
-                        // Reported at flush already, where a program
-                        // could see it.
-                        tracing::debug!("release of {ino}: {e}");
-                    }
+                    drop(self.handles.remove(fh));
                 }
                 Ok(())
             }
@@ -275,9 +282,7 @@ impl Filesystem for WalkFuse {
             // this open file has not seen is reported. With handle 0 the
             // node's own open file: its cursor has seen what a file the
             // kernel opened without telling us would have.
-            Operation::Fsync { fh, .. } => self
-                .io_fd(ino, fh, false)
-                .and_then(|fd| self.base.fsync(fd.fd())),
+            Operation::Fsync { fh, .. } => self.io_file(ino, fh, false).and_then(|f| f.fsync()),
             Operation::Opendir { .. } if self.keeps() => {
                 // The NO_OPENDIR way (listings.rs): the kernel stops
                 // asking, keeps listings in its cache, and lists only at
@@ -305,10 +310,9 @@ impl Filesystem for WalkFuse {
             // The directory's entries changed without waiting, their
             // errors.
             Operation::Fsyncdir { .. } => self.node(ino).and_then(|h| {
-                let d = self.base.reopen(&h, libc::O_RDONLY | libc::O_DIRECTORY)?;
-                let r = self.base.fsync(d);
-                let _ = self.base.close(d);
-                r
+                self.base
+                    .reopen_file(&h, libc::O_RDONLY | libc::O_DIRECTORY)?
+                    .fsync()
             }),
             Operation::Statfs => self.node(ino).and_then(|h| {
                 let s = self.base.statfs(&h, b"")?;
@@ -503,8 +507,14 @@ impl WalkFuse {
         }
         if let Some(len) = s.size {
             let len = i64::try_from(len).map_err(|_| Errno::EFBIG)?;
+            // Set-id bits go as for a truncate by the caller.
+            let by = WriteAs::As(ctx.creds());
             match s.fh.filter(|h| *h != 0) {
-                Some(h) => ctx.ftruncate((h - 1) as i32, len)?,
+                Some(h) => self
+                    .handles
+                    .get(h)
+                    .ok_or(Errno::EBADF)?
+                    .ftruncate_by(len, by)?,
                 None => {
                     // FATTR_FH with handle 0: the caller truncates a file
                     // it has open (zero-message open), and the kernel has
@@ -512,11 +522,8 @@ impl WalkFuse {
                     // ftruncate(2), the file's mode is not asked again (a
                     // file created with mode 0 and truncated through its
                     // descriptor).
-                    let who: &Ctx = if s.fh.is_some() { &self.base } else { &ctx };
-                    let w = who.reopen(fd, libc::O_WRONLY)?;
-                    let r = ctx.ftruncate(w, len);
-                    let _ = ctx.close(w);
-                    r?
+                    let who = if s.fh.is_some() { &self.base } else { &ctx };
+                    who.reopen_file(fd, libc::O_WRONLY)?.ftruncate_by(len, by)?
                 }
             }
         }
@@ -560,19 +567,19 @@ impl WalkFuse {
         let ctx = self.ctx(req);
         let node = self.node(ino)?;
         let f = self.open_flags(flags);
-        let h = match ctx.reopen(&node, f) {
+        let file = match ctx.reopen_file(&node, f) {
             // Write-only by permission: the kernel then writes whole pages
             // only where it has them.
             Err(Errno::EACCES) if flags & libc::O_ACCMODE == libc::O_WRONLY => {
-                ctx.reopen(&node, (f & !libc::O_ACCMODE) | libc::O_WRONLY)
+                ctx.reopen_file(&node, (f & !libc::O_ACCMODE) | libc::O_WRONLY)
             }
             r => r,
         }?;
-        let (open_flags, backing_id) = self.passthrough(&ctx, ino, h);
+        let (open_flags, backing_id) = self.passthrough(ino, &file);
         put(
             out,
             &abi::OpenOut {
-                fh: h as u64 + 1,
+                fh: self.handles.insert(file),
                 open_flags,
                 backing_id,
             },
@@ -583,11 +590,11 @@ impl WalkFuse {
     /// The open flags and backing id for open file `h` of node `ino`: a
     /// backing file where passthrough takes this open (passthrough.rs),
     /// else the cache flags.
-    fn passthrough(&self, ctx: &Ctx, ino: u64, h: i32) -> (u32, i32) {
-        if !self.pt.on() || kills_priv_on_write(ctx, h) {
+    fn passthrough(&self, ino: u64, f: &OpenFile) -> (u32, i32) {
+        if !self.pt.on() || kills_priv_on_write(f) {
             return (self.fopen_flags(), 0);
         }
-        let file = ctx.host_file(h).ok().flatten();
+        let file = f.host_file().ok().flatten();
         match self.pt.for_open(ino, file.as_deref()) {
             Some(id) => (fopen::PASSTHROUGH, id),
             None => (self.fopen_flags(), 0),
@@ -613,8 +620,7 @@ impl WalkFuse {
         // close(2): the file's gathered writes go out, and a failure one
         // of its changes met is reported (with cache=coherent after
         // waiting for them: close-to-open consistency as NFS keeps it).
-        let fd = self.io_fd(ino, fh, false)?;
-        self.base.flush(fd.fd())
+        self.io_file(ino, fh, false)?.flush()
     }
 
     fn readdir(
@@ -759,27 +765,19 @@ impl WalkFuse {
                 f = (f & !libc::O_ACCMODE) | libc::O_RDWR;
             }
         }
-        let (h, used) = match ctx.openat(&dir, n, f, mode) {
+        let (file, used) = match ctx.open_file(&dir, n, f, mode) {
             Err(Errno::EACCES) if f != asked => {
                 let used = asked & !libc::O_APPEND;
-                (ctx.openat(&dir, n, used, mode)?, used)
+                (ctx.open_file(&dir, n, used, mode)?, used)
             }
             r => (r?, f),
         };
         // The node comes from what the create opened, not from a second
         // walk of the name.
-        let made = ctx.handle_of(h).and_then(|node| {
-            let x = stat_of(&ctx, &node)?;
-            Ok(attr_of(self.remember(node, &x), &x))
-        });
-        let a = match made {
-            Ok(a) => a,
-            Err(e) => {
-                let _ = ctx.close(h);
-                return Err(e);
-            }
-        };
-        let (open_flags, backing_id) = self.passthrough(&ctx, a.ino, h);
+        let node = file.handle()?;
+        let x = file.statx(libc::STATX_BASIC_STATS)?;
+        let a = attr_of(self.remember(node, &x), &x);
+        let (open_flags, backing_id) = self.passthrough(a.ino, &file);
         let fh = if self.no_open() {
             // With zero-message opens the kernel never sends a release,
             // not even for a handle `create` gave it (it drops handles
@@ -788,14 +786,11 @@ impl WalkFuse {
             // shared one instead (bounded, closed when pushed out or
             // forgotten) and the kernel gets handle 0, as for opens.
             if used & libc::O_ACCMODE == libc::O_RDWR && used & libc::O_APPEND == 0 {
-                let rw = self.closer.own(h);
-                self.io.insert(a.ino, (None, Some(rw)));
-            } else {
-                let _ = self.base.close(h);
+                self.io.insert(a.ino, (None, Some(file)));
             }
             0
         } else {
-            h as u64 + 1
+            self.handles.insert(file)
         };
         self.put_entry(out, a);
         put(

@@ -760,8 +760,8 @@ impl Job {
             return false;
         };
         match fid.get() {
-            Ok(st) => match (st.open, &st.node) {
-                (Some(fd), _) => st.ctx.fstatx(fd, libc::STATX_TYPE),
+            Ok(st) => match (&st.open, &st.node) {
+                (Some(f), _) => f.statx(libc::STATX_TYPE),
                 (None, Some(h)) => st.ctx.statx(h, b"", libc::AT_EMPTY_PATH, libc::STATX_TYPE),
                 (None, None) => Err(Errno::EBADF),
             }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
-use walkfs_vfs::{Ctx, Errno, Handle, Result};
+use walkfs_vfs::{Ctx, Errno, Handle, OpenFile, Result};
 
 /// The vfs side of a fid.
 #[derive(Clone)]
@@ -20,8 +20,10 @@ pub struct FidState {
     /// that moves the fid meanwhile takes nothing from under it); `None`
     /// for a fid that names no file (a listing's, the order answer's).
     pub node: Option<Handle>,
-    /// The descriptor `Tlopen`/`Tlcreate` opened, if any.
-    pub open: Option<i32>,
+    /// The file `Tlopen`/`Tlcreate` opened, if any (a request holds its
+    /// own reference, so a `Tlcreate` that replaces it meanwhile closes
+    /// it only once that request is done).
+    pub open: Option<OpenFile>,
     /// A directory listing with attributes (the readdirplus extension,
     /// p9::dirplus) this fid reads, as an xattr fid reads its value.
     pub listing: Option<Arc<Vec<u8>>>,
@@ -39,10 +41,6 @@ enum Status {
 pub struct Fid {
     status: Mutex<Status>,
     cv: Condvar,
-    /// Open descriptors this fid had before (`Tlcreate` onto a fid that
-    /// was open), closed with the fid: a request already running may
-    /// still use them.
-    retired: Mutex<Vec<(Arc<Ctx>, i32)>>,
 }
 
 impl Fid {
@@ -50,7 +48,6 @@ impl Fid {
         Arc::new(Fid {
             status: Mutex::new(Status::Pending),
             cv: Condvar::new(),
-            retired: Mutex::new(Vec::new()),
         })
     }
 
@@ -83,35 +80,16 @@ impl Fid {
         self.cv.notify_all();
     }
 
-    /// Change the state; what it replaces is closed with the fid.
+    /// Change the state. An open file it replaces closes once no request
+    /// uses it any more.
     pub fn update(&self, f: impl FnOnce(&mut FidState)) -> Result<()> {
         let mut s = self.status.lock();
         match &mut *s {
             Status::Ready(st) => {
-                let (old_open, ctx) = (st.open, Arc::clone(&st.ctx));
                 f(st);
-                let mut r = self.retired.lock();
-                if let Some(o) = old_open {
-                    if st.open != Some(o) {
-                        r.push((ctx, o));
-                    }
-                }
                 Ok(())
             }
             _ => Err(Errno::EBADF),
-        }
-    }
-}
-
-impl Drop for Fid {
-    fn drop(&mut self) {
-        if let Status::Ready(st) = &*self.status.lock() {
-            if let Some(o) = st.open {
-                let _ = st.ctx.close(o);
-            }
-        }
-        for (ctx, fd) in self.retired.lock().drain(..) {
-            let _ = ctx.close(fd);
         }
     }
 }

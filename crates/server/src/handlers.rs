@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use walkfs_p9::{self as p9, msg, Data, Fcall, Names, Qid, Qids, Str};
-use walkfs_vfs::{Creds, Ctx, Errno, Handle, NameStep, Result, Statx, TimeSet, Timespec};
+use walkfs_vfs::{
+    Creds, Ctx, Errno, Handle, NameStep, OpenFile, Result, Statx, TimeSet, Timespec, WriteAs,
+};
 
 use crate::fid::{Fid, FidState};
 use crate::inos::Inos;
@@ -91,11 +93,11 @@ fn stat_of(inos: &Inos, x: &Statx) -> p9::Stat {
 fn listing_of(inos: &Inos, st: &FidState) -> Result<Vec<u8>> {
     let ctx = &st.ctx;
     let dir = node(st)?;
-    let d = ctx.reopen(dir, libc::O_RDONLY | libc::O_DIRECTORY)?;
-    let entries = ctx.getdents(d);
-    let _ = ctx.close(d);
+    let entries = ctx
+        .reopen_file(dir, libc::O_RDONLY | libc::O_DIRECTORY)?
+        .getdents()?;
     let mut out = Vec::new();
-    for e in entries? {
+    for e in entries {
         if e.name == b"." || e.name == b".." {
             continue;
         }
@@ -428,7 +430,7 @@ impl Req<'_> {
     /// File `fd` was just made in the directory of `dir_fid`: if this
     /// connection holds a lease there, the host's opens of the file wait
     /// for it too (lease.rs). Before the create is answered.
-    fn cover(&self, ctx: &Ctx, dir_fid: &FidState, fd: i32) {
+    fn cover(&self, ctx: &Ctx, dir_fid: &FidState, made: &OpenFile) {
         let leases = &self.s.server.leases;
         if !leases.any() {
             return;
@@ -442,7 +444,7 @@ impl Req<'_> {
         let Some(lease) = leases.held_by(me, std::os::fd::AsFd::as_fd(&*dfd)) else {
             return;
         };
-        if let Ok(Some(file)) = ctx.host_file(fd) {
+        if let Ok(Some(file)) = made.host_file() {
             leases.cover(&lease, file);
         }
     }
@@ -606,13 +608,10 @@ impl Req<'_> {
         {
             writable(self.s)?;
         }
-        let fd = st.ctx.reopen(node(&st)?, flags as i32)?;
+        let file = st.ctx.reopen_file(node(&st)?, flags as i32)?;
         let x = fstatx(&st)?;
-        let r = self.fids[0].update(|s| s.open = Some(fd));
-        if r.is_err() {
-            let _ = st.ctx.close(fd);
-        }
-        r?;
+        // On an error the file closes here, unused.
+        self.fids[0].update(|s| s.open = Some(file))?;
         self.reply(
             Fcall::Rlopen {
                 qid: qid_of_statx(self.inos(), &x),
@@ -641,39 +640,30 @@ impl Req<'_> {
         let leases = &self.s.server.leases;
         let _making = leases.any().then(|| leases.begin_make());
         let dir = node(&st)?;
-        // Open `fd` as the fid's file.
-        let adopt = |fd: i32| -> Result<Statx> {
-            let made = ctx.handle_of(fd).and_then(|h| {
-                let mut x = Statx::default();
-                ctx.fstatx_into(fd, libc::STATX_BASIC_STATS, &mut x)?;
-                Ok((h, x))
-            });
-            let r = made.and_then(|(h, x)| {
-                self.fids[0].update(|s| {
-                    s.node = Some(h);
-                    s.open = Some(fd);
-                })?;
-                Ok(x)
-            });
-            if r.is_err() {
-                let _ = ctx.close(fd);
-            }
-            r
+        // Make `file` the fid's file (on an error it closes, unused).
+        let adopt = |file: &OpenFile| -> Result<Statx> {
+            let h = file.handle()?;
+            let x = file.statx(libc::STATX_BASIC_STATS)?;
+            self.fids[0].update(|s| {
+                s.node = Some(h);
+                s.open = Some(file.clone());
+            })?;
+            Ok(x)
         };
         let ((), qid) = self.made(
             ino,
             (&ctx, dir, name.0),
             || {
-                let fd = ctx.openat(dir, name.0, flags, mode & 0o7777)?;
-                let x = adopt(fd)?;
-                self.cover(&ctx, &st, fd);
+                let file = ctx.open_file(dir, name.0, flags, mode & 0o7777)?;
+                let x = adopt(&file)?;
+                self.cover(&ctx, &st, &file);
                 note.entry(&ctx, dir, name.0);
                 Ok(((), x))
             },
             |_| {
                 let keep = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
-                let fd = ctx.openat(dir, name.0, keep | libc::O_NOFOLLOW, 0)?;
-                adopt(fd).map(|_| ())
+                let file = ctx.open_file(dir, name.0, keep | libc::O_NOFOLLOW, 0)?;
+                adopt(&file).map(|_| ())
             },
         )?;
         let iounit = self.s.iounit();
@@ -695,13 +685,13 @@ impl Req<'_> {
             let data = p9::Data(&l[from..from + n]);
             return self.reply(Fcall::Rread { data }, out);
         }
-        let fd = st.open.ok_or(Errno::EBADF)?;
+        let file = st.open.as_ref().ok_or(Errno::EBADF)?;
         let n = count.min(self.s.iounit()) as usize;
         let start = p9::begin(out, msg::Rread, self.tag);
         let at = out.len();
         out.resize(at + 4 + n, 0);
         // The file's bytes go straight into the reply.
-        let got = st.ctx.pread(fd, &mut out[at + 4..], offset)?;
+        let got = file.pread(&mut out[at + 4..], offset)?;
         out.truncate(at + 4 + got);
         out[at..at + 4].copy_from_slice(&(got as u32).to_le_bytes());
         p9::finish(out, start);
@@ -713,8 +703,8 @@ impl Req<'_> {
         let note = self.s.own.begin();
         writable(self.s)?;
         let st = self.fid(0)?;
-        let fd = st.open.ok_or(Errno::EBADF)?;
-        let n = st.ctx.pwrite(fd, data.0, offset)?;
+        let file = st.open.as_ref().ok_or(Errno::EBADF)?;
+        let n = file.pwrite(data.0, offset)?;
         if let Some(h) = &st.node {
             note.inode(&st.ctx, h);
         }
@@ -724,11 +714,11 @@ impl Req<'_> {
     /// `Treaddir`.
     fn readdir(&self, offset: u64, count: u32, out: &mut Vec<u8>) -> Result<()> {
         let st = self.fid(0)?;
-        let fd = st.open.ok_or(Errno::EBADF)?;
+        let file = st.open.as_ref().ok_or(Errno::EBADF)?;
         // Offsets are positions in the listing: entry i carries i + 1,
         // where the next read starts.
-        st.ctx.lseek(fd, offset as i64, libc::SEEK_SET)?;
-        let entries = st.ctx.getdents(fd)?;
+        file.lseek(offset as i64, libc::SEEK_SET)?;
+        let entries = file.getdents()?;
         if self.s.own.any() {
             if let Ok(x) = fstatx(&st) {
                 let seen =
@@ -799,8 +789,9 @@ impl Req<'_> {
             ino,
             (&ctx, dir, name.0),
             || {
-                ctx.mkdirat(dir, name.0, mode & 0o7777)?;
-                Ok(((), statx_at(&ctx, dir, name.0)?))
+                // Its attributes as made: no second walk of the name.
+                let m = ctx.mkdirat(dir, name.0, mode & 0o7777)?;
+                Ok(((), m.stat))
             },
             |_| Ok(()),
         )?;
@@ -830,8 +821,9 @@ impl Req<'_> {
             ino,
             (&ctx, dir, name.0),
             || {
-                ctx.symlinkat(symtgt.0, dir, name.0)?;
-                Ok(((), statx_at(&ctx, dir, name.0)?))
+                // Its attributes as made: no second walk of the name.
+                let m = ctx.symlinkat(symtgt.0, dir, name.0)?;
+                Ok(((), m.stat))
             },
             |_| Ok(()),
         )?;
@@ -971,12 +963,10 @@ impl Req<'_> {
             .ctx
             .statx(node(&st)?, b"", libc::AT_EMPTY_PATH, libc::STATX_TYPE)
             .map(|x| u32::from(x.stx_mode) & libc::S_IFMT == libc::S_IFDIR);
-        let r = dir.and_then(|dir| {
+        dir.and_then(|dir| {
             let fl = if dir { libc::AT_REMOVEDIR } else { 0 };
-            st.ctx.unlinkat(pfd, &name, fl)
-        });
-        let _ = st.ctx.close(pfd);
-        r?;
+            st.ctx.unlinkat(&pfd, &name, fl)
+        })?;
         self.reply(Fcall::Rremove {}, out)
     }
 
@@ -987,9 +977,7 @@ impl Req<'_> {
         let st = self.fid(0)?;
         let nd = self.fid(1)?;
         let (pfd, old) = located(&st)?;
-        let r = st.ctx.renameat2(pfd, &old, node(&nd)?, name.0, 0);
-        let _ = st.ctx.close(pfd);
-        r?;
+        st.ctx.renameat2(&pfd, &old, node(&nd)?, name.0, 0)?;
         self.reply(Fcall::Rrename {}, out)
     }
 
@@ -1053,8 +1041,9 @@ impl Req<'_> {
             ino,
             (&ctx, dir, name.0),
             || {
-                ctx.mknodat(dir, name.0, mode, dev)?;
-                Ok(((), statx_at(&ctx, dir, name.0)?))
+                // Its attributes as made: no second walk of the name.
+                let m = ctx.mknodat(dir, name.0, mode, dev)?;
+                Ok(((), m.stat))
             },
             |_| Ok(()),
         )?;
@@ -1160,11 +1149,10 @@ impl Req<'_> {
     }
 }
 
-/// Where the file of fid `st` is now: its directory (an `O_PATH`
-/// descriptor the caller closes) and its name there — checked to still be
+/// Where the file of fid `st` is now: its directory and its name there — checked to still be
 /// the same file, so a remove or rename by fid never hits a newcomer that
 /// took the name of a file unlinked meanwhile.
-fn located(st: &FidState) -> Result<(i32, Vec<u8>)> {
+fn located(st: &FidState) -> Result<(Handle, Vec<u8>)> {
     let me = node(st)?;
     let (pfd, name) = st.ctx.parent_of(me)?;
     let same = (|| {
@@ -1173,17 +1161,14 @@ fn located(st: &FidState) -> Result<(i32, Vec<u8>)> {
             .statx(me, b"", libc::AT_EMPTY_PATH, libc::STATX_INO)?;
         let there = st
             .ctx
-            .statx(pfd, &name, libc::AT_SYMLINK_NOFOLLOW, libc::STATX_INO)?;
+            .statx(&pfd, &name, libc::AT_SYMLINK_NOFOLLOW, libc::STATX_INO)?;
         Ok::<bool, Errno>(
             mine.stx_ino == there.stx_ino && mine.stx_dev_minor == there.stx_dev_minor,
         )
     })();
     match same {
         Ok(true) => Ok((pfd, name)),
-        other => {
-            let _ = st.ctx.close(pfd);
-            Err(other.err().unwrap_or(Errno::ENOENT))
-        }
+        other => Err(other.err().unwrap_or(Errno::ENOENT)),
     }
 }
 
@@ -1207,15 +1192,14 @@ fn setattr(st: &FidState, a: &p9::SetAttr) -> Result<()> {
         ctx.fchmodat(node(st)?, b"", a.mode & 0o7777, e)?;
     }
     if a.valid & p9::SETATTR_SIZE != 0 {
-        let fd = match st.open {
-            Some(o) => o,
-            None => ctx.reopen(node(st)?, libc::O_WRONLY)?,
-        };
-        let r = ctx.ftruncate(fd, a.size as i64);
-        if st.open.is_none() {
-            let _ = ctx.close(fd);
+        // Set-id bits go as for a truncate by this request's caller.
+        let by = WriteAs::As(ctx.creds());
+        match &st.open {
+            Some(f) => f.ftruncate_by(a.size as i64, by)?,
+            None => ctx
+                .reopen_file(node(st)?, libc::O_WRONLY)?
+                .ftruncate_by(a.size as i64, by)?,
         }
-        r?;
     }
     let time = |set: u32, given: u32, sec: u64, nsec: u64| {
         if a.valid & set == 0 {

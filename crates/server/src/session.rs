@@ -37,11 +37,9 @@ pub(crate) struct Session {
 
 impl Session {
     pub fn new(server: Arc<Server>, peer: String) -> Session {
-        let base = server.vfs.context_with_fds(
-            Creds::root(),
-            // Each fid holds at most two descriptors (path and open).
-            server.cfg.max_fids * 2 + 16,
-        );
+        // No descriptors: a fid holds a handle and an open file of its
+        // own (fid.rs).
+        let base = server.vfs.context_with_fds(Creds::root(), 0);
         Session {
             fids: Mutex::new(HashMap::new()),
             msize: AtomicU32::new(MIN_MSIZE),
@@ -96,7 +94,7 @@ mod tests {
     use crate::{Config, Server};
 
     #[test]
-    fn one_context_per_user_and_group_sharing_the_descriptors() {
+    fn one_context_per_user_and_group() {
         let vfs = Vfs::new(Arc::new(walkfs_memfs::MemFs::new()), &Options::default()).expect("vfs");
         let s = Session::new(Server::new(vfs, Config::default()), "t".into());
         let user = |uid, gid| Creds {
@@ -109,16 +107,17 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &s.ctx_for(user(1000, 1000))));
         let b = s.ctx_for(user(1000, 100));
         assert!(!Arc::ptr_eq(&a, &b));
-        // A descriptor opened through one is seen through the other.
-        let fd = a
-            .openat(
+        // An open file made through one acts as it, whoever uses it.
+        let f = a
+            .open_file(
                 walkfs_vfs::AT_FDCWD,
                 b"/",
                 libc::O_RDONLY | libc::O_DIRECTORY,
                 0,
             )
             .expect("open");
-        assert!(b.fstatx(fd, libc::STATX_TYPE).is_ok());
+        assert!(Arc::ptr_eq(f.ctx(), &a));
+        assert!(f.statx(libc::STATX_TYPE).is_ok());
         assert_eq!(s.iounit(), walkfs_p9::MIN_MSIZE - walkfs_p9::IOHDRSZ);
     }
 }

@@ -51,6 +51,56 @@ pub(crate) struct File {
     pub seen: Cursor,
 }
 
+impl File {
+    /// Open on (dentry, inode): the caller holds this file BUSY (a table
+    /// slot it claimed) or alone (an [`crate::OpenFile`] being made), and
+    /// transfers one dentry reference to it. `wb_seen`: the write-back
+    /// failures a new file has seen ([`crate::writeback::WriteBack::sample`]).
+    pub fn fill(&self, dentry: DIdx, inode: IIdx, flags: i32, fh: u64, wb_seen: (u64, u64)) {
+        *self.pos.lock() = 0;
+        *self.dir.lock() = None;
+        self.seen.reset(wb_seen);
+        self.seq.write_begin();
+        self.dentry.store(dentry.0, Relaxed);
+        self.inode.store(inode.0, Relaxed);
+        self.flags.store(flags as u32, Relaxed);
+        self.fh.store(fh, Relaxed);
+        self.seq.write_end();
+        self.state.store(OPEN, crate::sync::Ordering::Release);
+    }
+
+    /// Still open? A call that waited for [`File::open_lock`] asks again:
+    /// the file may have been closed meanwhile (and its slot reused).
+    #[inline]
+    pub fn is_open(&self) -> bool {
+        self.state.load(Acquire) == OPEN
+    }
+
+    /// Close: returns (dentry, backend handle, inode) for the caller to
+    /// release; `EBADF` when it was not open (closed already).
+    pub fn empty(&self) -> Result<(DIdx, u64, IIdx)> {
+        self.state
+            .compare_exchange(OPEN, BUSY, AcqRel, Relaxed)
+            .map_err(|_| Errno::EBADF)?;
+        // A deferred backend open in progress finishes first, so its
+        // handle is ours to release.
+        let _g = self.open_lock.lock();
+        self.seq.write_begin();
+        let out = (
+            DIdx(self.dentry.load(Relaxed)),
+            self.fh.load(Relaxed),
+            IIdx(self.inode.load(Relaxed)),
+        );
+        self.dentry.store(0, Relaxed);
+        self.inode.store(0, Relaxed);
+        self.fh.store(NO_HANDLE, Relaxed);
+        self.seq.write_end();
+        *self.dir.lock() = None;
+        self.state.store(FREE, crate::sync::Ordering::Release);
+        Ok(out)
+    }
+}
+
 /// A context's descriptors.
 pub(crate) struct FdTable {
     slots: Box<[File]>,
@@ -98,16 +148,7 @@ impl FdTable {
             {
                 continue;
             }
-            *f.pos.lock() = 0;
-            *f.dir.lock() = None;
-            f.seen.reset(wb_seen);
-            f.seq.write_begin();
-            f.dentry.store(dentry.0, Relaxed);
-            f.inode.store(inode.0, Relaxed);
-            f.flags.store(flags as u32, Relaxed);
-            f.fh.store(fh, Relaxed);
-            f.seq.write_end();
-            f.state.store(OPEN, crate::sync::Ordering::Release);
+            f.fill(dentry, inode, flags, fh, wb_seen);
             // Slots below i + 1 are taken now, unless a close happened
             // meanwhile (then the CAS fails and its lower value stands).
             let next = (from & !0xffff_ffff) | (i as u64 + 1);
@@ -124,24 +165,7 @@ impl FdTable {
             .slots
             .get(usize::try_from(fd).map_err(|_| Errno::EBADF)?)
             .ok_or(Errno::EBADF)?;
-        f.state
-            .compare_exchange(OPEN, BUSY, AcqRel, Relaxed)
-            .map_err(|_| Errno::EBADF)?;
-        // A deferred backend open in progress finishes first, so its
-        // handle is ours to release.
-        let _g = f.open_lock.lock();
-        f.seq.write_begin();
-        let out = (
-            DIdx(f.dentry.load(Relaxed)),
-            f.fh.load(Relaxed),
-            IIdx(f.inode.load(Relaxed)),
-        );
-        f.dentry.store(0, Relaxed);
-        f.inode.store(0, Relaxed);
-        f.fh.store(NO_HANDLE, Relaxed);
-        f.seq.write_end();
-        *f.dir.lock() = None;
-        f.state.store(FREE, crate::sync::Ordering::Release);
+        let out = f.empty()?;
         let _ = self.hint.fetch_update(AcqRel, Relaxed, |h| {
             let low = (h as u32).min(fd as u32) as u64;
             Some(((h >> 32).wrapping_add(1) << 32) | low)

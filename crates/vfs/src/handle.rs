@@ -74,11 +74,13 @@ impl std::fmt::Debug for Handle {
 }
 
 /// Where a call's path starts: a descriptor of the context (or
-/// [`crate::AT_FDCWD`]), or a [`Handle`].
+/// [`crate::AT_FDCWD`]), a [`Handle`], or an open file.
 #[derive(Clone, Copy, Debug)]
 pub enum At<'a> {
     Fd(i32),
     Handle(&'a Handle),
+    /// An open file ([`crate::OpenFile`]), as a descriptor names one.
+    File(&'a crate::OpenFile),
 }
 
 impl At<'_> {

@@ -38,6 +38,7 @@ mod handle;
 mod listing;
 mod metered;
 mod namei;
+mod openfile;
 mod ops;
 pub mod opt;
 mod options;
@@ -65,7 +66,8 @@ use parking_lot::{Mutex, RwLock};
 pub use handle::{At, Handle};
 pub use metered::BackendCalls;
 pub use namei::slow_permission_checks;
-pub use ops::{Ctx, DirEntryOut, NameStep, AT_FDCWD};
+pub use openfile::OpenFile;
+pub use ops::{Ctx, DirEntryOut, Made, NameStep, WriteAs, AT_FDCWD};
 pub use opt::OptError;
 pub use options::{CachePolicy, NegPolicy, Options, OPTIONS};
 pub use perm::Creds;
@@ -523,6 +525,11 @@ impl Vfs {
     /// costs no more than the stat a listing with attributes would make?
     pub fn has_host_files(&self) -> bool {
         self.inner.sb(0).is_ok_and(|fs| fs.host_files().is_some())
+    }
+
+    /// Is `other` this vfs (a clone of it)?
+    pub fn same(&self, other: &Vfs) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// A caller with `creds`, whose `/` is the vfs root.

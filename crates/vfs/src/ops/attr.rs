@@ -112,7 +112,7 @@ impl Ctx {
                 && flags & !FD_FLAGS == 0
                 && mask & (libc::STATX__RESERVED as u32) == 0
             {
-                return self.fstatx_into(fd, mask, out);
+                return self.fstatx_into_at(FileAt::Fd(fd), mask, out);
             }
         }
         self.statx_path(dirfd, path, flags, mask, out)
@@ -139,7 +139,7 @@ impl Ctx {
         }
         if let At::Fd(fd) = dirfd {
             if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 && fd != AT_FDCWD {
-                return self.fstatx_into(fd, mask, out);
+                return self.fstatx_into_at(FileAt::Fd(fd), mask, out);
             }
         }
         self.run(|| {
@@ -166,25 +166,18 @@ impl Ctx {
             .to_stat())
     }
 
-    /// `statx` of an open descriptor.
-    pub fn fstatx(&self, fd: i32, mask: u32) -> Result<Statx> {
-        let mut st = Statx::default();
-        self.fstatx_into(fd, mask, &mut st)?;
-        Ok(st)
-    }
-
-    /// The inode snapshot behind `fd`: fd -> file -> inode with loads
+    /// The inode snapshot behind a file: fd -> file -> inode with loads
     /// only (a writer busy with the file or its inode is waited out by
     /// the driver, out of line).
     #[inline(always)]
-    fn fd_snap(&self, fd: i32) -> Result<InodeSnap> {
-        self.run(|| self.fd_snap_once(fd))
+    fn fd_snap(&self, at: FileAt<'_>) -> Result<InodeSnap> {
+        self.run(|| self.fd_snap_once(at))
     }
 
     #[inline(always)]
-    fn fd_snap_once(&self, fd: i32) -> Res<InodeSnap> {
+    fn fd_snap_once(&self, at: FileAt<'_>) -> Res<InodeSnap> {
         let inner = self.inner();
-        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        let file = self.file(at)?;
         let seq = file.seq.read_begin().ok_or(Step::Restart)?;
         let ino = IIdx(file.inode.load(Relaxed));
         let s = inner.dc.inode_snap(ino).ok_or(Step::Restart)?;
@@ -200,15 +193,22 @@ impl Ctx {
 
     /// `statx(fd, "", AT_EMPTY_PATH, mask)` into the caller's buffer.
     #[inline(always)]
-    pub fn fstatx_into(&self, fd: i32, mask: u32, out: &mut Statx) -> Result<()> {
-        Statx::build_into(&self.fd_snap(fd)?, mask, out);
+    pub(crate) fn fstatx_into_at(&self, at: FileAt<'_>, mask: u32, out: &mut Statx) -> Result<()> {
+        Statx::build_into(&self.fd_snap(at)?, mask, out);
         Ok(())
+    }
+
+    /// `statx(fd, "", AT_EMPTY_PATH, mask)`.
+    pub(crate) fn fstatx_at(&self, at: FileAt<'_>, mask: u32) -> Result<Statx> {
+        let mut x = Statx::default();
+        self.fstatx_into_at(at, mask, &mut x)?;
+        Ok(x)
     }
 
     /// `fstat(fd)` into the caller's buffer.
     #[inline(always)]
     pub fn fstat_into(&self, fd: i32, out: &mut libc::stat) -> Result<()> {
-        crate::stat::stat_into(&self.fd_snap(fd)?, out);
+        crate::stat::stat_into(&self.fd_snap(FileAt::Fd(fd))?, out);
         Ok(())
     }
 

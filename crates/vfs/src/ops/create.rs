@@ -4,6 +4,16 @@
 //! the cache update that follows.
 
 use super::prelude::*;
+
+/// What a make call (`mkdirat`, `symlinkat`, `mknodat`, `linkat`) made:
+/// a handle on it and its attributes as made. A front end answers with
+/// them, rather than walking the name again (a second walk costs a
+/// lookup, and could find what another writer put there meanwhile).
+#[derive(Debug)]
+pub struct Made {
+    pub handle: Handle,
+    pub stat: Statx,
+}
 use walkfs_fsapi::Make;
 
 impl Ctx {
@@ -135,8 +145,8 @@ impl Ctx {
         })
     }
 
-    /// `mkdirat(dirfd, path, mode)`.
-    pub fn mkdirat<'h>(&self, dirfd: impl Into<At<'h>>, path: &[u8], mode: u32) -> Result<()> {
+    /// `mkdirat(dirfd, path, mode)`: what it made.
+    pub fn mkdirat<'h>(&self, dirfd: impl Into<At<'h>>, path: &[u8], mode: u32) -> Result<Made> {
         let _later = crate::writeback::SettleLater::new();
         let dirfd = dirfd.into();
         self.run(|| {
@@ -150,7 +160,7 @@ impl Ctx {
             self.check_writable()?;
             let ds = self.may_create(dir)?;
             let (owner, mode) = self.new_owner(&ds, mode, true);
-            let (c, ()) = self.modify(dir, &name, false, |fs| {
+            let (c, ()) = self.modify(dir, &name, true, |fs| {
                 let what = Make::Dir { mode };
                 if let Some(r) = self.make_behind(fs, &ds, dir, &name, owner, what) {
                     return Ok((r?.0, ()));
@@ -161,8 +171,21 @@ impl Ctx {
             // child is evicted or a change is reported).
             let inner = self.inner();
             inner.writer().set_complete(&inner.dc, c.ino, true);
-            Ok(())
+            Ok(Handle::adopt(&self.vfs.inner, c.d))
         })
+        .and_then(|h| self.made(h))
+    }
+
+    /// What a make call returns for the node it made (`h`, pinned by the
+    /// make, so no walk of the name again could find another's).
+    fn made(&self, h: Handle) -> Result<Made> {
+        let stat = self.statx(
+            &h,
+            b"",
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BASIC_STATS | libc::STATX_BTIME,
+        )?;
+        Ok(Made { handle: h, stat })
     }
 
     /// The checks common to creating a non-directory name (symlink, link):
@@ -189,7 +212,7 @@ impl Ctx {
         target: &[u8],
         newdirfd: impl Into<At<'h>>,
         linkpath: &[u8],
-    ) -> Result<()> {
+    ) -> Result<Made> {
         let _later = crate::writeback::SettleLater::new();
         let newdirfd = newdirfd.into();
         if target.is_empty() {
@@ -202,15 +225,16 @@ impl Ctx {
             let (dir, name) = self.create_target(newdirfd, linkpath)?;
             let ds = self.may_create(dir)?;
             let (owner, _) = self.new_owner(&ds, 0o777, false);
-            self.modify(dir, &name, false, |fs| {
+            let (c, ()) = self.modify(dir, &name, true, |fs| {
                 let what = Make::Symlink { target };
                 if let Some(r) = self.make_behind(fs, &ds, dir, &name, owner, what) {
                     return Ok((r?.0, ()));
                 }
                 Ok((fs.symlink(NodeId(ds.node), &name, target, owner)?, ()))
-            })
-            .map(drop)
+            })?;
+            Ok(Handle::adopt(&self.vfs.inner, c.d))
         })
+        .and_then(|h| self.made(h))
     }
 
     /// `mknodat(dirfd, path, mode, dev)`: a fifo, a socket, a device node
@@ -225,7 +249,7 @@ impl Ctx {
         path: &[u8],
         mode: u32,
         dev: u64,
-    ) -> Result<()> {
+    ) -> Result<Made> {
         let _later = crate::writeback::SettleLater::new();
         let dirfd = dirfd.into();
         let kind = match mode & libc::S_IFMT {
@@ -243,7 +267,7 @@ impl Ctx {
             }
             let (owner, perm) = self.new_owner(&ds, mode, false);
             let rdev = if is_dev { dev } else { 0 };
-            self.modify(dir, &name, false, |fs| {
+            let (c, ()) = self.modify(dir, &name, true, |fs| {
                 let parent = NodeId(ds.node);
                 let what = if kind == libc::S_IFREG {
                     Make::File {
@@ -270,9 +294,10 @@ impl Ctx {
                     return Ok((entry, ()));
                 }
                 Ok((fs.mknod(parent, &name, kind | perm, rdev, owner)?, ()))
-            })
-            .map(drop)
+            })?;
+            Ok(Handle::adopt(&self.vfs.inner, c.d))
         })
+        .and_then(|h| self.made(h))
     }
 
     /// `linkat(olddirfd, oldpath, newdirfd, newpath, flags)`; flags
@@ -284,7 +309,7 @@ impl Ctx {
         newdirfd: impl Into<At<'b>>,
         newpath: &[u8],
         flags: i32,
-    ) -> Result<()> {
+    ) -> Result<Made> {
         let _later = crate::writeback::SettleLater::new();
         let (olddirfd, newdirfd) = (olddirfd.into(), newdirfd.into());
         check_at_flags(flags, libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH)?;
@@ -307,7 +332,7 @@ impl Ctx {
             // Behind the caller when the file's attributes are known: the
             // entry shows them with the link counted.
             let behind = os.flags & I_STALE == 0;
-            let (_, behind) = self.modify(dir, &name, false, |fs| {
+            let (c, behind) = self.modify(dir, &name, true, |fs| {
                 if behind && inner.defers(fs) {
                     let op = walkfs_fsapi::Deferred::Link {
                         node: NodeId(os.node),
@@ -329,8 +354,9 @@ impl Ctx {
             }
             // Shown with the new count wherever its other names are listed.
             inner.attrs_changed(os.sb(), os.node);
-            Ok(())
+            Ok(Handle::adopt(&self.vfs.inner, c.d))
         })
+        .and_then(|h| self.made(h))
     }
 }
 
@@ -355,6 +381,7 @@ mod tests {
         let stuck = std::thread::spawn(move || {
             v.context(Creds::root())
                 .mkdirat(AT_FDCWD, b"/a/slow", 0o755)
+                .map(drop)
         });
         fs.gate.wait_for(1);
         // Elsewhere: a miss, a create, a lookup of what was created.
@@ -364,7 +391,7 @@ mod tests {
             let ctx = v.context(Creds::root());
             let r = (
                 ctx.faccessat(AT_FDCWD, b"/b/none", 0, 0),
-                ctx.mkdirat(AT_FDCWD, b"/b/new", 0o755),
+                ctx.mkdirat(AT_FDCWD, b"/b/new", 0o755).map(drop),
                 ctx.faccessat(AT_FDCWD, b"/b/new", 0, 0),
             );
             let _ = tx.send(r);
@@ -418,10 +445,16 @@ mod tests {
             before,
             "cached by the create"
         );
-        assert_eq!(ctx.mkdirat(AT_FDCWD, b"/d/l", 0o755), Err(Errno::EEXIST));
-        assert_eq!(ctx.mkdirat(AT_FDCWD, b"/nope/x", 0o755), Err(Errno::ENOENT));
         assert_eq!(
-            ctx.linkat(AT_FDCWD, b"/d", AT_FDCWD, b"/d2", 0),
+            ctx.mkdirat(AT_FDCWD, b"/d/l", 0o755).map(drop),
+            Err(Errno::EEXIST)
+        );
+        assert_eq!(
+            ctx.mkdirat(AT_FDCWD, b"/nope/x", 0o755).map(drop),
+            Err(Errno::ENOENT)
+        );
+        assert_eq!(
+            ctx.linkat(AT_FDCWD, b"/d", AT_FDCWD, b"/d2", 0).map(drop),
             Err(Errno::EPERM),
             "no hard links to directories"
         );

@@ -4,12 +4,29 @@
 
 use super::prelude::*;
 
+/// Whose write (or truncate) decides which set-id bits it drops
+/// (Linux's `file_remove_privs`).
+#[derive(Clone, Copy, Debug)]
+pub enum WriteAs<'a> {
+    /// Whoever opened the file: what a write through a descriptor does.
+    Opener,
+    /// These credentials: a front end whose kernel names the writer, and
+    /// has said the bits must go (FUSE's `WRITE_KILL_SUIDGID`; a truncate
+    /// by a caller other than the opener).
+    As(&'a crate::Creds),
+    /// Nobody's: the kernel above has said the bits stay.
+    Keep,
+}
+
 impl Ctx {
     /// The open file behind `fd` with what I/O needs, opening it in the
     /// backend if that was deferred.
-    pub(super) fn io_file(&self, fd: i32) -> Result<(&crate::file::File, InodeSnap, u32)> {
+    pub(super) fn io_file<'a>(
+        &'a self,
+        at: FileAt<'a>,
+    ) -> Result<(&'a crate::file::File, InodeSnap, u32)> {
         let inner = self.inner();
-        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        let file = self.file(at)?;
         let s = inner
             .dc
             .inode_snap(IIdx(file.inode.load(Relaxed)))
@@ -19,8 +36,10 @@ impl Ctx {
             NO_HANDLE => return Err(Errno::EBADF),
             crate::file::LAZY => {
                 let _g = file.open_lock.lock();
-                // Closed meanwhile: the slot is no longer ours.
-                let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+                // Closed meanwhile: the file is no longer ours.
+                if !file.is_open() {
+                    return Err(Errno::EBADF);
+                }
                 if file.fh.load(Relaxed) == crate::file::LAZY && !s.is_dir() {
                     let fs = inner.sb(s.sb())?;
                     let fh = fs.open(NodeId(s.node), OpenFlags(flags as i32 & O_ACCMODE))?;
@@ -36,9 +55,9 @@ impl Ctx {
     /// in one backend call (`caps::Remote::open_read`: one round trip to a
     /// remote server). `None`: the file is open already, or is a
     /// directory (the usual path answers).
-    fn open_and_read(&self, fd: i32, buf: &mut [u8], off: u64) -> Result<Option<usize>> {
+    fn open_and_read(&self, at: FileAt<'_>, buf: &mut [u8], off: u64) -> Result<Option<usize>> {
         let inner = self.inner();
-        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        let file = self.file(at)?;
         if file.fh.load(Relaxed) != crate::file::LAZY {
             return Ok(None);
         }
@@ -52,7 +71,9 @@ impl Ctx {
         }
         let _g = file.open_lock.lock();
         // Closed, or opened by another read, meanwhile.
-        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        if !file.is_open() {
+            return Err(Errno::EBADF);
+        }
         if file.fh.load(Relaxed) != crate::file::LAZY {
             return Ok(None);
         }
@@ -99,11 +120,11 @@ impl Ctx {
     }
 
     /// `pread(fd, buf, off)`.
-    pub fn pread(&self, fd: i32, buf: &mut [u8], off: u64) -> Result<usize> {
-        if let Some(n) = self.open_and_read(fd, buf, off)? {
+    pub(crate) fn pread_at(&self, at: FileAt<'_>, buf: &mut [u8], off: u64) -> Result<usize> {
+        if let Some(n) = self.open_and_read(at, buf, off)? {
             return Ok(n);
         }
-        let (file, s, flags) = self.io_file(fd)?;
+        let (file, s, flags) = self.io_file(at)?;
         if flags as i32 & O_ACCMODE == libc::O_WRONLY {
             return Err(Errno::EBADF);
         }
@@ -121,8 +142,11 @@ impl Ctx {
     /// itself (FUSE passthrough); `None` when the backend's files are not
     /// host files. What was gathered for the file is sent first, so the
     /// host file holds everything written through `fd` so far.
-    pub fn host_file(&self, fd: i32) -> Result<Option<std::sync::Arc<std::os::fd::OwnedFd>>> {
-        let (file, s, _) = self.io_file(fd)?;
+    pub(crate) fn host_file_at(
+        &self,
+        at: FileAt<'_>,
+    ) -> Result<Option<std::sync::Arc<std::os::fd::OwnedFd>>> {
+        let (file, s, _) = self.io_file(at)?;
         if s.is_dir() {
             return Ok(None);
         }
@@ -135,28 +159,45 @@ impl Ctx {
     }
 
     /// `read(fd, buf)` at the file position.
-    pub fn read(&self, fd: i32, buf: &mut [u8]) -> Result<usize> {
+    pub(crate) fn read_at(&self, at: FileAt<'_>, buf: &mut [u8]) -> Result<usize> {
         // Not `io_file`: a lazily opened file is opened by the read.
-        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        let file = self.file(at)?;
         let mut pos = file.pos.lock();
-        let n = self.pread(fd, buf, *pos)?;
+        let n = self.pread_at(at, buf, *pos)?;
         *pos += n as u64;
         Ok(n)
     }
 
     /// `pwrite(fd, data, off)` (appends under `O_APPEND`, as Linux does).
-    pub fn pwrite(&self, fd: i32, data: &[u8], off: u64) -> Result<usize> {
-        self.write_at(fd, data, Some(off))
+    pub(crate) fn pwrite_at(&self, at: FileAt<'_>, data: &[u8], off: u64) -> Result<usize> {
+        self.write_to(at, data, Some(off), WriteAs::Opener)
+    }
+
+    /// [`pwrite_at`](Self::pwrite_at), set-id bits dropped as `w` says.
+    pub(crate) fn pwrite_by(
+        &self,
+        at: FileAt<'_>,
+        data: &[u8],
+        off: u64,
+        w: WriteAs<'_>,
+    ) -> Result<usize> {
+        self.write_to(at, data, Some(off), w)
     }
 
     /// `write(fd, data)` at the file position.
-    pub fn write(&self, fd: i32, data: &[u8]) -> Result<usize> {
-        self.write_at(fd, data, None)
+    pub(crate) fn write_at(&self, at: FileAt<'_>, data: &[u8]) -> Result<usize> {
+        self.write_to(at, data, None, WriteAs::Opener)
     }
 
-    fn write_at(&self, fd: i32, data: &[u8], off: Option<u64>) -> Result<usize> {
+    fn write_to(
+        &self,
+        at: FileAt<'_>,
+        data: &[u8],
+        off: Option<u64>,
+        w: WriteAs<'_>,
+    ) -> Result<usize> {
         let _later = crate::writeback::SettleLater::new();
-        let (file, s, flags) = self.io_file(fd)?;
+        let (file, s, flags) = self.io_file(at)?;
         if flags as i32 & O_ACCMODE == libc::O_RDONLY {
             return Err(Errno::EBADF);
         }
@@ -176,7 +217,7 @@ impl Ctx {
             fs.getattr(NodeId(s.node))?.size
         };
         if !data.is_empty() {
-            self.kill_privs(ino)?;
+            self.kill_privs_by(w, ino)?;
         }
         // Past the size every file system takes, the backend's EFBIG is
         // the caller's to hear.
@@ -204,9 +245,12 @@ impl Ctx {
     }
 
     /// The open file behind `fd`, its superblock and node.
-    fn sync_target(&self, fd: i32) -> Result<(&crate::file::File, usize, u64, bool)> {
+    fn sync_target<'a>(
+        &'a self,
+        at: FileAt<'a>,
+    ) -> Result<(&'a crate::file::File, usize, u64, bool)> {
         let inner = self.inner();
-        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        let file = self.file(at)?;
         let s = inner
             .dc
             .inode_snap(IIdx(file.inode.load(Relaxed)))
@@ -218,8 +262,8 @@ impl Ctx {
     /// a directory, of its entries — that ran behind its caller has been
     /// carried out; a failure one of them met since this file last
     /// reported one is returned (writeback.rs).
-    pub fn fsync(&self, fd: i32) -> Result<()> {
-        let (file, sb, node, _) = self.sync_target(fd)?;
+    pub(crate) fn fsync_at(&self, at: FileAt<'_>) -> Result<()> {
+        let (file, sb, node, _) = self.sync_target(at)?;
         let inner = self.inner();
         let sent = inner.flush_file(sb, node);
         inner.wb.wait_for(sb, &[node]);
@@ -228,8 +272,8 @@ impl Ctx {
 
     /// `syncfs(fd)`: everything of every backend carried out; a failure
     /// any change met since this file last looked is returned.
-    pub fn syncfs(&self, fd: i32) -> Result<()> {
-        let (file, ..) = self.sync_target(fd)?;
+    pub(crate) fn syncfs_at(&self, at: FileAt<'_>) -> Result<()> {
+        let (file, ..) = self.sync_target(at)?;
         let inner = self.inner();
         inner.flush_all();
         inner.wb.wait_all();
@@ -240,21 +284,21 @@ impl Ctx {
     /// gathered writes sent, and a failure a change of the file met that
     /// this file has not reported (with `cache=coherent`, after waiting
     /// for its changes: the next open, anywhere, sees them).
-    pub fn flush(&self, fd: i32) -> Result<()> {
-        let (file, sb, node, _) = self.sync_target(fd)?;
+    pub(crate) fn flush_at(&self, at: FileAt<'_>) -> Result<()> {
+        let (file, sb, node, _) = self.sync_target(at)?;
         self.inner().file_closing(&file.seen.file, sb, node)
     }
 
     /// `lseek(fd, off, whence)` for `SEEK_SET`, `SEEK_CUR`, `SEEK_END`.
-    pub fn lseek(&self, fd: i32, off: i64, whence: i32) -> Result<u64> {
-        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+    pub(crate) fn lseek_at(&self, at: FileAt<'_>, off: i64, whence: i32) -> Result<u64> {
+        let file = self.file(at)?;
         let mut pos = file.pos.lock();
         let base = match whence {
             libc::SEEK_SET => 0i64,
             libc::SEEK_CUR => *pos as i64,
             libc::SEEK_END => {
                 drop(pos);
-                let size = self.fstatx(fd, libc::STATX_SIZE)?.stx_size as i64;
+                let size = self.fstatx_at(at, libc::STATX_SIZE)?.stx_size as i64;
                 pos = file.pos.lock();
                 size
             }
@@ -273,21 +317,21 @@ impl Ctx {
 
     /// `getdents64(fd)`: the entries not yet returned, `.` and `..`
     /// first; empty at the end.
-    pub fn getdents(&self, fd: i32) -> Result<Vec<DirEntryOut>> {
-        self.getdents_with(fd, false)
+    pub(crate) fn getdents_at(&self, at: FileAt<'_>) -> Result<Vec<DirEntryOut>> {
+        self.getdents_with(at, false)
     }
 
     /// [`getdents`](Self::getdents) for a caller that wants names, types
     /// and inode numbers only: the backend lists by name (a local
     /// directory: getdents64 alone, no stat per entry), and nothing is
     /// cached. For a FUSE listing the kernel is given without attributes.
-    pub fn getdents_names(&self, fd: i32) -> Result<Vec<DirEntryOut>> {
-        self.getdents_with(fd, true)
+    pub(crate) fn getdents_names_at(&self, at: FileAt<'_>) -> Result<Vec<DirEntryOut>> {
+        self.getdents_with(at, true)
     }
 
-    fn getdents_with(&self, fd: i32, names_only: bool) -> Result<Vec<DirEntryOut>> {
+    fn getdents_with(&self, at: FileAt<'_>, names_only: bool) -> Result<Vec<DirEntryOut>> {
         let inner = self.inner();
-        let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
+        let file = self.file(at)?;
         if file.fh.load(Relaxed) == NO_HANDLE {
             return Err(Errno::EBADF);
         }
@@ -353,18 +397,18 @@ impl Ctx {
     }
 
     /// `ftruncate(fd, len)`.
-    pub fn ftruncate(&self, fd: i32, len: i64) -> Result<()> {
+    pub(crate) fn ftruncate_at(&self, at: FileAt<'_>, len: i64, w: WriteAs<'_>) -> Result<()> {
         let _later = crate::writeback::SettleLater::new();
         if len < 0 {
             return Err(Errno::EINVAL);
         }
-        let (file, s, flags) = self.io_file(fd)?;
+        let (file, s, flags) = self.io_file(at)?;
         if flags as i32 & O_ACCMODE == libc::O_RDONLY || !s.is_reg() {
             return Err(Errno::EINVAL);
         }
         let inner = self.inner();
         let ino = IIdx(file.inode.load(Relaxed));
-        self.kill_privs(ino)?;
+        self.kill_privs_by(w, ino)?;
         // What was gathered goes first: the size cuts what was written.
         inner.flush_file(s.sb(), s.node)?;
         let set = SetAttr {
@@ -402,9 +446,20 @@ impl Ctx {
     /// Drop the set-id bits a write or truncate by this caller must drop
     /// (policy.rs), before the write.
     pub(super) fn kill_privs(&self, ino: IIdx) -> Result<()> {
+        self.kill_privs_by(WriteAs::Opener, ino)
+    }
+
+    /// [`kill_privs`](Self::kill_privs) for the writer `w` names (this
+    /// context for [`WriteAs::Opener`]).
+    fn kill_privs_by(&self, w: WriteAs<'_>, ino: IIdx) -> Result<()> {
+        let creds = match w {
+            WriteAs::Opener => &self.creds,
+            WriteAs::As(c) => c,
+            WriteAs::Keep => return Ok(()),
+        };
         let inner = self.inner();
         let s = inner.dc.inode_snap(ino).ok_or(Errno::EAGAIN)?;
-        let kill = policy::privs_to_kill(&self.creds, &s);
+        let kill = policy::privs_to_kill(creds, &s);
         if kill == 0 {
             return Ok(());
         }

@@ -14,6 +14,11 @@ impl Ctx {
                 let file = self.fds.get(fd).ok_or(Errno::EBADF)?;
                 Ok(DIdx(file.dentry.load(Relaxed)))
             }
+            At::File(f) => {
+                let file = f.file_in(&self.vfs).ok_or(Errno::EBADF)?;
+                let file = self.file(FileAt::Open(file))?;
+                Ok(DIdx(file.dentry.load(Relaxed)))
+            }
             At::Handle(h) => Ok(h.dentry_in(&self.vfs).ok_or(Errno::EBADF)?),
         }
     }
@@ -196,7 +201,7 @@ impl Ctx {
             let Some(last) = self.walk_steps(dirfd, names, out)? else {
                 return Ok(None);
             };
-            self.open_cur(last, libc::O_PATH | libc::O_NOFOLLOW, None)
+            self.open_cur::<super::open::ToTable>(last, libc::O_PATH | libc::O_NOFOLLOW, None)
                 .map(Some)
         })
     }
@@ -231,10 +236,11 @@ impl Ctx {
         })
     }
 
-    /// A handle of what descriptor `fd` refers to.
-    pub fn handle_of(&self, fd: i32) -> Result<Handle> {
+    /// A handle of what descriptor `fd` (or an open file) refers to.
+    pub fn handle_of<'h>(&self, fd: impl Into<At<'h>>) -> Result<Handle> {
+        let fd = fd.into();
         self.run(|| {
-            let c = Cur::of(&self.inner().dc, self.fd_dentry(At::Fd(fd))?)?;
+            let c = Cur::of(&self.inner().dc, self.fd_dentry(fd)?)?;
             Handle::pin(&self.vfs.inner, c).ok_or(Step::Restart)
         })
     }
@@ -275,11 +281,11 @@ impl Ctx {
         }
     }
 
-    /// The directory holding what `fd` refers to, as an `O_PATH`
-    /// descriptor, and its name there: a 9P `Tremove` or `Trename` names a
+    /// The directory holding what `fd` refers to, as a handle, and its
+    /// name there: a 9P `Tremove` or `Trename` names a
     /// file by its fid alone. `EBUSY` for the root and for the root of a
     /// mount (which has no name in the tree it is mounted on here).
-    pub fn parent_of<'h>(&self, fd: impl Into<At<'h>>) -> Result<(i32, Vec<u8>)> {
+    pub fn parent_of<'h>(&self, fd: impl Into<At<'h>>) -> Result<(Handle, Vec<u8>)> {
         let fd = fd.into();
         self.run(|| {
             let d = self.fd_dentry(fd)?;
@@ -295,8 +301,8 @@ impl Ctx {
             if !dc.unchanged_at(d, s.seq) {
                 return Err(Step::Restart);
             }
-            let pfd = self.open_cur(p, libc::O_PATH | libc::O_DIRECTORY, None)?;
-            Ok((pfd, name))
+            let parent = Handle::pin(&self.vfs.inner, p).ok_or(Step::Restart)?;
+            Ok((parent, name))
         })
     }
 
@@ -420,6 +426,6 @@ mod tests {
         assert_eq!(out.len(), 1);
         let (pfd, name) = ctx.parent_of(fd.expect("fd")).expect("parent");
         assert_eq!(name, b"b");
-        assert_eq!(ctx.parent_of(pfd).map(|p| p.1), Ok(b"a".to_vec()));
+        assert_eq!(ctx.parent_of(&pfd).map(|p| p.1), Ok(b"a".to_vec()));
     }
 }

@@ -14,7 +14,10 @@
 
 mod attr;
 mod create;
+mod fds;
 mod io;
+pub use create::Made;
+pub use io::WriteAs;
 mod lookup;
 mod open;
 mod remove;
@@ -29,7 +32,9 @@ mod prelude {
         RENAME_EXCHANGE, RENAME_NOREPLACE,
     };
 
-    pub(super) use super::{check_at_flags, Ctx, DirEntryOut, NameStep, AT_FDCWD, O_ACCMODE};
+    pub(super) use super::{
+        check_at_flags, Ctx, DirEntryOut, FileAt, NameStep, AT_FDCWD, O_ACCMODE,
+    };
     pub(super) use crate::dcache::*;
     pub(super) use crate::file::NO_HANDLE;
     pub(super) use crate::handle::{At, Handle};
@@ -50,7 +55,7 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 
 use walkfs_fsapi::{DirEntry, Errno, Result, Timespec};
 
-use crate::file::FdTable;
+use crate::file::{FdTable, File};
 use crate::perm::Creds;
 use crate::step::{self, Res};
 use crate::writer::PinCache;
@@ -77,6 +82,14 @@ pub struct Ctx {
     /// Pins kept after close for the next open (writer.rs).
     pins: Arc<PinCache>,
     beneath: bool,
+}
+
+/// The open file a call works on: a descriptor of the context's table
+/// (the C ABI's, the CLI's), or an [`crate::OpenFile`]'s own.
+#[derive(Clone, Copy)]
+pub(crate) enum FileAt<'a> {
+    Fd(i32),
+    Open(&'a File),
 }
 
 /// One name a [`Ctx::walk_names`] stepped onto.
@@ -172,6 +185,17 @@ impl Ctx {
 
     fn inner(&self) -> &Inner {
         &self.vfs.inner
+    }
+
+    /// The open file `at` names; `EBADF` for a descriptor not open, or an
+    /// open file closed already.
+    #[inline(always)]
+    pub(crate) fn file<'a>(&'a self, at: FileAt<'a>) -> Result<&'a File> {
+        match at {
+            FileAt::Fd(fd) => self.fds.get(fd).ok_or(Errno::EBADF),
+            FileAt::Open(f) if f.is_open() => Ok(f),
+            FileAt::Open(_) => Err(Errno::EBADF),
+        }
     }
 
     fn check_writable(&self) -> Res<()> {

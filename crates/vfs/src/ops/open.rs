@@ -2,7 +2,65 @@
 //! reopening a descriptor, `close`, and pinning the dentry an open file
 //! holds.
 
+use std::sync::Arc;
+
 use super::prelude::*;
+use crate::file::File;
+use crate::OpenFile;
+
+/// Where an open file goes: a descriptor of the context's table
+/// ([`ToTable`]) or a file of its own, for an [`OpenFile`] ([`ToObject`]).
+pub(super) trait Install {
+    type Out;
+    /// Open on (dentry, inode), taking over one dentry reference; on an
+    /// error nothing was taken.
+    fn install(
+        ctx: &Ctx,
+        d: DIdx,
+        ino: IIdx,
+        flags: i32,
+        fh: u64,
+        seen: (u64, u64),
+    ) -> Result<Self::Out>;
+}
+
+pub(super) struct ToTable;
+
+impl Install for ToTable {
+    type Out = i32;
+    fn install(
+        ctx: &Ctx,
+        d: DIdx,
+        ino: IIdx,
+        flags: i32,
+        fh: u64,
+        seen: (u64, u64),
+    ) -> Result<i32> {
+        ctx.fds.install(d, ino, flags, fh, seen)
+    }
+}
+
+pub(super) struct ToObject;
+
+impl Install for ToObject {
+    type Out = File;
+    fn install(_: &Ctx, d: DIdx, ino: IIdx, flags: i32, fh: u64, seen: (u64, u64)) -> Result<File> {
+        let file = File::default();
+        file.fill(d, ino, flags, fh, seen);
+        Ok(file)
+    }
+}
+
+/// The flag combinations `open` refuses before looking at anything.
+fn check_open_flags(flags: i32) -> Result<()> {
+    if flags & libc::O_CREAT != 0 && flags & libc::O_DIRECTORY != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if flags & libc::O_PATH == 0 && flags & O_ACCMODE == O_ACCMODE {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
 
 impl Ctx {
     /// `openat(dirfd, path, flags, mode)`: a walkfs descriptor. Supports
@@ -16,16 +74,30 @@ impl Ctx {
         mode: u32,
     ) -> Result<i32> {
         let dirfd = dirfd.into();
-        if flags & libc::O_CREAT != 0 && flags & libc::O_DIRECTORY != 0 {
-            return Err(Errno::EINVAL);
-        }
-        if flags & libc::O_PATH == 0 && flags & O_ACCMODE == O_ACCMODE {
-            return Err(Errno::EINVAL);
-        }
+        check_open_flags(flags)?;
         self.run(|| {
             let (cur, created) = self.open_lookup(dirfd, path, flags, mode)?;
-            self.open_cur(cur, flags, created)
+            self.open_cur::<ToTable>(cur, flags, created)
         })
+    }
+
+    /// [`openat`](Ctx::openat), the file an [`OpenFile`] of its own: for
+    /// a front end that keeps handles of its own (a FUSE `fh`, a 9P fid).
+    /// Every call on it acts as this context.
+    pub fn open_file<'h>(
+        self: &Arc<Self>,
+        dirfd: impl Into<At<'h>>,
+        path: &[u8],
+        flags: i32,
+        mode: u32,
+    ) -> Result<OpenFile> {
+        let dirfd = dirfd.into();
+        check_open_flags(flags)?;
+        self.run(|| {
+            let (cur, created) = self.open_lookup(dirfd, path, flags, mode)?;
+            self.open_cur::<ToObject>(cur, flags, created)
+        })
+        .map(|file| OpenFile::new(file, Arc::clone(self)))
     }
 
     /// Find (or create) what `openat` opens. Returns the dentry and, if it
@@ -105,12 +177,17 @@ impl Ctx {
         Err(Errno::ELOOP.into())
     }
 
-    /// Open the file at `c` for the descriptor table.
-    /// Open the file at `c` for the descriptor table. `created` is the
-    /// handle of a file `openat` just made, whose dentry came back pinned
-    /// (see `modify`): past that point nothing may start over, or
-    /// `O_EXCL` would then fail on the file it made.
-    pub(super) fn open_cur(&self, c: Cur, flags: i32, created: Option<FileHandle>) -> Res<i32> {
+    /// Open the file at `c`: into the descriptor table, or as a file of
+    /// its own (`I`). `created` is the handle of a file `openat` just
+    /// made, whose dentry came back pinned (see `modify`): past that
+    /// point nothing may start over, or `O_EXCL` would then fail on the
+    /// file it made.
+    pub(super) fn open_cur<I: Install>(
+        &self,
+        c: Cur,
+        flags: i32,
+        created: Option<FileHandle>,
+    ) -> Res<I::Out> {
         let inner = self.inner();
         let Some(s) = inner.dc.inode_snap(c.ino) else {
             if let Some(fh) = created {
@@ -193,8 +270,8 @@ impl Ctx {
             return Err(Step::Restart);
         }
         let seen = inner.wb.sample(s.sb(), s.node);
-        match self.fds.install(c.d, c.ino, flags, fh, seen) {
-            Ok(fd) => Ok(fd),
+        match I::install(self, c.d, c.ino, flags, fh, seen) {
+            Ok(out) => Ok(out),
             Err(e) => {
                 release(fh);
                 inner.unpin(c.d);
@@ -256,8 +333,30 @@ impl Ctx {
         self.run(|| {
             let d = self.fd_dentry(fd)?;
             let c = Cur::of(&self.inner().dc, d)?;
-            self.open_cur(c, flags, None)
+            self.open_cur::<ToTable>(c, flags, None)
         })
+    }
+
+    /// [`reopen`](Ctx::reopen), the file an [`OpenFile`] of its own (see
+    /// [`open_file`](Ctx::open_file)).
+    pub fn reopen_file<'h>(
+        self: &Arc<Self>,
+        at: impl Into<At<'h>>,
+        flags: i32,
+    ) -> Result<OpenFile> {
+        let at = at.into();
+        if flags & libc::O_CREAT != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if flags & libc::O_PATH == 0 && flags & O_ACCMODE == O_ACCMODE {
+            return Err(Errno::EINVAL);
+        }
+        self.run(|| {
+            let d = self.fd_dentry(at)?;
+            let c = Cur::of(&self.inner().dc, d)?;
+            self.open_cur::<ToObject>(c, flags, None)
+        })
+        .map(|file| OpenFile::new(file, Arc::clone(self)))
     }
 
     /// `close(fd)`.
@@ -268,6 +367,21 @@ impl Ctx {
         // What the file has reported, read while the slot is still ours.
         let seen = self.fds.get(fd).map_or(0, |f| f.seen.file.load(Relaxed));
         let (d, fh, ino) = self.fds.remove(fd)?;
+        self.release(d, fh, ino, seen)
+    }
+
+    /// Close an [`OpenFile`]'s file (at its last reference, or its
+    /// `close`); `EBADF` when closed already.
+    pub(crate) fn release_file(&self, file: &File) -> Result<()> {
+        let seen = file.seen.file.load(Relaxed);
+        let (d, fh, ino) = file.empty()?;
+        self.release(d, fh, ino, seen)
+    }
+
+    /// What a close does once the file is emptied: its changes' failure
+    /// not yet seen (`seen`) reported, the backend handle released, the
+    /// dentry's pin parked for the next open.
+    fn release(&self, d: DIdx, fh: u64, ino: IIdx, seen: u64) -> Result<()> {
         let inner = self.inner();
         let mut r = Ok(());
         if fh != NO_HANDLE && fh != crate::file::LAZY {
