@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 use walkfs_fusewire::Notifier;
-use walkfs_vfs::{Change, ChangeSink};
+use walkfs_vfs::{Change, ChangeSink, Ctx};
 
 use crate::Nodes;
 
@@ -31,8 +31,9 @@ pub(crate) const MAX_NEGATIVES: usize = 1 << 16;
 pub(crate) struct KernelCache {
     pub nodes: Arc<RwLock<Nodes>>,
     pub notifier: OnceLock<Notifier>,
-    /// Node id -> the (parent, name) it was last handed out under.
-    pub names: Mutex<HashMap<u64, (u64, Vec<u8>)>>,
+    /// Root credentials, to find the names of the nodes in the dcache
+    /// (their handles' dentries) for a full invalidation.
+    base: Arc<Ctx>,
     /// Negative entries handed out with a long timeout.
     pub negatives: Mutex<HashSet<(u64, Vec<u8>)>>,
     /// Settled inodes the kernel did not have yet, to be told again
@@ -47,11 +48,11 @@ const AGAIN_STEP: Duration = Duration::from_millis(5);
 const AGAIN_TRIES: u32 = 6;
 
 impl KernelCache {
-    pub fn new(nodes: Arc<RwLock<Nodes>>) -> KernelCache {
+    pub fn new(nodes: Arc<RwLock<Nodes>>, base: Arc<Ctx>) -> KernelCache {
         KernelCache {
             nodes,
             notifier: OnceLock::new(),
-            names: Mutex::new(HashMap::new()),
+            base,
             negatives: Mutex::new(HashSet::new()),
             again: Mutex::new(None),
         }
@@ -70,17 +71,17 @@ impl KernelCache {
         }
     }
 
-    /// Remember that `parent`/`name` was handed out (positive with `id`,
-    /// or negative when `id` is `None`). Returns whether a negative entry
-    /// may get a long timeout.
-    pub fn handed_out(&self, parent: u64, name: &[u8], id: Option<u64>) -> bool {
-        match id {
-            Some(id) => {
+    /// Remember that `parent`/`name` was handed out (positive when
+    /// `found`, or negative). Returns whether a negative entry may get a
+    /// long timeout. (A positive entry's name is its node's dentry's in
+    /// the dcache: nothing is kept for it here.)
+    pub fn handed_out(&self, parent: u64, name: &[u8], found: bool) -> bool {
+        match found {
+            true => {
                 self.negatives.lock().remove(&(parent, name.to_vec()));
-                self.names.lock().insert(id, (parent, name.to_vec()));
                 true
             }
-            None => {
+            false => {
                 let mut n = self.negatives.lock();
                 if n.len() >= MAX_NEGATIVES {
                     return false;
@@ -89,10 +90,6 @@ impl KernelCache {
                 true
             }
         }
-    }
-
-    pub fn forgotten(&self, id: u64) {
-        self.names.lock().remove(&id);
     }
 
     fn entry(&self, n: &Notifier, parent: u64, name: &[u8]) {
@@ -145,13 +142,28 @@ impl KernelCache {
     }
 
     fn everything(&self, n: &Notifier) {
-        let ids: Vec<u64> = self.nodes.read().by_id.keys().copied().collect();
-        for id in ids {
-            self.inode(n, id);
-        }
-        let names: Vec<(u64, Vec<u8>)> = self.names.lock().values().cloned().collect();
-        for (parent, name) in names {
-            let _ = n.inval_entry(parent, &name);
+        let handles: Vec<(u64, walkfs_vfs::Handle)> = self
+            .nodes
+            .read()
+            .by_id
+            .iter()
+            .map(|(id, node)| (*id, node.handle.clone()))
+            .collect();
+        // A directory has one dentry: its node's handle holds it.
+        let by_dentry: HashMap<u64, u64> = handles.iter().map(|(id, h)| (h.key(), *id)).collect();
+        for (id, h) in &handles {
+            self.inode(n, *id);
+            // Each node's name as the dcache has it (from the cache only,
+            // never the backend: this is the backend's reporting thread).
+            // The kernel's is the same: both follow every change made
+            // through the mount, and a change made elsewhere that was
+            // lost reached neither.
+            let Ok((parent, name)) = self.base.parent_of(h) else {
+                continue; // the root, or a file no name leads to
+            };
+            if let Some(p) = by_dentry.get(&parent.key()) {
+                let _ = n.inval_entry(*p, &name);
+            }
         }
         let negs: Vec<(u64, Vec<u8>)> = self.negatives.lock().drain().collect();
         for (parent, name) in negs {

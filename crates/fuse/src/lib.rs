@@ -68,6 +68,15 @@ struct Node {
     /// unknown and learns its time later: the kernel takes a changed
     /// generation for another file) until another file takes the node id.
     sent: u32,
+    /// The node's own open files for I/O the kernel sends without a
+    /// handle (zero-message opens): (read-only, read-write), opened on
+    /// first use; at most `io_fds` nodes keep theirs (`Nodes::io_clock`).
+    io: NodeIo,
+    /// `io` used since the clock's hand last passed.
+    io_used: bool,
+    /// Its passthrough state: a backing id handed to the kernel, and the
+    /// opens that named it (passthrough.rs).
+    backing: passthrough::Backed,
 }
 
 #[derive(Default)]
@@ -78,12 +87,82 @@ pub(crate) struct Nodes {
     keys: walkfs_fsapi::keyindex::KeyIndex,
     /// The root's inode number (its node id is FUSE's root id).
     root_ino: u64,
+    /// The nodes that keep open files (`Node::io`), in clock order, how
+    /// many, and how many may.
+    io_clock: walkfs_fsapi::clock::Clock,
+    io_held: usize,
+    io_cap: usize,
 }
 
 impl Nodes {
     /// The node of (device, inode) `key`.
     fn find(&self, key: (u64, u64)) -> Option<u64> {
         self.keys.find(key, |id| self.by_id.get(&id).map(|n| n.key))
+    }
+
+    /// Node `id`'s own open files, marked used.
+    fn io(&mut self, id: u64) -> NodeIo {
+        match self.by_id.get_mut(&id) {
+            Some(n) => {
+                n.io_used = true;
+                n.io.clone()
+            }
+            None => (None, None),
+        }
+    }
+
+    /// Give node `id` its own open files `io` (replacing what it had),
+    /// and take them from the nodes that used theirs least recently past
+    /// `io_cap`. What is taken goes into `out`, for the caller to drop
+    /// after the lock (a file closes once no request uses it).
+    fn set_io(&mut self, id: u64, io: NodeIo, out: &mut Vec<NodeIo>) {
+        let Some(n) = self.by_id.get_mut(&id) else {
+            out.push(io);
+            return;
+        };
+        let had = n.io.0.is_some() || n.io.1.is_some();
+        out.push(std::mem::replace(&mut n.io, io));
+        n.io_used = true;
+        if !had {
+            self.io_held += 1;
+            self.io_clock.push(id);
+        }
+        let excess = self.io_held.saturating_sub(self.io_cap.max(1));
+        let by_id = &mut self.by_id;
+        let mut dropped = 0;
+        self.io_clock.sweep(excess, |id| match by_id.get_mut(&id) {
+            Some(n) if n.io.0.is_some() || n.io.1.is_some() => {
+                if n.io_used {
+                    n.io_used = false;
+                    walkfs_fsapi::clock::Visit::Spare
+                } else {
+                    out.push(std::mem::take(&mut n.io));
+                    dropped += 1;
+                    walkfs_fsapi::clock::Visit::Evict
+                }
+            }
+            _ => walkfs_fsapi::clock::Visit::Gone,
+        });
+        self.io_held -= dropped;
+        let by_id = &self.by_id;
+        self.io_clock.compact(self.io_held, |id| {
+            by_id
+                .get(&id)
+                .is_some_and(|n| n.io.0.is_some() || n.io.1.is_some())
+        });
+    }
+
+    /// Node `id` lets its own open files go (another file took its node
+    /// id, or it is forgotten): returned for the caller to drop after
+    /// the lock.
+    fn take_io(&mut self, id: u64) -> NodeIo {
+        match self.by_id.get_mut(&id) {
+            Some(n) if n.io.0.is_some() || n.io.1.is_some() => {
+                self.io_held -= 1;
+                std::mem::take(&mut n.io)
+            }
+            _ => (None, None),
+        }
     }
 }
 
@@ -117,10 +196,6 @@ pub struct WalkFuse {
     wb_cache: std::sync::atomic::AtomicBool,
     /// The root (never forgotten).
     root: Handle,
-    /// Per-node open files for I/O the kernel sends without a handle
-    /// (zero-message opens): (read-only, read-write), opened on first
-    /// use, closed when the node is forgotten or the cache is full.
-    io: fds::Cache<NodeIo>,
     /// The open files the kernel holds handles of.
     handles: fds::Handles,
     opts: MountOptions,
@@ -213,10 +288,14 @@ impl WalkFuse {
                 handle: root.clone(),
                 born: 0,
                 sent: 0,
+                io: (None, None),
+                io_used: false,
+                backing: passthrough::Backed::No,
             },
         );
         nodes.keys.insert(key_of(&x), ROOT);
         nodes.root_ino = x.stx_ino;
+        nodes.io_cap = opts.io_fds;
         let nodes = Arc::new(RwLock::new(nodes));
         let writes_behind = vfs.writes_behind();
         // Bare listings where a lookup is as cheap as the stat a listing
@@ -227,20 +306,21 @@ impl WalkFuse {
         // register them with the kernel.
         let pt = Arc::new(passthrough::Backings::new(
             vfs.has_host_files() && keeps && opts.passthrough && passthrough::permitted(),
+            Arc::clone(&nodes),
         ));
         let replay = if opts.cache == CachePolicy::Coherent && opts.events {
             Some(Arc::new(replay::Replayer::new(&vfs, Arc::clone(&pt))?))
         } else {
             None
         };
+        let kc = Arc::new(coherent::KernelCache::new(nodes.clone(), Arc::clone(&base)));
         Ok(WalkFuse {
             root,
-            io: fds::Cache::new(opts.io_fds),
             handles: fds::Handles::default(),
             vfs,
             base,
             ctxs: RwLock::new(HashMap::new()),
-            kc: Arc::new(coherent::KernelCache::new(nodes.clone())),
+            kc,
             nodes,
             next_id: AtomicU64::new(1 << 62),
             listings: listings::Listings::default(),
@@ -379,10 +459,10 @@ impl WalkFuse {
                         born
                     };
                     let old = std::mem::replace(&mut n.handle, h);
-                    drop(nodes);
-                    drop(old);
                     // Its own open files are the old file's.
-                    self.io.remove(id);
+                    let io = nodes.take_io(id);
+                    drop(nodes);
+                    drop((old, io));
                     return id;
                 }
                 if n.born == 0 {
@@ -414,6 +494,9 @@ impl WalkFuse {
                 handle: h,
                 born,
                 sent: born,
+                io: (None, None),
+                io_used: false,
+                backing: passthrough::Backed::No,
             },
         );
         nodes.keys.insert(key, id);
@@ -533,7 +616,7 @@ impl WalkFuse {
         let nodes = self.nodes.read().by_id.len() as u64;
         let resources = vec![
             ("nodes".to_string(), nodes),
-            ("io_fds".to_string(), self.io.len() as u64),
+            ("io_fds".to_string(), self.nodes.read().io_held as u64),
             ("io_fds_max".to_string(), self.opts.io_fds as u64),
             ("open_handles".to_string(), self.handles.len() as u64),
             (
@@ -589,7 +672,7 @@ impl WalkFuse {
         if fh != 0 {
             return self.handles.get(fh).ok_or(Errno::EBADF);
         }
-        let (ro, rw) = self.io.get(ino).unwrap_or((None, None));
+        let (ro, rw) = self.nodes.write().io(ino);
         if let Some(f) = rw {
             return Ok(f);
         }
@@ -609,8 +692,15 @@ impl WalkFuse {
         let f = rw.clone().or_else(|| ro.clone()).ok_or(Errno::EBADF)?;
         // Two threads may both open one: the later replaces the earlier,
         // which closes once its user is done.
-        self.io.insert(ino, (ro, rw));
+        self.set_io(ino, (ro, rw));
         Ok(f)
+    }
+
+    /// Give node `ino` its own open files (see `Nodes::set_io`).
+    fn set_io(&self, ino: u64, io: NodeIo) {
+        let mut out = Vec::new();
+        self.nodes.write().set_io(ino, io, &mut out);
+        drop(out);
     }
 
     /// Write-back caching, as agreed at INIT: only in `cache=loose`, and
@@ -644,12 +734,11 @@ impl WalkFuse {
             None => false,
         };
         if gone {
-            self.kc.forgotten(ino);
-            let written = self.pt.forgotten(ino);
+            let _ = nodes.take_io(ino); // counted out; dropped with `n`
             if let Some(n) = nodes.by_id.remove(&ino) {
                 nodes.keys.remove(n.key, ino);
                 drop(nodes);
-                if written {
+                if self.pt.forgotten(n.backing) {
                     // The vfs's copy of its attributes predates the
                     // kernel's writes to the host file.
                     let _ = self.base.changed_outside(&n.handle);
@@ -657,7 +746,6 @@ impl WalkFuse {
                 // The handle goes after the lock; the open files once no
                 // request uses them any more.
                 drop(n);
-                self.io.remove(ino);
             }
         }
     }
@@ -699,5 +787,75 @@ impl WalkFuse {
         self.listings.continue_at(ino, offset, gen, || {
             self.list(&self.ctx(req), ino, names_only)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The nodes' own open files are bounded: past `io_cap`, those used
+    /// least recently go (and close once no request holds them); a node
+    /// forgotten or taken by another file gives its own back.
+    #[test]
+    fn node_records_keep_at_most_io_cap_open_files_and_prefer_recent_ones() {
+        let vfs =
+            walkfs_source::open("mem:", &walkfs_source::SourceOptions::default()).expect("vfs");
+        let ctx = Arc::new(vfs.context(Creds::root()));
+        let mut nodes = Nodes {
+            io_cap: 3,
+            ..Nodes::default()
+        };
+        let mut files = Vec::new();
+        for id in 10..15u64 {
+            let name = format!("/f{id}");
+            let f = ctx
+                .open_file(
+                    walkfs_vfs::AT_FDCWD,
+                    name.as_bytes(),
+                    libc::O_CREAT | libc::O_RDWR,
+                    0o644,
+                )
+                .expect("create");
+            let handle = f.handle().expect("handle");
+            nodes.by_id.insert(
+                id,
+                Node {
+                    nlookup: 1,
+                    key: (0, id),
+                    handle,
+                    born: 0,
+                    sent: 0,
+                    io: (None, None),
+                    io_used: false,
+                    backing: passthrough::Backed::No,
+                },
+            );
+            files.push(f);
+        }
+        let has = |nodes: &Nodes, id| nodes.by_id[&id].io.1.is_some();
+        let mut out = Vec::new();
+        for (i, id) in (10..13u64).enumerate() {
+            nodes.set_io(id, (None, Some(files[i].clone())), &mut out);
+        }
+        assert_eq!(nodes.io_held, 3);
+        // All new: one full turn clears their bits, then the oldest goes.
+        let _ = nodes.io(10);
+        nodes.set_io(13, (None, Some(files[3].clone())), &mut out);
+        assert_eq!(nodes.io_held, 3);
+        assert!(!has(&nodes, 10), "the oldest went");
+        // Used since the last turn: 11 stays, 12 goes.
+        let _ = nodes.io(11);
+        nodes.set_io(14, (None, Some(files[4].clone())), &mut out);
+        assert_eq!(nodes.io_held, 3);
+        assert!(has(&nodes, 11) && !has(&nodes, 12));
+        // What went is handed out, and a file pushed out stays open while
+        // someone holds it.
+        drop(out);
+        assert_eq!(files[0].pread(&mut [0u8; 1], 0), Ok(0));
+        // Forgotten: its own open files are counted out.
+        let _ = nodes.take_io(11);
+        assert_eq!(nodes.io_held, 2);
+        assert!(!has(&nodes, 11));
     }
 }

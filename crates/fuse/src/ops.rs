@@ -420,8 +420,8 @@ impl WalkFuse {
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| self.lookup_node(&ctx, parent, n));
         let coherent = self.opts.cache == CachePolicy::Coherent;
-        if let (true, Ok(a)) = (coherent, &r) {
-            self.kc.handed_out(parent, name, Some(a.ino));
+        if let (true, Ok(_)) = (coherent, &r) {
+            self.kc.handed_out(parent, name, true);
         }
         if let Ok(a) = &r {
             self.bare.looked_up(parent, a.mode);
@@ -432,7 +432,7 @@ impl WalkFuse {
                 // (short when it could not be invalidated).
                 self.counters.negative_replies.fetch_add(1, Relaxed);
                 let ttl =
-                    if coherent && (self.degraded() || !self.kc.handed_out(parent, name, None)) {
+                    if coherent && (self.degraded() || !self.kc.handed_out(parent, name, false)) {
                         self.opts.neg_ttl.min(DEGRADED_TTL)
                     } else {
                         self.opts.neg_ttl
@@ -786,7 +786,7 @@ impl WalkFuse {
             // shared one instead (bounded, closed when pushed out or
             // forgotten) and the kernel gets handle 0, as for opens.
             if used & libc::O_ACCMODE == libc::O_RDWR && used & libc::O_APPEND == 0 {
-                self.io.insert(a.ino, (None, Some(file)));
+                self.set_io(a.ino, (None, Some(file)));
             }
             0
         } else {

@@ -29,13 +29,14 @@
 //! `-o passthrough=0` keeps the write-back cache instead. `walkfs bench
 //! workloads` measures both (docs/fuse-transport.md).
 
-use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use walkfs_fusewire::Backing;
+
+use crate::Nodes;
 
 /// May this process register backing files (CAP_SYS_ADMIN in its
 /// effective set, which the kernel asks of FUSE_DEV_IOC_BACKING_OPEN)?
@@ -49,37 +50,42 @@ pub fn permitted() -> bool {
     })
 }
 
-/// A node's backing id and the opens that named it.
-struct Id {
-    id: i32,
-    opens: u32,
+/// What a node's record says of passthrough (lib.rs `Node::backing`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Backed {
+    /// Opened cached (so far).
+    #[default]
+    No,
+    /// A backing id, and the opens that named it.
+    Id { id: i32, opens: u32 },
+    /// Its registration failed: opened cached from then on.
+    Refused,
 }
 
-/// The backing ids handed to the kernel.
+/// The backing ids handed to the kernel; each node's own is in its
+/// record (`Node::backing`).
 pub(crate) struct Backings {
     wanted: bool,
     /// Agreed at INIT and not given up since (a refused registration:
     /// the daemon lacks CAP_SYS_ADMIN).
     on: AtomicBool,
     kernel: OnceLock<Backing>,
-    ids: Mutex<HashMap<u64, Id>>,
-    /// `ids.len()`, read without the lock on every attribute request.
+    nodes: Arc<RwLock<Nodes>>,
+    /// Nodes with an id, read without the lock on every attribute
+    /// request.
     held: AtomicUsize,
-    /// Nodes whose registration failed: opened cached from then on.
-    refused: Mutex<std::collections::HashSet<u64>>,
 }
 
 impl Backings {
     /// Asked for (`wanted`) where the files are host files (a local
     /// directory).
-    pub fn new(wanted: bool) -> Backings {
+    pub fn new(wanted: bool, nodes: Arc<RwLock<Nodes>>) -> Backings {
         Backings {
             wanted,
             on: AtomicBool::new(false),
             kernel: OnceLock::new(),
-            ids: Mutex::new(HashMap::new()),
+            nodes,
             held: AtomicUsize::new(0),
-            refused: Mutex::new(Default::default()),
         }
     }
 
@@ -109,20 +115,24 @@ impl Backings {
         if !self.on() {
             return None;
         }
-        let mut ids = self.ids.lock();
-        if let Some(e) = ids.get_mut(&ino) {
-            e.opens += 1;
-            return Some(e.id);
+        // The node's record is held across the registration, so that two
+        // opens of one node register one id.
+        let mut nodes = self.nodes.write();
+        let n = nodes.by_id.get_mut(&ino)?;
+        match &mut n.backing {
+            Backed::Id { id, opens } => {
+                *opens += 1;
+                return Some(*id);
+            }
+            Backed::Refused => return None,
+            Backed::No => {}
         }
         let kernel = self.kernel.get()?;
         let file = file?;
-        if self.refused.lock().contains(&ino) {
-            return None;
-        }
         match kernel.open(file.as_raw_fd()) {
             Ok(id) => {
-                ids.insert(ino, Id { id, opens: 1 });
-                self.held.store(ids.len(), Relaxed);
+                n.backing = Backed::Id { id, opens: 1 };
+                self.held.fetch_add(1, Relaxed);
                 Some(id)
             }
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
@@ -140,7 +150,7 @@ impl Backings {
                 // This file only (its file system stacks too deep, or has
                 // no read_iter): it stays cached.
                 tracing::debug!("passthrough of node {ino} refused: {e}");
-                self.refused.lock().insert(ino);
+                n.backing = Backed::Refused;
                 None
             }
         }
@@ -153,41 +163,48 @@ impl Backings {
         if self.held.load(Relaxed) == 0 {
             return false;
         }
-        let mut ids = self.ids.lock();
-        let Some(e) = ids.get_mut(&ino) else {
+        let mut nodes = self.nodes.write();
+        let Some(n) = nodes.by_id.get_mut(&ino) else {
             return false;
         };
-        e.opens = e.opens.saturating_sub(1);
-        if e.opens > 0 {
+        let Backed::Id { id, opens } = &mut n.backing else {
+            return false;
+        };
+        *opens = opens.saturating_sub(1);
+        if *opens > 0 {
             return false;
         }
-        let id = e.id;
-        ids.remove(&ino);
-        self.held.store(ids.len(), Relaxed);
-        drop(ids);
+        let id = *id;
+        n.backing = Backed::No;
+        drop(nodes);
         self.drop_id(id);
         true
     }
 
-    /// The kernel forgot node `ino`: no open of it is left. True when it
-    /// had an id (its cached attributes are stale).
-    pub fn forgotten(&self, ino: u64) -> bool {
-        if self.held.load(Relaxed) == 0 && !self.on() {
-            return false;
+    /// The kernel forgot a node whose record said `b`: no open of it is
+    /// left. True when it had an id (its cached attributes are stale).
+    pub fn forgotten(&self, b: Backed) -> bool {
+        match b {
+            Backed::Id { id, .. } => {
+                self.drop_id(id);
+                true
+            }
+            _ => false,
         }
-        self.refused.lock().remove(&ino);
-        let mut ids = self.ids.lock();
-        let e = ids.remove(&ino);
-        self.held.store(ids.len(), Relaxed);
-        drop(ids);
-        e.map(|e| self.drop_id(e.id)).is_some()
     }
 
     /// Is node `ino` open with a backing file (written behind the vfs's
     /// back, so that its attributes are asked of the host each time)?
+    /// Not with the node records locked.
     #[inline]
     pub fn backed(&self, ino: u64) -> bool {
-        self.held.load(Relaxed) != 0 && self.ids.lock().contains_key(&ino)
+        self.held.load(Relaxed) != 0
+            && self
+                .nodes
+                .read()
+                .by_id
+                .get(&ino)
+                .is_some_and(|n| matches!(n.backing, Backed::Id { .. }))
     }
 
     /// Backing ids held (for statistics and tests).
@@ -195,7 +212,9 @@ impl Backings {
         self.held.load(Relaxed)
     }
 
+    /// Give id `id` back to the kernel.
     fn drop_id(&self, id: i32) {
+        self.held.fetch_sub(1, Relaxed);
         if let Some(k) = self.kernel.get() {
             if let Err(e) = k.close(id) {
                 tracing::debug!("backing id {id}: {e}");
@@ -211,7 +230,7 @@ mod tests {
     #[test]
     fn nothing_is_handed_out_unless_agreed_and_registered() {
         let f: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
-        let b = Backings::new(true);
+        let b = Backings::new(true, Arc::default());
         assert!(b.wanted() && !b.on());
         // Not agreed at INIT: opens stay cached.
         assert_eq!(b.for_open(5, Some(&f)), None);
@@ -220,8 +239,8 @@ mod tests {
         // No session to register with: cached, and nothing held.
         assert_eq!(b.for_open(5, Some(&f)), None);
         assert_eq!(b.held(), 0);
-        assert!(!b.backed(5) && !b.released(5) && !b.forgotten(5));
-        let off = Backings::new(false);
+        assert!(!b.backed(5) && !b.released(5) && !b.forgotten(Backed::No));
+        let off = Backings::new(false, Arc::default());
         off.agreed(true);
         assert!(!off.on() && !off.wanted());
     }

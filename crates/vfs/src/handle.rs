@@ -48,6 +48,13 @@ impl Handle {
         Arc::ptr_eq(&self.inner, &vfs.inner).then_some(self.d)
     }
 
+    /// A number for the place (its dentry) while the handle lives: equal
+    /// for two handles exactly when [`Handle::same`] is true of them, for
+    /// a front end's maps.
+    pub fn key(&self) -> u64 {
+        u64::from(self.d.0)
+    }
+
     /// The same place: two handles are equal when they hold one dentry.
     pub fn same(&self, other: &Handle) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner) && self.d == other.d
