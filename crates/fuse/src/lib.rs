@@ -28,6 +28,9 @@ mod bare;
 mod coherent;
 mod fds;
 mod listings;
+mod nodes;
+
+pub(crate) use nodes::{Node, NodeIo, Nodes};
 pub mod mount;
 mod ops;
 pub mod options;
@@ -51,123 +54,6 @@ pub use walkfs_vfs::CachePolicy;
 
 /// FUSE's node id of the root.
 pub(crate) const ROOT: u64 = 1;
-
-/// What a node id stands for.
-struct Node {
-    /// The kernel's lookup count: the node goes when `forget` brings it
-    /// to zero.
-    nlookup: u64,
-    key: (u64, u64),
-    /// Where requests on the node start: the name it was last found by.
-    handle: Handle,
-    /// The file's generation (its birth time folded; 0 until known).
-    born: u32,
-    /// (Every entry the kernel gets for this node id carries `sent`.)
-    /// The generation the kernel was given with the node id. It stays
-    /// what the first entry said (a file made behind the caller is born
-    /// unknown and learns its time later: the kernel takes a changed
-    /// generation for another file) until another file takes the node id.
-    sent: u32,
-    /// The node's own open files for I/O the kernel sends without a
-    /// handle (zero-message opens): (read-only, read-write), opened on
-    /// first use; at most `io_fds` nodes keep theirs (`Nodes::io_clock`).
-    io: NodeIo,
-    /// `io` used since the clock's hand last passed.
-    io_used: bool,
-    /// Its passthrough state: a backing id handed to the kernel, and the
-    /// opens that named it (passthrough.rs).
-    backing: passthrough::Backed,
-}
-
-#[derive(Default)]
-pub(crate) struct Nodes {
-    by_id: HashMap<u64, Node>,
-    /// (device, inode) -> node id, for the nodes whose id is not their
-    /// inode number.
-    keys: walkfs_fsapi::keyindex::KeyIndex,
-    /// The root's inode number (its node id is FUSE's root id).
-    root_ino: u64,
-    /// The nodes that keep open files (`Node::io`), in clock order, how
-    /// many, and how many may.
-    io_clock: walkfs_fsapi::clock::Clock,
-    io_held: usize,
-    io_cap: usize,
-}
-
-impl Nodes {
-    /// The node of (device, inode) `key`.
-    fn find(&self, key: (u64, u64)) -> Option<u64> {
-        self.keys.find(key, |id| self.by_id.get(&id).map(|n| n.key))
-    }
-
-    /// Node `id`'s own open files, marked used.
-    fn io(&mut self, id: u64) -> NodeIo {
-        match self.by_id.get_mut(&id) {
-            Some(n) => {
-                n.io_used = true;
-                n.io.clone()
-            }
-            None => (None, None),
-        }
-    }
-
-    /// Give node `id` its own open files `io` (replacing what it had),
-    /// and take them from the nodes that used theirs least recently past
-    /// `io_cap`. What is taken goes into `out`, for the caller to drop
-    /// after the lock (a file closes once no request uses it).
-    fn set_io(&mut self, id: u64, io: NodeIo, out: &mut Vec<NodeIo>) {
-        let Some(n) = self.by_id.get_mut(&id) else {
-            out.push(io);
-            return;
-        };
-        let had = n.io.0.is_some() || n.io.1.is_some();
-        out.push(std::mem::replace(&mut n.io, io));
-        n.io_used = true;
-        if !had {
-            self.io_held += 1;
-            self.io_clock.push(id);
-        }
-        let excess = self.io_held.saturating_sub(self.io_cap.max(1));
-        let by_id = &mut self.by_id;
-        let mut dropped = 0;
-        self.io_clock.sweep(excess, |id| match by_id.get_mut(&id) {
-            Some(n) if n.io.0.is_some() || n.io.1.is_some() => {
-                if n.io_used {
-                    n.io_used = false;
-                    walkfs_fsapi::clock::Visit::Spare
-                } else {
-                    out.push(std::mem::take(&mut n.io));
-                    dropped += 1;
-                    walkfs_fsapi::clock::Visit::Evict
-                }
-            }
-            _ => walkfs_fsapi::clock::Visit::Gone,
-        });
-        self.io_held -= dropped;
-        let by_id = &self.by_id;
-        self.io_clock.compact(self.io_held, |id| {
-            by_id
-                .get(&id)
-                .is_some_and(|n| n.io.0.is_some() || n.io.1.is_some())
-        });
-    }
-
-    /// Node `id` lets its own open files go (another file took its node
-    /// id, or it is forgotten): returned for the caller to drop after
-    /// the lock.
-    fn take_io(&mut self, id: u64) -> NodeIo {
-        match self.by_id.get_mut(&id) {
-            Some(n) if n.io.0.is_some() || n.io.1.is_some() => {
-                self.io_held -= 1;
-                std::mem::take(&mut n.io)
-            }
-            _ => (None, None),
-        }
-    }
-}
-
-/// A node's own open files: (read-only, read-write).
-type NodeIo = (Option<OpenFile>, Option<OpenFile>);
 
 /// A caller: uid, gid, supplementary groups (sorted).
 type Identity = (u32, u32, Vec<u32>);
@@ -787,75 +673,5 @@ impl WalkFuse {
         self.listings.continue_at(ino, offset, gen, || {
             self.list(&self.ctx(req), ino, names_only)
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The nodes' own open files are bounded: past `io_cap`, those used
-    /// least recently go (and close once no request holds them); a node
-    /// forgotten or taken by another file gives its own back.
-    #[test]
-    fn node_records_keep_at_most_io_cap_open_files_and_prefer_recent_ones() {
-        let vfs =
-            walkfs_source::open("mem:", &walkfs_source::SourceOptions::default()).expect("vfs");
-        let ctx = Arc::new(vfs.context(Creds::root()));
-        let mut nodes = Nodes {
-            io_cap: 3,
-            ..Nodes::default()
-        };
-        let mut files = Vec::new();
-        for id in 10..15u64 {
-            let name = format!("/f{id}");
-            let f = ctx
-                .open_file(
-                    walkfs_vfs::AT_FDCWD,
-                    name.as_bytes(),
-                    libc::O_CREAT | libc::O_RDWR,
-                    0o644,
-                )
-                .expect("create");
-            let handle = f.handle().expect("handle");
-            nodes.by_id.insert(
-                id,
-                Node {
-                    nlookup: 1,
-                    key: (0, id),
-                    handle,
-                    born: 0,
-                    sent: 0,
-                    io: (None, None),
-                    io_used: false,
-                    backing: passthrough::Backed::No,
-                },
-            );
-            files.push(f);
-        }
-        let has = |nodes: &Nodes, id| nodes.by_id[&id].io.1.is_some();
-        let mut out = Vec::new();
-        for (i, id) in (10..13u64).enumerate() {
-            nodes.set_io(id, (None, Some(files[i].clone())), &mut out);
-        }
-        assert_eq!(nodes.io_held, 3);
-        // All new: one full turn clears their bits, then the oldest goes.
-        let _ = nodes.io(10);
-        nodes.set_io(13, (None, Some(files[3].clone())), &mut out);
-        assert_eq!(nodes.io_held, 3);
-        assert!(!has(&nodes, 10), "the oldest went");
-        // Used since the last turn: 11 stays, 12 goes.
-        let _ = nodes.io(11);
-        nodes.set_io(14, (None, Some(files[4].clone())), &mut out);
-        assert_eq!(nodes.io_held, 3);
-        assert!(has(&nodes, 11) && !has(&nodes, 12));
-        // What went is handed out, and a file pushed out stays open while
-        // someone holds it.
-        drop(out);
-        assert_eq!(files[0].pread(&mut [0u8; 1], 0), Ok(0));
-        // Forgotten: its own open files are counted out.
-        let _ = nodes.take_io(11);
-        assert_eq!(nodes.io_held, 2);
-        assert!(!has(&nodes, 11));
     }
 }

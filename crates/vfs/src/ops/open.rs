@@ -323,7 +323,11 @@ impl Ctx {
     /// `open("/proc/self/fd/N")` does, with the permission checks of an
     /// open and without following a symlink `fd` names).
     pub fn reopen<'h>(&self, fd: impl Into<At<'h>>, flags: i32) -> Result<i32> {
-        let fd = fd.into();
+        self.reopen_into::<ToTable>(fd.into(), flags)
+    }
+
+    /// The body of both reopens: into the table or as an object (`I`).
+    fn reopen_into<I: Install>(&self, at: At<'_>, flags: i32) -> Result<I::Out> {
         if flags & libc::O_CREAT != 0 {
             return Err(Errno::EINVAL);
         }
@@ -331,9 +335,9 @@ impl Ctx {
             return Err(Errno::EINVAL);
         }
         self.run(|| {
-            let d = self.fd_dentry(fd)?;
+            let d = self.fd_dentry(at)?;
             let c = Cur::of(&self.inner().dc, d)?;
-            self.open_cur::<ToTable>(c, flags, None)
+            self.open_cur::<I>(c, flags, None)
         })
     }
 
@@ -344,19 +348,8 @@ impl Ctx {
         at: impl Into<At<'h>>,
         flags: i32,
     ) -> Result<OpenFile> {
-        let at = at.into();
-        if flags & libc::O_CREAT != 0 {
-            return Err(Errno::EINVAL);
-        }
-        if flags & libc::O_PATH == 0 && flags & O_ACCMODE == O_ACCMODE {
-            return Err(Errno::EINVAL);
-        }
-        self.run(|| {
-            let d = self.fd_dentry(at)?;
-            let c = Cur::of(&self.inner().dc, d)?;
-            self.open_cur::<ToObject>(c, flags, None)
-        })
-        .map(|file| OpenFile::new(file, Arc::clone(self)))
+        self.reopen_into::<ToObject>(at.into(), flags)
+            .map(|file| OpenFile::new(file, Arc::clone(self)))
     }
 
     /// `close(fd)`.
