@@ -35,7 +35,9 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 echo "== unit, semantics, differential and concurrency tests"
-cargo test --workspace --release 2>&1 | tee target/test.log
+# Over /dev/fuse (the kernel's enable_uring as it is, off on a stock
+# machine); the io_uring test runs in the io_uring step below.
+cargo test --workspace --release -- --skip the_wire_served_over_io_uring 2>&1 | tee target/test.log
 
 if [ -x scripts/test-capi.sh ]; then
     echo "== C ABI: build, install, compile a C program against it"
