@@ -175,7 +175,7 @@ impl WalkFuse {
                 born: 0,
                 sent: 0,
                 io: (None, None),
-                io_used: false,
+                io_used: std::sync::atomic::AtomicBool::new(false),
                 backing: passthrough::Backed::No,
             },
         );
@@ -381,7 +381,7 @@ impl WalkFuse {
                 born,
                 sent: born,
                 io: (None, None),
-                io_used: false,
+                io_used: std::sync::atomic::AtomicBool::new(false),
                 backing: passthrough::Backed::No,
             },
         );
@@ -558,7 +558,7 @@ impl WalkFuse {
         if fh != 0 {
             return self.handles.get(fh).ok_or(Errno::EBADF);
         }
-        let (ro, rw) = self.nodes.write().io(ino);
+        let (ro, rw) = self.nodes.read().io(ino);
         if let Some(f) = rw {
             return Ok(f);
         }

@@ -5,6 +5,7 @@
 //! record's handle), not from a table of their own.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use walkfs_vfs::{Handle, OpenFile};
 
@@ -31,7 +32,10 @@ pub(crate) struct Node {
     /// first use; at most `io_fds` nodes keep theirs (`Nodes::io_clock`).
     pub(crate) io: NodeIo,
     /// `io` used since the clock's hand last passed.
-    pub(crate) io_used: bool,
+    /// An atomic so that a read or write finds its file under the
+    /// table's shared lock: only the clock's hand and a new file take it
+    /// exclusively.
+    pub(crate) io_used: AtomicBool,
     /// Its passthrough state: a backing id handed to the kernel, and the
     /// opens that named it (passthrough.rs).
     pub(crate) backing: passthrough::Backed,
@@ -59,10 +63,10 @@ impl Nodes {
     }
 
     /// Node `id`'s own open files, marked used.
-    pub(crate) fn io(&mut self, id: u64) -> NodeIo {
-        match self.by_id.get_mut(&id) {
+    pub(crate) fn io(&self, id: u64) -> NodeIo {
+        match self.by_id.get(&id) {
             Some(n) => {
-                n.io_used = true;
+                n.io_used.store(true, Relaxed);
                 n.io.clone()
             }
             None => (None, None),
@@ -80,7 +84,7 @@ impl Nodes {
         };
         let had = n.io.0.is_some() || n.io.1.is_some();
         out.push(std::mem::replace(&mut n.io, io));
-        n.io_used = true;
+        n.io_used.store(true, Relaxed);
         if !had {
             self.io_held += 1;
             self.io_clock.push(id);
@@ -90,8 +94,7 @@ impl Nodes {
         let mut dropped = 0;
         self.io_clock.sweep(excess, |id| match by_id.get_mut(&id) {
             Some(n) if n.io.0.is_some() || n.io.1.is_some() => {
-                if n.io_used {
-                    n.io_used = false;
+                if n.io_used.swap(false, Relaxed) {
                     walkfs_fsapi::clock::Visit::Spare
                 } else {
                     out.push(std::mem::take(&mut n.io));
@@ -166,7 +169,7 @@ mod tests {
                     born: 0,
                     sent: 0,
                     io: (None, None),
-                    io_used: false,
+                    io_used: AtomicBool::new(false),
                     backing: passthrough::Backed::No,
                 },
             );
