@@ -61,7 +61,8 @@ type Identity = (u32, u32, Vec<u32>);
 /// Kernel timeouts once `cache=coherent` cannot see every change.
 const DEGRADED_TTL: Duration = Duration::from_secs(1);
 
-/// The file system the FUSE session serves.
+/// The file system the FUSE session serves (inside the replay's layer,
+/// replay.rs, where other writers' changes are replayed to watchers).
 pub struct WalkFuse {
     vfs: Vfs,
     /// Root credentials: what the front end does on its own behalf (the
@@ -89,9 +90,6 @@ pub struct WalkFuse {
     /// flush and fsync).
     writes_behind: bool,
     pub counters: Arc<FuseCounters>,
-    /// Other writers' changes replayed for watchers (replay.rs;
-    /// cache=coherent with events=1).
-    replay: Option<Arc<replay::Replayer>>,
 }
 
 /// Split a timeout into the wire's seconds and nanoseconds.
@@ -194,11 +192,6 @@ impl WalkFuse {
             vfs.has_host_files() && keeps && opts.passthrough && passthrough::permitted(),
             Arc::clone(&nodes),
         ));
-        let replay = if opts.cache == CachePolicy::Coherent && opts.events {
-            Some(Arc::new(replay::Replayer::new(&vfs, Arc::clone(&pt))?))
-        } else {
-            None
-        };
         let kc = Arc::new(coherent::KernelCache::new(nodes.clone(), Arc::clone(&base)));
         Ok(WalkFuse {
             root,
@@ -216,7 +209,6 @@ impl WalkFuse {
             opts,
             writes_behind,
             counters: Arc::new(FuseCounters::default()),
-            replay,
         })
     }
 
@@ -237,17 +229,10 @@ impl WalkFuse {
         if self.opts.cache != CachePolicy::Coherent {
             return Some(self.kc.clone());
         }
+        // Before a replay's listener (replay::Replaying::new): a replay
+        // must find the kernel's caches invalidated.
         self.vfs.add_change_listener(self.kc.clone());
-        // After the kernel's caches: a replay must find them invalidated.
-        if let Some(r) = &self.replay {
-            self.vfs.add_change_listener(r.clone());
-        }
         Some(self.kc.clone())
-    }
-
-    /// The replayer of other writers' changes, to start once mounted.
-    pub(crate) fn replayer(&self) -> Option<Arc<replay::Replayer>> {
-        self.replay.clone()
     }
 
     /// Changes may go unseen (the backend cannot report them all): the
@@ -455,17 +440,16 @@ impl WalkFuse {
                 .is_ok())
     }
 
-    /// A GETATTR/SETATTR reply: attributes `a`, kept for the attribute
-    /// timeout.
-    fn put_attr(&self, out: &mut Vec<u8>, a: abi::Attr) {
+    /// The GETATTR/SETATTR reply of attributes `a`, kept for the
+    /// attribute timeout.
+    fn attr_out(&self, a: abi::Attr) -> abi::AttrOut {
         let (attr_valid, attr_valid_nsec) = ttl(self.attr_ttl());
-        let o = abi::AttrOut {
+        abi::AttrOut {
             attr_valid,
             attr_valid_nsec,
             dummy: 0,
             attr: a,
-        };
-        walkfs_fusewire::reply::put(out, &o);
+        }
     }
 
     /// The entry the kernel is given for a node with attributes `a`.

@@ -7,13 +7,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use walkfs_fusewire::{Config, Session};
+use walkfs_fusewire::{Config, Filesystem, Session};
 use walkfs_source::Source;
 use walkfs_vfs::Vfs;
 
 use walkfs_fusewire::kmount;
 
-use crate::{MountOptions, WalkFuse};
+use crate::replay::{Replayer, Replaying};
+use crate::{coherent, passthrough, MountOptions, WalkFuse};
 
 /// The vfs for `source`: a 9P server's export through the 9P client, or
 /// a local directory (or `mem:`) itself. With `via_9p` a local directory
@@ -24,7 +25,7 @@ pub fn open_source(source: &str, opts: &MountOptions, via_9p: bool) -> Result<Vf
     // Replayed changes must not be lost on the way (replay.rs): a local
     // source's fanotify queue has no limit.
     let mut src = opts.source.clone();
-    if opts.cache == walkfs_vfs::CachePolicy::Coherent && opts.events {
+    if Replaying::wanted(opts) {
         src.backend.watch_queue_unlimited = true;
     }
     let open = || walkfs_source::open(source, &src).map_err(|e| format!("{source}: {e}"));
@@ -83,12 +84,43 @@ pub fn mount(
         default_permissions: opts.default_permissions,
         allow_other: opts.allow_other,
     };
+    let replays = Replaying::wanted(&opts);
     let fs = WalkFuse::new(vfs, opts).map_err(|e| format!("root of the source: {e}"))?;
-    let stats = Arc::clone(&fs.counters);
-    let kernel_cache = fs.kernel_cache();
+    let wiring = Wiring {
+        stats: Arc::clone(&fs.counters),
+        kernel_cache: fs.kernel_cache(),
+        backings: Arc::clone(&fs.pt),
+    };
+    if !replays {
+        return serve(fs, None, wiring, mountpoint, &spec, cfg, on_end);
+    }
+    // After the kernel's caches (kernel_cache above): the replay's
+    // change listener comes second.
+    let fs = Replaying::new(fs).map_err(|e| format!("root of the source: {e}"))?;
     let replayer = fs.replayer();
-    let backings = Arc::clone(&fs.pt);
-    let fd = kmount::mount(mountpoint, &spec)?;
+    serve(fs, Some(replayer), wiring, mountpoint, &spec, cfg, on_end)
+}
+
+/// What the mount hands the session once it exists.
+struct Wiring {
+    stats: Arc<crate::FuseCounters>,
+    kernel_cache: Option<Arc<coherent::KernelCache>>,
+    backings: Arc<passthrough::Backings>,
+}
+
+/// Mount and serve `fs` (the front end, or the front end inside the
+/// replay: one or the other, chosen once, so no request goes through a
+/// dynamic call), starting `replayer` once mounted.
+fn serve<F: Filesystem>(
+    fs: F,
+    replayer: Option<Arc<Replayer>>,
+    w: Wiring,
+    mountpoint: &Path,
+    spec: &kmount::Spec,
+    cfg: Config,
+    on_end: impl FnOnce() + Send + 'static,
+) -> Result<Mounted, String> {
+    let fd = kmount::mount(mountpoint, spec)?;
     let session = match Session::new(fs, fd, cfg) {
         Ok(s) => s,
         Err(e) => {
@@ -96,9 +128,9 @@ pub fn mount(
             return Err(format!("mount on {}: {e}", mountpoint.display()));
         }
     };
-    stats.set_session(session.info());
-    backings.set_kernel(session.backing());
-    if let Some(kc) = kernel_cache {
+    w.stats.set_session(session.info());
+    w.backings.set_kernel(session.backing());
+    if let Some(kc) = w.kernel_cache {
         let _ = kc.notifier.set(session.notifier());
     }
     if let Some(r) = replayer {
@@ -119,7 +151,7 @@ pub fn mount(
         mountpoint: mountpoint.to_path_buf(),
         thread,
         ended,
-        stats,
+        stats: w.stats,
     })
 }
 

@@ -1,13 +1,14 @@
 //! The requests: each FUSE operation on the vfs, its reply written into
-//! the session's buffer. Errors are the vfs's errnos, as Linux gives
-//! them.
+//! the session's buffer through a typed [`Reply`] (one body per
+//! request). Errors are the vfs's errnos, as Linux gives them. The
+//! replay of other writers' changes is a layer around this handler
+//! (replay.rs), not part of it.
 
 use std::sync::atomic::Ordering::Relaxed;
 
 use walkfs_fusewire::abi::{self, fopen, init};
-use walkfs_fusewire::reply::{put, DirBuf};
 use walkfs_fusewire::request::DirRead;
-use walkfs_fusewire::{Filesystem, Operation, Request, Setattr};
+use walkfs_fusewire::{Filesystem, Operation, Reply, Request, Setattr};
 use walkfs_vfs::{CachePolicy, Ctx, Errno, OpenFile, Statx, WriteAs};
 
 use crate::stats::{Op, STATS_IOCTL, SYNC_IOCTL};
@@ -33,7 +34,7 @@ fn kills_priv_on_write(file: &OpenFile) -> bool {
 
 /// The counter of each operation (none for those the session answers
 /// itself or that do nothing).
-fn counted(op: &Operation<'_>) -> Option<Op> {
+pub(crate) fn counted(op: &Operation<'_>) -> Option<Op> {
     Some(match op {
         Operation::Lookup { .. } => Op::Lookup,
         Operation::Forget { .. } | Operation::BatchForget { .. } => Op::Forget,
@@ -117,27 +118,11 @@ impl Filesystem for WalkFuse {
         }
     }
 
-    fn handle(&self, req: &Request, op: Operation<'_>, out: &mut Vec<u8>) -> Result<(), i32> {
+    fn handle(&self, req: &Request, op: Operation<'_>, reply: Reply<'_>) -> Result<(), i32> {
         let _t = counted(&op).map(|o| self.counters.start(o));
         let ino = req.nodeid;
-        // A change of the file's data the host will report back: once
-        // made, the host's size and mtime are recorded, so that its
-        // report is told from another writer's change right after it.
-        let mut stamp = false;
-        if self.replay.is_some() {
-            if let Some(r) = self.replayed(req, &op, out) {
-                return r.map_err(|e| e.0);
-            }
-            self.mine(ino, &op);
-            stamp = match op {
-                Operation::Write { .. } => true,
-                Operation::Setattr(ref a) => a.size.is_some(),
-                Operation::Open { flags } => flags & libc::O_TRUNC != 0,
-                _ => false,
-            };
-        }
         let r = match op {
-            Operation::Lookup { name } => self.lookup(req, ino, name, out),
+            Operation::Lookup { name } => self.lookup(req, ino, name, reply),
             Operation::Forget { nlookup } => {
                 self.forget_node(ino, nlookup);
                 Ok(())
@@ -148,14 +133,14 @@ impl Filesystem for WalkFuse {
                 }
                 Ok(())
             }
-            Operation::Getattr { .. } => self.attr(ino).map(|a| self.put_attr(out, a)),
-            Operation::Setattr(s) => self.setattr(req, ino, &s, out),
-            Operation::Readlink => self.readlink(req, ino, out),
+            Operation::Getattr { .. } => self.attr(ino).map(|a| reply.attr(&self.attr_out(a))),
+            Operation::Setattr(s) => self.setattr(req, ino, &s, reply),
+            Operation::Readlink => self.readlink(req, ino, reply),
             Operation::Mkdir { name, mode, umask } => {
                 let ctx = self.ctx(req);
                 Self::name(name).and_then(|n| {
                     let m = ctx.mkdirat(&self.node(ino)?, n, mode & !umask & 0o7777)?;
-                    self.put_entry(out, self.made(&ctx, m)?);
+                    reply.entry(&self.entry_out(self.made(&ctx, m)?));
                     Ok(())
                 })
             }
@@ -174,7 +159,7 @@ impl Filesystem for WalkFuse {
                     let perm = mode & !umask & 0o7777;
                     let kind = (mode & libc::S_IFMT) | perm;
                     let m = ctx.mknodat(&self.node(ino)?, n, kind, u64::from(rdev))?;
-                    self.put_entry(out, self.made(&ctx, m)?);
+                    reply.entry(&self.entry_out(self.made(&ctx, m)?));
                     Ok(())
                 })
             }
@@ -182,7 +167,7 @@ impl Filesystem for WalkFuse {
                 let ctx = self.ctx(req);
                 Self::name(name).and_then(|n| {
                     let m = ctx.symlinkat(target, &self.node(ino)?, n)?;
-                    self.put_entry(out, self.made(&ctx, m)?);
+                    reply.entry(&self.entry_out(self.made(&ctx, m)?));
                     Ok(())
                 })
             }
@@ -191,7 +176,7 @@ impl Filesystem for WalkFuse {
                 Self::name(newname).and_then(|n| {
                     let from = self.node(oldnodeid)?;
                     let m = ctx.linkat(&from, b"", &self.node(ino)?, n, libc::AT_EMPTY_PATH)?;
-                    self.put_entry(out, self.made(&ctx, m)?);
+                    reply.entry(&self.entry_out(self.made(&ctx, m)?));
                     Ok(())
                 })
             }
@@ -217,16 +202,11 @@ impl Filesystem for WalkFuse {
                     ctx.renameat2(&self.node(ino)?, a, &self.node(newdir)?, b, flags)
                 })()
             }
-            Operation::Open { flags } => self.open(req, ino, flags, out),
-            Operation::Read { fh, offset, size } => {
-                // The reply is the data: read straight into the buffer.
-                let at = out.len();
-                out.resize(at + size as usize, 0);
-                let r = self
-                    .io_file(ino, fh, false)
-                    .and_then(|f| f.pread(&mut out[at..], offset));
-                r.map(|n| out.truncate(at + n))
-            }
+            Operation::Open { flags } => self.open(req, ino, flags, reply),
+            // The reply is the data: read straight into the buffer.
+            Operation::Read { fh, offset, size } => reply.data(size as usize, |buf| {
+                self.io_file(ino, fh, false)?.pread(buf, offset)
+            }),
             Operation::Write {
                 fh,
                 offset,
@@ -246,28 +226,16 @@ impl Filesystem for WalkFuse {
                 };
                 let f = self.io_file(ino, fh, true)?;
                 let n = f.pwrite_by(data, offset, who)?;
-                put(
-                    out,
-                    &abi::WriteOut {
-                        size: n as u32,
-                        padding: 0,
-                    },
-                );
+                reply.written(n as u32);
                 Ok(())
             })(),
             Operation::Flush { fh } => self.flush(ino, fh),
             Operation::Release { fh } => {
                 if self.pt.released(ino) {
                     // The last open written straight to the host file:
-                    // its attributes are asked of the host again. The
-                    // host's reports of the kernel's writes may come after
-                    // this close: they are the mount's own while the host
-                    // keeps the state it has now (replay.rs).
+                    // its attributes are asked of the host again.
                     if let Ok(h) = self.node(ino) {
                         let _ = self.base.changed_outside(&h);
-                    }
-                    if let Ok(a) = self.attr(ino) {
-                        self.mine_closed(ino, &a);
                     }
                 }
                 // Closed once no request uses it; what a close reports
@@ -291,16 +259,13 @@ impl Filesystem for WalkFuse {
             }
             Operation::Opendir { .. } => self.list(&self.ctx(req), ino, false).map(|entries| {
                 let id = self.listings.add(ino, entries);
-                put(
-                    out,
-                    &abi::OpenOut {
-                        fh: u64::from(id),
-                        ..Default::default()
-                    },
-                );
+                reply.open(&abi::OpenOut {
+                    fh: u64::from(id),
+                    ..Default::default()
+                });
             }),
-            Operation::Readdir(d) => self.readdir(req, ino, &d, out),
-            Operation::Readdirplus(d) => self.readdirplus(req, ino, &d, out),
+            Operation::Readdir(d) => self.readdir(req, ino, &d, reply),
+            Operation::Readdirplus(d) => self.readdirplus(req, ino, &d, reply),
             Operation::Releasedir { fh } => {
                 if let Ok(id) = u32::try_from(fh) {
                     self.listings.remove(id);
@@ -316,20 +281,17 @@ impl Filesystem for WalkFuse {
             }),
             Operation::Statfs => self.node(ino).and_then(|h| {
                 let s = self.base.statfs(&h, b"")?;
-                put(
-                    out,
-                    &abi::Kstatfs {
-                        blocks: s.blocks,
-                        bfree: s.bfree,
-                        bavail: s.bavail,
-                        files: s.files,
-                        ffree: s.ffree,
-                        bsize: s.bsize as u32,
-                        namelen: s.namelen as u32,
-                        frsize: s.frsize as u32,
-                        ..Default::default()
-                    },
-                );
+                reply.statfs(&abi::Kstatfs {
+                    blocks: s.blocks,
+                    bfree: s.bfree,
+                    bavail: s.bavail,
+                    files: s.files,
+                    ffree: s.ffree,
+                    bsize: s.bsize as u32,
+                    namelen: s.namelen as u32,
+                    frsize: s.frsize as u32,
+                    ..Default::default()
+                });
                 Ok(())
             }),
             // The mount keeps no extended attributes. ENOSYS once and the
@@ -338,7 +300,7 @@ impl Filesystem for WalkFuse {
             // chown.
             Operation::Getxattr { .. } | Operation::Listxattr { .. } => Err(Errno::ENOSYS),
             Operation::Setxattr | Operation::Removexattr => Err(Errno::ENOSYS),
-            Operation::Ioctl { cmd, out_size, .. } => self.ioctl(ino, cmd, out_size, out),
+            Operation::Ioctl { cmd, out_size, .. } => self.ioctl(ino, cmd, out_size, reply),
             Operation::Access { mask } => self.node(ino).and_then(|h| {
                 self.ctx(req)
                     .faccessat(&h, b"", mask as i32, libc::AT_EMPTY_PATH)
@@ -348,74 +310,21 @@ impl Filesystem for WalkFuse {
                 flags,
                 mode,
                 umask,
-            } => self.create(req, ino, name, flags, mode & !umask & 0o7777, out),
+            } => self.create(req, ino, name, flags, mode & !umask & 0o7777, reply),
             Operation::Interrupt | Operation::Destroy => Ok(()),
             Operation::Other(_) => Err(Errno::ENOSYS),
         };
-        if stamp && r.is_ok() {
-            self.mine_written(ino);
-        }
         r.map_err(|e| e.0)
     }
 }
 
 impl WalkFuse {
-    /// Record what `op` (a request on node `ino`) is about to change, so
-    /// that the backend's report of it is not replayed (replay.rs).
-    fn mine(&self, ino: u64, op: &Operation<'_>) {
-        use walkfs_vfs::What::{Attrib, Created, Deleted, Modified, MovedFrom, MovedTo};
-        match *op {
-            Operation::Mkdir { name, .. }
-            | Operation::Mknod { name, .. }
-            | Operation::Symlink { name, .. }
-            | Operation::Create { name, .. } => self.mine_entry(ino, name, Created),
-            Operation::Unlink { name } | Operation::Rmdir { name } => {
-                self.mine_entry(ino, name, Deleted)
-            }
-            Operation::Link {
-                oldnodeid, newname, ..
-            } => {
-                self.mine_entry(ino, newname, Created);
-                self.mine_inode(oldnodeid, Attrib);
-            }
-            Operation::Rename {
-                newdir,
-                name,
-                newname,
-                ..
-            } => {
-                self.mine_entry(ino, name, MovedFrom);
-                self.mine_entry(newdir, newname, MovedTo);
-            }
-            Operation::Write { .. } => self.mine_inode(ino, Modified),
-            Operation::Setattr(ref a) => {
-                if a.size.is_some() {
-                    self.mine_inode(ino, Modified);
-                }
-                let attrib = a.mode.is_some() || a.uid.is_some() || a.gid.is_some();
-                if attrib || a.atime.is_some() || a.mtime.is_some() {
-                    self.mine_inode(ino, Attrib);
-                }
-            }
-            // An open that truncates.
-            Operation::Open { flags } if flags & libc::O_TRUNC != 0 => {
-                self.mine_inode(ino, Modified)
-            }
-            _ => {}
-        }
-    }
-
-    /// An ENTRY reply: the node with attributes `a`.
-    pub(crate) fn put_entry(&self, out: &mut Vec<u8>, a: abi::Attr) {
-        put(out, &self.entry_out(a));
-    }
-
     fn lookup(
         &self,
         req: &Request,
         parent: u64,
         name: &[u8],
-        out: &mut Vec<u8>,
+        reply: Reply<'_>,
     ) -> Result<(), Errno> {
         let ctx = self.ctx(req);
         let r = Self::name(name).and_then(|n| self.lookup_node(&ctx, parent, n));
@@ -442,7 +351,7 @@ impl WalkFuse {
                     entry_valid_nsec: ttl.subsec_nanos(),
                     ..Default::default()
                 };
-                put(out, &e);
+                reply.entry(&e);
                 Ok(())
             }
             Err(e) => {
@@ -452,19 +361,13 @@ impl WalkFuse {
                 Err(e)
             }
             Ok(a) => {
-                self.put_entry(out, a);
+                reply.entry(&self.entry_out(a));
                 Ok(())
             }
         }
     }
 
-    fn setattr(
-        &self,
-        req: &Request,
-        ino: u64,
-        s: &Setattr,
-        out: &mut Vec<u8>,
-    ) -> Result<(), Errno> {
+    fn setattr(&self, req: &Request, ino: u64, s: &Setattr, reply: Reply<'_>) -> Result<(), Errno> {
         let ctx = self.ctx(req);
         let node = self.node(ino)?;
         let fd = &node;
@@ -481,7 +384,7 @@ impl WalkFuse {
             if x.stx_nlink == 0 {
                 // (Every unlink in cache=loose ends here: the kernel
                 // writes back the ctime it set. One stat answers.)
-                self.put_attr(out, attr_of(ino, &x));
+                reply.attr(&self.attr_out(attr_of(ino, &x)));
                 return Ok(());
             }
         }
@@ -547,20 +450,19 @@ impl WalkFuse {
             let who: &Ctx = if kernel_times { &self.base } else { &ctx };
             who.utimensat(fd, b"", times, e | libc::AT_SYMLINK_NOFOLLOW)?;
         }
-        self.put_attr(out, self.attr(ino)?);
+        reply.attr(&self.attr_out(self.attr(ino)?));
         Ok(())
     }
 
-    fn readlink(&self, req: &Request, ino: u64, out: &mut Vec<u8>) -> Result<(), Errno> {
-        let at = out.len();
-        out.resize(at + libc::PATH_MAX as usize, 0);
+    fn readlink(&self, req: &Request, ino: u64, reply: Reply<'_>) -> Result<(), Errno> {
         let h = self.node(ino)?;
-        let n = self.ctx(req).readlinkat_into(&h, b"", &mut out[at..])?;
-        out.truncate(at + n);
-        Ok(())
+        let ctx = self.ctx(req);
+        reply.data(libc::PATH_MAX as usize, |buf| {
+            ctx.readlinkat_into(&h, b"", buf)
+        })
     }
 
-    fn open(&self, req: &Request, ino: u64, flags: i32, out: &mut Vec<u8>) -> Result<(), Errno> {
+    fn open(&self, req: &Request, ino: u64, flags: i32, reply: Reply<'_>) -> Result<(), Errno> {
         if self.no_open() {
             return Err(Errno::ENOSYS);
         }
@@ -576,14 +478,11 @@ impl WalkFuse {
             r => r,
         }?;
         let (open_flags, backing_id) = self.passthrough(ino, &file);
-        put(
-            out,
-            &abi::OpenOut {
-                fh: self.handles.insert(file),
-                open_flags,
-                backing_id,
-            },
-        );
+        reply.open(&abi::OpenOut {
+            fh: self.handles.insert(file),
+            open_flags,
+            backing_id,
+        });
         Ok(())
     }
 
@@ -623,15 +522,9 @@ impl WalkFuse {
         self.io_file(ino, fh, false)?.flush()
     }
 
-    fn readdir(
-        &self,
-        req: &Request,
-        ino: u64,
-        d: &DirRead,
-        out: &mut Vec<u8>,
-    ) -> Result<(), Errno> {
+    fn readdir(&self, req: &Request, ino: u64, d: &DirRead, reply: Reply<'_>) -> Result<(), Errno> {
         let s = self.dir_slice(req, ino, d.fh, d.offset, true)?;
-        let mut buf = DirBuf::new(out, d.size);
+        let mut buf = reply.dir(d.size);
         for (i, e) in s.entries.iter().enumerate().skip(s.start) {
             // The inode number keeps `ls -i` and `find` consistent (a
             // readdir makes no lookup).
@@ -653,12 +546,12 @@ impl WalkFuse {
         req: &Request,
         ino: u64,
         d: &DirRead,
-        out: &mut Vec<u8>,
+        reply: Reply<'_>,
     ) -> Result<(), Errno> {
         let ctx = self.ctx(req);
         let bare = self.bare.bare_now();
         let s = self.dir_slice(req, ino, d.fh, d.offset, bare)?;
-        let mut buf = DirBuf::new(out, d.size);
+        let mut buf = reply.dir(d.size);
         let mut bare_files = 0;
         for (i, e) in s.entries.iter().enumerate().skip(s.start) {
             let name = &e.name[..];
@@ -710,7 +603,7 @@ impl WalkFuse {
         Ok(())
     }
 
-    fn ioctl(&self, ino: u64, cmd: u32, out_size: u32, out: &mut Vec<u8>) -> Result<(), Errno> {
+    fn ioctl(&self, ino: u64, cmd: u32, out_size: u32, reply: Reply<'_>) -> Result<(), Errno> {
         if ino != ROOT {
             return Err(Errno::ENOTTY);
         }
@@ -728,14 +621,13 @@ impl WalkFuse {
             }
             _ => return Err(Errno::ENOTTY),
         };
-        put(
-            out,
+        reply.ioctl(
             &abi::IoctlOut {
                 result: body.len() as i32,
                 ..Default::default()
             },
+            &body,
         );
-        out.extend_from_slice(&body);
         Ok(())
     }
 
@@ -746,7 +638,7 @@ impl WalkFuse {
         name: &[u8],
         flags: i32,
         mode: u32,
-        out: &mut Vec<u8>,
+        reply: Reply<'_>,
     ) -> Result<(), Errno> {
         let ctx = self.ctx(req);
         let n = Self::name(name)?;
@@ -792,9 +684,8 @@ impl WalkFuse {
         } else {
             self.handles.insert(file)
         };
-        self.put_entry(out, a);
-        put(
-            out,
+        reply.created(
+            &self.entry_out(a),
             &abi::OpenOut {
                 fh,
                 open_flags,

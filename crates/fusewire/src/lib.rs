@@ -2,7 +2,8 @@
 //!
 //! - [`kmount`]: mounting and unmounting ourselves.
 //! - [`abi`]: the kernel's structures (include/uapi/linux/fuse.h).
-//! - [`request`]: requests off the wire, typed; [`reply`]: reply bodies.
+//! - [`request`]: requests off the wire, typed; [`reply`]: reply bodies,
+//!   typed (one per request).
 //! - [`session`]: the INIT handshake, the request loops over
 //!   `/dev/fuse` or FUSE over io_uring (one queue per CPU), and
 //!   notifications; serves any [`session::Filesystem`].
@@ -16,5 +17,6 @@ pub mod reply;
 pub mod request;
 pub mod session;
 
+pub use reply::{DirBuf, Reply};
 pub use request::{Operation, Request, Setattr, TimeArg};
 pub use session::{Backing, Config, Filesystem, Notifier, Session, SessionInfo, Transport};

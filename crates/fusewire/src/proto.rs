@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::abi;
-use crate::reply::{put, DirBuf};
+use crate::reply::Reply;
 use crate::request::{DirRead, Operation, Request};
 use crate::session::{self, Filesystem, Session, SessionInfo};
 
@@ -98,8 +98,8 @@ impl Tree {
 
     /// Entries of the root from `r.offset`, as many as fit in
     /// `r.size`. Offsets are positions.
-    fn list(&self, r: &DirRead, plus: bool, out: &mut Vec<u8>) {
-        let mut buf = DirBuf::new(out, r.size);
+    fn list(&self, r: &DirRead, plus: bool, reply: Reply<'_>) {
+        let mut buf = reply.dir(r.size);
         for i in r.offset.. {
             let Some((name, nodeid)) = self.entry_at(i) else {
                 break;
@@ -132,43 +132,37 @@ impl Filesystem for Arc<Tree> {
             | abi::init::NO_OPENDIR_SUPPORT
     }
 
-    fn handle(&self, req: &Request, op: Operation<'_>, out: &mut Vec<u8>) -> Result<(), i32> {
+    fn handle(&self, req: &Request, op: Operation<'_>, reply: Reply<'_>) -> Result<(), i32> {
         self.counts.requests.fetch_add(1, Relaxed);
         match op {
             Operation::Lookup { name } => {
                 self.counts.lookups.fetch_add(1, Relaxed);
                 match (req.nodeid, self.find(name).and_then(|n| self.entry(n))) {
-                    (ROOT, Some(e)) => put(out, &e),
+                    (ROOT, Some(e)) => reply.entry(&e),
                     _ => return Err(libc::ENOENT),
                 }
             }
             Operation::Getattr { .. } => {
                 self.counts.getattrs.fetch_add(1, Relaxed);
                 let attr = self.attr(req.nodeid).ok_or(libc::ENOENT)?;
-                put(
-                    out,
-                    &abi::AttrOut {
-                        attr,
-                        ..Default::default()
-                    },
-                );
+                reply.attr(&abi::AttrOut {
+                    attr,
+                    ..Default::default()
+                });
             }
             Operation::Readdir(r) | Operation::Readdirplus(r) => {
                 self.counts.readdirs.fetch_add(1, Relaxed);
                 if req.nodeid != ROOT {
                     return Err(libc::ENOTDIR);
                 }
-                self.list(&r, matches!(op, Operation::Readdirplus(_)), out);
+                self.list(&r, matches!(op, Operation::Readdirplus(_)), reply);
             }
-            Operation::Statfs => put(
-                out,
-                &abi::Kstatfs {
-                    bsize: 4096,
-                    frsize: 4096,
-                    namelen: 255,
-                    ..Default::default()
-                },
-            ),
+            Operation::Statfs => reply.statfs(&abi::Kstatfs {
+                bsize: 4096,
+                frsize: 4096,
+                namelen: 255,
+                ..Default::default()
+            }),
             Operation::Destroy
             | Operation::Releasedir { .. }
             | Operation::Forget { .. }
@@ -211,7 +205,8 @@ mod tests {
 
     fn ask(t: &Arc<Tree>, nodeid: u64, op: Operation<'_>) -> Result<Vec<u8>, i32> {
         let mut out = Vec::new();
-        t.handle(&req(nodeid), op, &mut out).map(|()| out)
+        t.handle(&req(nodeid), op, Reply::new(&mut out))
+            .map(|()| out)
     }
 
     #[test]

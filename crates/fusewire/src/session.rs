@@ -30,6 +30,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::abi::{self, init, op, Pod};
+use crate::reply::Reply;
 use crate::request::{op_header_size, split_body, Operation, Request};
 
 /// What a file system served over FUSE answers.
@@ -39,10 +40,12 @@ pub trait Filesystem: Send + Sync + 'static {
     /// its own (async reads, big writes, max pages, io_uring).
     fn init(&self, offered: u64) -> u64;
 
-    /// Answer request `req`: the reply body appended to `out` (empty
-    /// for none), or an errno. For requests that take no reply
+    /// Answer request `req`: its body written through `reply` (one
+    /// body per request: each of [`Reply`]'s methods consumes it;
+    /// dropped unused, an empty body), or an errno (the body, if any,
+    /// is then dropped). For requests that take no reply
     /// (`Operation::no_reply`) the result is dropped.
-    fn handle(&self, req: &Request, op: Operation<'_>, out: &mut Vec<u8>) -> Result<(), i32>;
+    fn handle(&self, req: &Request, op: Operation<'_>, reply: Reply<'_>) -> Result<(), i32>;
 
     /// The session ended: no request comes any more.
     fn destroy(&self) {}
@@ -387,7 +390,7 @@ impl<F: Filesystem> Shared<F> {
             pid: h.pid,
         };
         let r = Operation::parse(h.opcode, head, tail)
-            .and_then(|operation| self.fs.handle(&req, operation, out));
+            .and_then(|operation| self.fs.handle(&req, operation, Reply::new(out)));
         if Operation::no_reply(h.opcode) {
             return None;
         }
