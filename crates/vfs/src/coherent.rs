@@ -89,7 +89,7 @@ impl Inner {
                     };
                     w.mark_stale(dc, ino);
                     w.set_complete(dc, ino, false);
-                    let Some(&d) = w.dir_alias.get(&ino) else {
+                    let Some(&d) = w.alias.get(&ino) else {
                         continue;
                     };
                     let Some(child) = w.d_find(dc, d, name, hash_name(name)) else {

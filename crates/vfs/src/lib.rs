@@ -38,6 +38,7 @@ mod handle;
 mod listing;
 mod metered;
 mod namei;
+mod names;
 mod openfile;
 mod ops;
 pub mod opt;
@@ -361,6 +362,7 @@ impl Vfs {
             no_ahead: AtomicU64::new(no_ahead),
             meter,
         });
+        inner.lend_names(0);
         let vfs = Vfs { inner };
         vfs.watch_sb(0, start);
         Ok(vfs)
@@ -421,7 +423,7 @@ impl Vfs {
         let inner = &self.inner;
         let w = inner.writer();
         let ino = w.find_inode(&inner.dc, sb, node)?;
-        let d = *w.dir_alias.get(&ino)?;
+        let d = *w.alias.get(&ino)?;
         drop(w);
         Some(inner.path_of(d))
     }
@@ -435,7 +437,7 @@ impl Vfs {
         let dc = &inner.dc;
         let w = inner.writer();
         let ino = w.find_inode(dc, sb, dir)?;
-        let d = *w.dir_alias.get(&ino)?;
+        let d = *w.alias.get(&ino)?;
         let child = w.d_find(dc, d, name, dcache::hash_name(name))?;
         let c = dc.dentry(child)?;
         if c.flags.load(Ordering::Relaxed) & dcache::D_NEGATIVE != 0 {
@@ -623,6 +625,7 @@ impl Vfs {
         drop(w);
         inner.ra_log.everything();
         drop(mounts);
+        inner.lend_names(sb);
         self.watch_sb(sb, true);
         Ok(())
     }

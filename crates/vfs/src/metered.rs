@@ -131,6 +131,10 @@ impl FileSystem for Metered {
         self.fs.root()
     }
 
+    fn attach_names(&self, names: Arc<dyn walkfs_fsapi::Names>) {
+        self.fs.attach_names(names)
+    }
+
     fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Entry> {
         self.meter.count(Op::Lookup);
         self.fs.lookup(parent, name)

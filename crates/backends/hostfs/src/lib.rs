@@ -147,12 +147,11 @@ impl HostFs {
         Core::fd_of(&self.table, node)
     }
 
-    /// Register a freshly opened `O_PATH` descriptor of `name` in `parent`
-    /// as a node (or count one more lookup of the node it already is, now
-    /// remembered at this place).
-    fn register(&self, parent: NodeId, name: &[u8], fd: OwnedFd) -> Result<Entry> {
+    /// Register a freshly opened `O_PATH` descriptor as a node (or count
+    /// one more lookup of the node it already is).
+    fn register(&self, fd: OwnedFd) -> Result<Entry> {
         let id = sys::identify(fd.as_fd())?;
-        self.register_as(parent, name, id, Some(fd))
+        self.register_as(id, Some(fd))
     }
 
     /// [`HostFs::register`] of a node we just made as `name`: its reports
@@ -161,7 +160,7 @@ impl HostFs {
         // (The caller made the node under `own.changing()`.)
         let (attr, key, born) = sys::identify(fd.as_fd())?;
         self.own.entry(parent.0, name, Some((key, born)));
-        let entry = self.register_as(parent, name, (attr, key, born), Some(fd))?;
+        let entry = self.register_as((attr, key, born), Some(fd))?;
         self.own.inode(entry.node.0, &entry.attr);
         Ok(entry)
     }
@@ -172,8 +171,6 @@ impl HostFs {
     /// changes needs one now).
     fn register_as(
         &self,
-        parent: NodeId,
-        name: &[u8],
         (attr, key, born): (Attr, (u64, u64), i64),
         fd: Option<OwnedFd>,
     ) -> Result<Entry> {
@@ -186,10 +183,6 @@ impl HostFs {
         let id = match existing.and_then(|id| Some((id, nodes.by_id.get_mut(&id)?))) {
             Some((id, n)) => {
                 n.lookups += 1;
-                if id != ROOT && (n.parent != parent.0 || *n.name != *name) {
-                    n.parent = parent.0;
-                    n.name = name.into();
-                }
                 drop(nodes);
                 if let Some(fd) = fd {
                     self.table.insert(id, fd);
@@ -204,8 +197,6 @@ impl HostFs {
                 born,
                 lookups: 1,
                 is_dir: attr.is_dir(),
-                parent: parent.0,
-                name: name.into(),
             }),
         };
         drop(nodes);
@@ -400,10 +391,11 @@ impl Core {
         let (od, nd) = (self.fd(parent)?, self.fd(newparent)?);
         let _changing = self.own.changing();
         sys::renameat2(od.as_fd(), name, nd.as_fd(), newname, flags)?;
-        // The moved files are found by their new names from now on.
-        let to = self.moved(newparent, &nd, newname);
+        // The moved files, known by identity for their reports (the vfs
+        // moves their names).
+        let to = self.moved(&nd, newname);
         let from = if flags & walkfs_fsapi::RENAME_EXCHANGE != 0 {
-            self.moved(parent, &od, name)
+            self.moved(&od, name)
         } else {
             None
         };
@@ -412,18 +404,12 @@ impl Core {
         Ok(())
     }
 
-    /// The file now at `name` in `dir` (whose descriptor is `dfd`) got
-    /// there by a rename: remember it there. Its identity comes back
-    /// (`None` when it cannot be told: then no report is taken for ours).
-    fn moved(&self, dir: NodeId, dfd: &OwnedFd, name: &[u8]) -> own::Named {
+    /// The identity of the file now at `name` in the directory whose
+    /// descriptor is `dfd`, which got there by a rename (`None` when it
+    /// cannot be told: then no report is taken for ours). Its new name is
+    /// the vfs's to hold.
+    fn moved(&self, dfd: &OwnedFd, name: &[u8]) -> own::Named {
         let (_, key, born) = sys::identify_name(dfd.as_fd(), name).ok()?;
-        let mut nodes = self.table.nodes.write();
-        if let Some(id) = nodes.find(key) {
-            if let Some(n) = nodes.by_id.get_mut(&id).filter(|_| id != ROOT) {
-                n.parent = dir.0;
-                n.name = name.into();
-            }
-        }
         Some((key, born))
     }
 }
@@ -466,12 +452,12 @@ impl HostFs {
             };
             let entry = if watched && id.0.is_dir() {
                 match lookup_fd(dir.as_fd(), &name) {
-                    Ok(fd) => self.register(node, &name, fd)?,
+                    Ok(fd) => self.register(fd)?,
                     Err(Errno::ENOENT) => continue,
                     Err(e) => return Err(e),
                 }
             } else {
-                self.register_as(node, &name, id, None)?
+                self.register_as(id, None)?
             };
             let link = if entry.attr.is_symlink() {
                 sys::readlinkat(dir.as_fd(), &sys::cstr(&name)?).ok()
@@ -529,13 +515,17 @@ impl FileSystem for HostFs {
         "hostfs"
     }
 
+    fn attach_names(&self, names: Arc<dyn walkfs_fsapi::Names>) {
+        self.table.attach_names(names);
+    }
+
     fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Entry> {
         self.behind.settle(&[parent.0]);
         let dir = self.fd(parent)?;
         // The vfs learns the name anew, found or not (own.rs).
         self.own.forget_entry(parent.0, name);
         let fd = lookup_fd(dir.as_fd(), name)?;
-        let mut entry = self.register(parent, name, fd)?;
+        let mut entry = self.register(fd)?;
         // Found by a name that had nothing queued, a file that has (it has
         // another name): its attributes once its changes landed.
         if self.behind.queued(entry.node.0) {
@@ -925,8 +915,10 @@ impl caps::Watch for HostFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use walkfs_fsapi::caps::{Listings, Watch};
     use walkfs_fsapi::Change;
+    use walkfs_fsapi::Name;
 
     #[test]
     fn lookup_never_follows_or_escapes() {
@@ -982,11 +974,27 @@ mod tests {
             assert_eq!(p.link.as_deref(), a.is_symlink().then_some(&b"/etc"[..]));
         }
         // The listed directory's node is usable: a lookup in it opens it
-        // by name; the listed file's node is the one a lookup finds.
+        // by the name the vfs would hold for it (here: the listing's, as
+        // the vfs caches it); the listed file's node is the one a lookup
+        // finds.
+        let held: HashMap<u64, Name> = got
+            .iter()
+            .map(|p| (p.entry.node.0, Name::from(&p.name[..])))
+            .collect();
+        fs.attach_names(Arc::new(InRoot(held)));
         let d = got[0].entry.node;
         assert_eq!(fs.lookup(d, b"inner").unwrap().attr.size, 2);
         assert_eq!(fs.lookup(root, b"f").unwrap().node, got[1].entry.node);
         assert_eq!(fs.getattr(got[1].entry.node).unwrap().size, 3);
+    }
+
+    /// Names of nodes right under the root, as a vfs holding them would
+    /// give them.
+    struct InRoot(HashMap<u64, Name>);
+    impl walkfs_fsapi::Names for InRoot {
+        fn path_of(&self, node: NodeId) -> Option<Vec<(NodeId, Name)>> {
+            Some(vec![(node, self.0.get(&node.0)?.clone())])
+        }
     }
 
     struct Collect(std::sync::mpsc::Sender<Change>);
@@ -1093,63 +1101,5 @@ mod tests {
         assert_eq!(fs.read(e.node, fh, 0, &mut buf).unwrap(), 3);
         assert_eq!(&buf, b"abc");
         fs.release(e.node, fh);
-    }
-
-    #[test]
-    fn descriptors_stay_bounded_and_nodes_are_found_again_by_name() {
-        let tmp = tempfile::tempdir().unwrap();
-        for d in 0..4 {
-            std::fs::create_dir(tmp.path().join(format!("d{d}"))).unwrap();
-            for f in 0..50 {
-                std::fs::write(tmp.path().join(format!("d{d}/f{f}")), [d as u8; 3]).unwrap();
-            }
-        }
-        let fs = HostFs::with_cached_fds(tmp.path(), 8).unwrap();
-        let mut files = Vec::new();
-        for d in 0..4 {
-            let dir = fs.lookup(fs.root(), format!("d{d}").as_bytes()).unwrap();
-            for f in 0..50 {
-                let e = fs.lookup(dir.node, format!("f{f}").as_bytes()).unwrap();
-                files.push((dir.node, f, e));
-            }
-        }
-        let st = fs.fd_stats();
-        assert!(st.cached <= 8, "{st:?}");
-        assert!(st.evicted > 150, "{st:?}");
-        // Every node answers, reopened by name where its descriptor went.
-        for (_, _, e) in &files {
-            assert_eq!(fs.getattr(e.node).unwrap().ino, e.attr.ino);
-        }
-        assert!(fs.fd_stats().reopens > 100);
-        assert!(fs.fd_stats().cached <= 8);
-        // Renamed through the backend: still the same node, found at its
-        // new place once its descriptor is gone.
-        let (dir, _, moved) = files[0];
-        fs.rename(dir, b"f0", fs.root(), b"top", 0).unwrap();
-        for (_, _, e) in &files[100..] {
-            fs.getattr(e.node).unwrap();
-        }
-        assert_eq!(fs.getattr(moved.node).unwrap().ino, moved.attr.ino);
-        // Replaced on the host behind our back: ESTALE, never the newcomer.
-        let (_, _, e1) = files[1];
-        std::fs::remove_file(tmp.path().join("d0/f1")).unwrap();
-        std::fs::write(tmp.path().join("d0/f1"), b"other").unwrap();
-        for (_, _, e) in &files[100..] {
-            fs.getattr(e.node).unwrap();
-        }
-        assert_eq!(fs.getattr(e1.node), Err(Errno::ESTALE));
-        // A whole directory renamed on the host: its files are stale
-        // once their descriptors are gone...
-        std::fs::rename(tmp.path().join("d3"), tmp.path().join("d3-moved")).unwrap();
-        for (_, _, e) in &files[..100] {
-            let _ = fs.getattr(e.node);
-        }
-        let (_, _, e3) = files[199];
-        assert_eq!(fs.getattr(e3.node), Err(Errno::ESTALE));
-        // ...and found again by a fresh lookup of the new name.
-        let d3 = fs.lookup(fs.root(), b"d3-moved").unwrap();
-        let again = fs.lookup(d3.node, b"f49").unwrap();
-        assert_eq!(again.node, e3.node);
-        assert_eq!(fs.getattr(e3.node).unwrap().ino, e3.attr.ino);
     }
 }

@@ -1,12 +1,12 @@
 //! hostfs's node table: every host file the vfs holds, keyed by (device,
-//! inode number), with where it was last found, and a bounded cache of
-//! `O_PATH` descriptors for them.
+//! inode number), and a bounded cache of `O_PATH` descriptors for them.
 //!
 //! A node does not pin a descriptor: a tree of a million files must not
 //! need a million. The descriptors of recently used nodes are kept (up
 //! to `cap`, chosen by a clock, the second-chance approximation of LRU);
-//! any other node is opened again from its parent's descriptor by its
-//! remembered name, with the same `openat2(RESOLVE_BENEATH |
+//! any other node is opened again from its nearest cached ancestor by the
+//! names the vfs holds for it (its dentry cache, lent at mount: hostfs
+//! keeps no names of its own), with the same `openat2(RESOLVE_BENEATH |
 //! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` step a lookup uses, so a
 //! reopen can never leave the export either. The file found must be the
 //! node's (device, inode): a name renamed, replaced or removed on the host
@@ -29,7 +29,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use walkfs_fsapi::clock::{Clock, Visit};
 use walkfs_fsapi::keyindex::KeyIndex;
-use walkfs_fsapi::{Errno, Name, NodeId, Result};
+use walkfs_fsapi::{Errno, Names, NodeId, Result};
 
 use crate::sys;
 
@@ -41,9 +41,6 @@ pub(crate) struct HostNode {
     pub born: i64,
     pub lookups: u64,
     pub is_dir: bool,
-    /// Where the node was last found: its parent's id and its name there.
-    pub parent: u64,
-    pub name: Name,
 }
 
 #[derive(Default)]
@@ -109,10 +106,9 @@ pub(crate) struct Table {
     root: Arc<OwnedFd>,
     evicted: AtomicU64,
     reopens: AtomicU64,
+    /// The names of the nodes: the vfs's, lent at mount.
+    names: RwLock<Option<Arc<dyn Names>>>,
 }
-
-/// Longest chain of uncached ancestors reopened for one call.
-const MAX_DEPTH: usize = 4096;
 
 impl Table {
     pub fn new(root: OwnedFd, key: (u64, u64), born: i64, cap: usize) -> Table {
@@ -127,8 +123,6 @@ impl Table {
                 born,
                 lookups: 1,
                 is_dir: true,
-                parent: ROOT,
-                name: Name::default(),
             },
         );
         nodes.keys.insert(key, ROOT);
@@ -142,6 +136,7 @@ impl Table {
             root: Arc::new(root),
             evicted: AtomicU64::new(0),
             reopens: AtomicU64::new(0),
+            names: RwLock::new(None),
         }
     }
 
@@ -150,7 +145,8 @@ impl Table {
     }
 
     /// An `O_PATH` descriptor of `node`: cached, or reopened by name from
-    /// the nearest ancestor whose descriptor is at hand.
+    /// the nearest ancestor whose descriptor is at hand, along the path
+    /// the vfs holds for it ([`Names`]).
     pub fn fd(&self, node: NodeId) -> Result<Arc<OwnedFd>> {
         if node.0 == ROOT {
             return Ok(self.root.clone());
@@ -158,31 +154,31 @@ impl Table {
         if let Some(fd) = self.cached(node.0) {
             return Ok(fd);
         }
-        // The chain of (id, name, key) from the node up to an ancestor
-        // with a descriptor.
-        let mut chain = Vec::new();
-        let mut base = None;
-        {
-            let nodes = self.nodes.read();
-            let mut cur = node.0;
-            while base.is_none() {
-                let n = nodes.by_id.get(&cur).ok_or(Errno::ESTALE)?;
-                if chain.len() >= MAX_DEPTH {
-                    return Err(Errno::ESTALE);
-                }
-                chain.push((cur, n.name.clone(), (n.key, n.born)));
-                cur = n.parent;
-                base = if cur == ROOT {
-                    Some(self.root.clone())
-                } else {
-                    self.cached(cur)
-                };
+        let names = self.names.read().clone().ok_or(Errno::ESTALE)?;
+        let path = names.path_of(node).ok_or(Errno::ESTALE)?;
+        if path.first().map(|p| p.0) != Some(node) {
+            return Err(Errno::ESTALE);
+        }
+        // `path` runs from the node up: the nearest ancestor with a
+        // descriptor is where the reopening starts (the root at worst).
+        let mut start = path.len();
+        let mut dir = self.root.clone();
+        for (i, (id, _)) in path.iter().enumerate().skip(1) {
+            if let Some(fd) = self.cached(id.0) {
+                (start, dir) = (i, fd);
+                break;
             }
         }
-        let mut dir = base.ok_or(Errno::ESTALE)?;
-        for (id, name, key) in chain.into_iter().rev() {
+        for (id, name) in path[..start].iter().rev() {
+            // Each step must land on the file the node is: a name
+            // renamed, replaced or removed on the host meanwhile is stale.
+            let key = {
+                let nodes = self.nodes.read();
+                let n = nodes.by_id.get(&id.0).ok_or(Errno::ESTALE)?;
+                (n.key, n.born)
+            };
             self.reopens.fetch_add(1, Relaxed);
-            let fd = crate::lookup_fd(dir.as_fd(), &name).map_err(|e| match e {
+            let fd = crate::lookup_fd(dir.as_fd(), name).map_err(|e| match e {
                 Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP => Errno::ESTALE,
                 e => e,
             })?;
@@ -190,9 +186,14 @@ impl Table {
             if (found, born) != key {
                 return Err(Errno::ESTALE);
             }
-            dir = self.insert(id, fd);
+            dir = self.insert(id.0, fd);
         }
         Ok(dir)
+    }
+
+    /// Where the vfs's names are (see [`walkfs_fsapi::FileSystem::attach_names`]).
+    pub fn attach_names(&self, names: Arc<dyn Names>) {
+        *self.names.write() = Some(names);
     }
 
     fn cached(&self, id: u64) -> Option<Arc<OwnedFd>> {

@@ -89,10 +89,29 @@ impl P9Fs {
         e
     }
 
+    /// Pin node `id`'s fid, or say how to walk to it: along the names the
+    /// vfs holds for it, asked with the table's lock dropped (the vfs
+    /// answers under a lock of its own). `None`: the node is unknown, or
+    /// no name the vfs holds leads to it (`ESTALE` for the caller).
+    pub(crate) fn need(&self, id: u64) -> Option<Need> {
+        let names = {
+            let mut n = self.nodes.lock();
+            if let Some(fid) = n.pin_held(id) {
+                return Some(Need::Held(fid));
+            }
+            if !n.by_id.contains_key(&id) {
+                return None;
+            }
+            n.names.clone()?
+        };
+        let path = names.path_of(NodeId(id))?;
+        self.nodes.lock().need_via(id, &path)
+    }
+
     /// Pin `node`'s fid for the length of a call, walking to the node
     /// again when its fid was released.
     pub(crate) fn pin(&self, node: NodeId) -> Result<Pin<'_>> {
-        let need = self.nodes.lock().need(node.0).ok_or(Errno::ESTALE)?;
+        let need = self.need(node.0).ok_or(Errno::ESTALE)?;
         let (anc, from, names, ids) = match need {
             Need::Held(fid) => {
                 return Ok(Pin {
@@ -178,13 +197,9 @@ impl P9Fs {
         }
     }
 
-    /// Record the node `fid` walked to (found as `name` in `parent`);
-    /// its id is its qid path.
-    pub(crate) fn adopt(&self, fid: u32, attr: &Attr, parent: NodeId, name: &[u8]) -> NodeId {
-        let surplus = self
-            .nodes
-            .lock()
-            .adopt(attr.ino, attr.generation(), parent.0, name, fid);
+    /// Record the node `fid` walked to; its id is its qid path.
+    pub(crate) fn adopt(&self, fid: u32, attr: &Attr) -> NodeId {
+        let surplus = self.nodes.lock().adopt(attr.ino, attr.generation(), fid);
         match surplus {
             Some(f) => self.clunk(f),
             None => self.trim(),

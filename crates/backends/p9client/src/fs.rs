@@ -21,7 +21,7 @@ impl FileSystem for P9Fs {
 
     fn lookup(&self, parent: NodeId, name: &[u8]) -> Result<Entry> {
         let dir = self.pin(parent)?;
-        self.entry_of(parent, dir.fid, name)
+        self.entry_of(dir.fid, name)
     }
 
     fn forget(&self, node: NodeId, count: u64) {
@@ -90,8 +90,8 @@ impl FileSystem for P9Fs {
             Some(pf) => {
                 let surplus = {
                     let mut n = self.nodes.lock();
-                    let s = n.adopt(attr.ino, attr.generation(), parent.0, name, pf);
-                    let _ = n.need(attr.ino);
+                    let s = n.adopt(attr.ino, attr.generation(), pf);
+                    let _ = n.pin_held(attr.ino);
                     s
                 };
                 if let Some(f) = surplus {
@@ -100,7 +100,7 @@ impl FileSystem for P9Fs {
                 self.trim();
             }
             // No path fid (see `Nodes::adopt_open`).
-            None => self.nodes.lock().adopt_open(attr.ino, parent.0, name),
+            None => self.nodes.lock().adopt_open(attr.ino),
         }
         self.opened(nf, attr.ino, flags);
         Ok((
@@ -185,7 +185,7 @@ impl FileSystem for P9Fs {
             mode,
             gid: owner.gid,
         })?;
-        let mut e = self.entry_of(parent, dir.fid, name)?;
+        let mut e = self.entry_of(dir.fid, name)?;
         self.own_node(e.node, owner, &mut e.attr);
         Ok(e)
     }
@@ -198,7 +198,7 @@ impl FileSystem for P9Fs {
             symtgt: Str(target),
             gid: owner.gid,
         })?;
-        let mut e = self.entry_of(parent, dir.fid, name)?;
+        let mut e = self.entry_of(dir.fid, name)?;
         self.own_node(e.node, owner, &mut e.attr);
         Ok(e)
     }
@@ -221,7 +221,7 @@ impl FileSystem for P9Fs {
             minor: libc::minor(rdev as libc::dev_t),
             gid: owner.gid,
         })?;
-        let mut e = self.entry_of(parent, dir.fid, name)?;
+        let mut e = self.entry_of(dir.fid, name)?;
         self.own_node(e.node, owner, &mut e.attr);
         Ok(e)
     }
@@ -234,7 +234,7 @@ impl FileSystem for P9Fs {
             fid: file.fid,
             name: Str(newname),
         })?;
-        self.entry_of(newparent, dir.fid, newname)
+        self.entry_of(dir.fid, newname)
     }
 
     fn unlink(&self, parent: NodeId, name: &[u8]) -> Result<()> {
@@ -297,14 +297,13 @@ impl FileSystem for P9Fs {
             }
         };
         r?;
-        // The moved file's node (if we hold one) is now found under the
-        // new name: learn which file that is, so a walk back to it (once
-        // its fid is released) takes the new path. The new fid is kept.
+        // The moved file's node (if we hold one) keeps a fid walked to its
+        // new name, so that its next call needs no walk (the name itself
+        // is the vfs's to move).
         if let Ok((nf, attr)) = self.walk_getattr(newdir, one(newname)) {
             let (kept, gone) = {
                 let mut n = self.nodes.lock();
                 if n.by_id.contains_key(&attr.ino) {
-                    n.moved(attr.ino, newparent.0, newname);
                     let kept = matches!(n.install(attr.ino, nf), Some((_, false)));
                     // `install` pinned it for us; this call is done with it.
                     (kept, n.unpin(attr.ino))
@@ -389,6 +388,10 @@ impl FileSystem for P9Fs {
 
     fn kind(&self) -> &'static str {
         "9p"
+    }
+
+    fn attach_names(&self, names: std::sync::Arc<dyn walkfs_fsapi::Names>) {
+        self.nodes.lock().names = Some(names);
     }
 
     /// Over a server that keeps a connection's order (walkfs serve):
@@ -485,7 +488,7 @@ impl caps::Listings for P9Fs {
         if !self.ordered || !self.can_batch_listing() {
             return None;
         }
-        let need = self.nodes.lock().need(node.0)?;
+        let need = self.need(node.0)?;
         let listing = self.ask_listing(node.0, need).ok()??;
         Some(Box::new(ahead::Ahead {
             listing: Some(listing),

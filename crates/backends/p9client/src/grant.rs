@@ -221,10 +221,10 @@ impl P9Fs {
         drop(dir);
         let surplus = {
             let mut n = self.nodes.lock();
-            let s = n.adopt(ino, 0, parent.0, name, pf);
+            let s = n.adopt(ino, 0, pf);
             if open.is_some() {
                 // Counted as open until `release`, as `create` does.
-                let _ = n.need(ino);
+                let _ = n.pin_held(ino);
             }
             s
         };

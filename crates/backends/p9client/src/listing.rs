@@ -14,8 +14,8 @@ use crate::nodes::{Need, Nodes};
 use crate::wire::{attr_of, err_of};
 use crate::{ahead, P9Fs};
 
-/// Decode a `walkfs.readdirplus` listing of `dir`, and remember where each
-/// entry lives (a later call walks to it by name).
+/// Decode a `walkfs.readdirplus` listing of `dir`, and count each entry's
+/// node (a later call walks to it by the name the vfs then holds).
 pub(crate) fn decode_listing(
     nodes: &Mutex<Nodes>,
     dir: NodeId,
@@ -35,10 +35,30 @@ pub(crate) fn decode_listing(
             link: attr.is_symlink().then(|| rec.link.to_vec()),
         });
     }
+    // A node holding a fid no call uses, listed elsewhere than the vfs
+    // holds it: that fid may name an earlier file of the same qid path.
+    // (The vfs is asked with the table's lock dropped.)
+    let (idle, names, root) = {
+        let n = nodes.lock();
+        let idle: Vec<usize> = (0..out.len())
+            .filter(|&i| n.holds_idle_fid(out[i].entry.node.0))
+            .collect();
+        (idle, n.names.clone(), n.root())
+    };
+    let mut moved = vec![false; out.len()];
+    for i in idle {
+        let p = &out[i];
+        let held = names.as_ref().and_then(|m| m.path_of(p.entry.node));
+        moved[i] = !held.is_some_and(|path| {
+            let parent = path.get(1).map_or(root, |a| a.0 .0);
+            parent == dir.0 && path.first().is_some_and(|f| *f.1 == *p.name)
+        });
+    }
     let mut n = nodes.lock();
     released.extend(
         out.iter()
-            .filter_map(|p| n.adopt_listed(p.entry.node.0, dir.0, &p.name)),
+            .zip(moved)
+            .filter_map(|(p, m)| n.adopt_listed(p.entry.node.0, m)),
     );
     Ok(out)
 }
@@ -186,7 +206,7 @@ impl P9Fs {
         if !self.can_batch_listing() {
             return None;
         }
-        let need = self.nodes.lock().need(node.0)?;
+        let need = self.need(node.0)?;
         if let Need::Held(fid) = need {
             // Pinned by `need`: let go; the ordinary way costs no walk.
             drop(Pin {

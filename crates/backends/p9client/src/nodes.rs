@@ -1,15 +1,17 @@
 //! The client's node table: every file the vfs holds, by qid path, with
-//! the fid it holds (if any) and where it was last found.
+//! the fid it holds (if any).
 //!
 //! A node does not pin a fid. Fids are what a server pays for (state, and
 //! for a passthrough server a host descriptor), so only a bounded set of
 //! nodes keeps one: those in use right now (a call in flight, an open
 //! file) and the most recently used, up to `cap`, chosen by a clock (the
 //! second-chance approximation of LRU). A node whose fid was released is
-//! found again by walking its remembered names from the nearest ancestor
-//! that still holds a fid, and the qids the walk returns must be the ones
-//! remembered: a file renamed, replaced or removed meanwhile gives
-//! `ESTALE`, never another file.
+//! found again by walking, from the nearest ancestor that still holds a
+//! fid, the names the vfs holds for it (its dentry cache, lent at mount
+//! through [`walkfs_fsapi::Names`]: the table keeps no names of its own),
+//! and the qids the walk returns must be the nodes of that path: a file
+//! renamed, replaced or removed meanwhile gives `ESTALE`, never another
+//! file.
 //!
 //! Invariants (under the table's mutex):
 //! - the root holds its fid for ever and is never on the clock;
@@ -21,16 +23,15 @@
 
 use std::collections::HashMap;
 
+use std::sync::Arc;
 use walkfs_fsapi::clock::{Clock, Visit};
-use walkfs_fsapi::Name;
+
+use walkfs_fsapi::{Name, Names, NodeId};
 use walkfs_p9::NOFID;
 
 pub(crate) struct PNode {
     /// References the vfs holds (lookups and creates not yet forgotten).
     pub lookups: u64,
-    /// Where the node was last found: its parent's id and its name there.
-    pub parent: u64,
-    pub name: Name,
     /// The fid it holds, or `NOFID`.
     pub fid: u32,
     /// Calls using `fid` now, plus open files of the node: while non-zero
@@ -61,9 +62,12 @@ pub(crate) struct Nodes {
     /// Retired fids no call uses any more, for the next [`Nodes::trim`]
     /// to hand back for clunking.
     done_with: Vec<u32>,
+    /// The vfs's names of the nodes (lent at mount): called with the
+    /// table's lock dropped (see [`crate::P9Fs::need`]).
+    pub names: Option<Arc<dyn Names>>,
 }
 
-/// How a node's fid is to be had.
+/// How a node's fid is to be had ([`crate::P9Fs::need`]).
 pub(crate) enum Need {
     /// It holds one (now pinned).
     Held(u32),
@@ -89,8 +93,6 @@ impl Nodes {
             root,
             PNode {
                 lookups: u64::MAX / 2,
-                parent: root,
-                name: Name::default(),
                 fid: root_fid,
                 busy: 1,
                 referenced: true,
@@ -107,7 +109,13 @@ impl Nodes {
             released: 0,
             rewalks: 0,
             done_with: Vec::new(),
+            names: None,
         }
+    }
+
+    /// The root's id.
+    pub fn root(&self) -> u64 {
+        self.root
     }
 
     /// Fids held for nodes other than the root.
@@ -119,40 +127,49 @@ impl Nodes {
         self.cap
     }
 
-    /// Pin `id`'s fid, or say how to walk to it.
-    pub fn need(&mut self, id: u64) -> Option<Need> {
+    /// Pin `id`'s fid if it holds one.
+    pub fn pin_held(&mut self, id: u64) -> Option<u32> {
         let n = self.by_id.get_mut(&id)?;
-        if n.fid != NOFID {
-            n.busy += 1;
-            n.referenced = true;
-            return Some(Need::Held(n.fid));
+        if n.fid == NOFID {
+            return None;
         }
-        let mut names = Vec::new();
-        let mut ids = Vec::new();
-        let mut cur = id;
-        loop {
-            let n = self.by_id.get(&cur)?;
-            if n.fid != NOFID {
+        n.busy += 1;
+        n.referenced = true;
+        Some(n.fid)
+    }
+
+    /// Pin `id`'s fid, or say how to walk to it along `path` (the vfs's
+    /// names of it, the node first: see [`walkfs_fsapi::Names`]) from the
+    /// nearest ancestor on it that holds a fid (pinned). `None`: the node
+    /// is not known, or the path does not lead to it from known nodes.
+    pub fn need_via(&mut self, id: u64, path: &[(NodeId, Name)]) -> Option<Need> {
+        if let Some(fid) = self.pin_held(id) {
+            return Some(Need::Held(fid));
+        }
+        if path.first().map(|p| p.0 .0) != Some(id) || path.len() > MAX_DEPTH {
+            return None;
+        }
+        // The first ancestor on the path holding a fid; past the path's
+        // end, the root (which holds its fid for ever).
+        let mut depth = path.len();
+        let mut anc = self.root;
+        for (i, (a, _)) in path.iter().enumerate().skip(1) {
+            if self.by_id.get(&a.0)?.fid != NOFID {
+                (depth, anc) = (i, a.0);
                 break;
             }
-            if names.len() >= MAX_DEPTH || cur == n.parent {
-                return None;
-            }
-            names.push(n.name.clone());
-            ids.push(cur);
-            cur = n.parent;
         }
-        let anc = self.by_id.get_mut(&cur)?;
-        anc.busy += 1;
-        anc.referenced = true;
-        names.reverse();
-        ids.reverse();
+        let a = self.by_id.get_mut(&anc)?;
+        a.busy += 1;
+        a.referenced = true;
+        let from = a.fid;
+        let below = &path[..depth];
         self.rewalks += 1;
         Some(Need::Walk {
-            anc: cur,
-            from: anc.fid,
-            names,
-            ids,
+            anc,
+            from,
+            names: below.iter().rev().map(|(_, n)| n.clone()).collect(),
+            ids: below.iter().rev().map(|(i, _)| i.0).collect(),
         })
     }
 
@@ -213,20 +230,19 @@ impl Nodes {
         (retired != NOFID).then_some(retired)
     }
 
-    /// A lookup or create found `id` at `name` in `parent` with the new
-    /// fid `fid`: count the reference, remember the place, and keep the
-    /// new fid; a fid the node held is returned, to be clunked (the new
+    /// A lookup or create found `id` with the new fid `fid`: count the
+    /// reference and keep the new fid; a fid the node held is returned, to be clunked (the new
     /// one, when the held one is in use).
     ///
     /// Why the new one: a qid path is a host inode number, and a host
     /// may reuse one at once (ext4 does): the fid held may name an
     /// earlier file of that number, deleted since, while the one just
-    /// walked names the file now at `name`. For a hard link, or the same
+    /// walked names the file now at the name looked up. For a hard link, or the same
     /// file found again, both name the same file. `born` is the file's
     /// generation (0: unknown): a held fid in use is kept, unless it names
     /// a file of another generation; that one is retired, and clunked
     /// when its users are done.
-    pub fn adopt(&mut self, id: u64, born: u32, parent: u64, name: &[u8], fid: u32) -> Option<u32> {
+    pub fn adopt(&mut self, id: u64, born: u32, fid: u32) -> Option<u32> {
         if id == self.root {
             return Some(fid);
         }
@@ -234,10 +250,6 @@ impl Nodes {
             Some(n) => {
                 n.lookups += 1;
                 n.referenced = true;
-                n.parent = parent;
-                if *n.name != *name {
-                    n.name = name.into();
-                }
                 let another = born != 0 && n.born != 0 && born != n.born;
                 if born != 0 {
                     n.born = born;
@@ -260,8 +272,6 @@ impl Nodes {
                     id,
                     PNode {
                         lookups: 1,
-                        parent,
-                        name: name.into(),
                         fid,
                         busy: 0,
                         referenced: true,
@@ -276,30 +286,35 @@ impl Nodes {
         None
     }
 
-    /// A create made `id` at `name` in `parent` and opened it: count the
-    /// reference and the open (busy), remember the place, but hold no
-    /// path fid for it. The open fid serves the file while it is open; a
-    /// call that needs the node itself walks to it by name (see
-    /// [`Nodes::need`]), which most new files never see.
-    pub fn adopt_open(&mut self, id: u64, parent: u64, name: &[u8]) {
-        if let Some(n) = self.adopt_fidless(id, parent, name) {
+    /// A create made `id` and opened it: count the reference and the
+    /// open (busy), but hold no path fid for it. The open fid serves the
+    /// file while it is open; a call that needs the node itself walks to
+    /// it by name (see [`crate::P9Fs::need`]), which most new files never
+    /// see.
+    pub fn adopt_open(&mut self, id: u64) {
+        if let Some(n) = self.adopt_fidless(id) {
             n.busy += 1;
             n.referenced = true;
         }
     }
 
-    /// A listing found `id` at `name` in `parent`: count the reference and
-    /// remember the place; no fid (a call that needs one walks by name).
-    /// Found somewhere else than remembered, the node lets go of a fid it
-    /// holds and is not using (returned, to be clunked): it may name an
-    /// earlier file of the same number (see [`Nodes::adopt`]); the next
-    /// call walks to the file by its new name.
-    pub fn adopt_listed(&mut self, id: u64, parent: u64, name: &[u8]) -> Option<u32> {
-        let moved = self
-            .by_id
-            .get(&id)
-            .is_some_and(|n| n.parent != parent || *n.name != *name);
-        let n = self.adopt_fidless(id, parent, name)?;
+    /// Does `id` hold a fid no call is using?
+    pub fn holds_idle_fid(&self, id: u64) -> bool {
+        id != self.root
+            && self
+                .by_id
+                .get(&id)
+                .is_some_and(|n| n.fid != NOFID && n.busy == 0)
+    }
+
+    /// A listing (or a link) found `id`: count the reference; no fid (a
+    /// call that needs one walks by name). Found somewhere else than the
+    /// vfs holds it (`moved`), the node lets go of a fid it holds and is
+    /// not using (returned, to be clunked): it may name an earlier file of
+    /// the same number (see [`Nodes::adopt`]); the next call walks to the
+    /// file by its new name.
+    pub fn adopt_listed(&mut self, id: u64, moved: bool) -> Option<u32> {
+        let n = self.adopt_fidless(id)?;
         if !moved || n.fid == NOFID || n.busy > 0 {
             return None;
         }
@@ -308,16 +323,14 @@ impl Nodes {
         Some(fid)
     }
 
-    /// Count a reference to `id` at `name` in `parent`, making the node
-    /// (with no fid) if it is new; `None` for the root.
-    fn adopt_fidless(&mut self, id: u64, parent: u64, name: &[u8]) -> Option<&mut PNode> {
+    /// Count a reference to `id`, making the node (with no fid) if it is
+    /// new; `None` for the root.
+    fn adopt_fidless(&mut self, id: u64) -> Option<&mut PNode> {
         if id == self.root {
             return None;
         }
         let n = self.by_id.entry(id).or_insert_with(|| PNode {
             lookups: 0,
-            parent,
-            name: name.into(),
             fid: NOFID,
             busy: 0,
             referenced: false,
@@ -325,19 +338,7 @@ impl Nodes {
             retired: NOFID,
         });
         n.lookups += 1;
-        n.parent = parent;
-        if *n.name != *name {
-            n.name = name.into();
-        }
         Some(n)
-    }
-
-    /// `id` now lives at `name` in `parent` (a rename through us).
-    pub fn moved(&mut self, id: u64, parent: u64, name: &[u8]) {
-        if let Some(n) = self.by_id.get_mut(&id).filter(|_| id != self.root) {
-            n.parent = parent;
-            n.name = name.into();
-        }
     }
 
     /// The vfs drops `count` references; returns a fid to clunk when the
@@ -363,36 +364,13 @@ impl Nodes {
         Some(n.fid)
     }
 
-    /// The names and qid paths from the root to `id` (empty for the
-    /// root); `None` when a link of the chain is gone.
-    pub fn path_of(&self, id: u64) -> Option<(Vec<Name>, Vec<u64>)> {
-        let (mut names, mut ids) = (Vec::new(), Vec::new());
-        let mut cur = id;
-        while cur != self.root {
-            let n = self.by_id.get(&cur)?;
-            if names.len() >= MAX_DEPTH || n.parent == cur {
-                return None;
-            }
-            names.push(n.name.clone());
-            ids.push(cur);
-            cur = n.parent;
-        }
-        names.reverse();
-        ids.reverse();
-        Some((names, ids))
-    }
-
-    /// Every node holding a fid (the root aside), with its path from the
-    /// root: what a reconnect walks again (recover.rs).
-    #[allow(clippy::type_complexity)]
-    pub fn held_paths(&self) -> Vec<(u64, u32, Vec<Name>, Vec<u64>)> {
+    /// Every node holding a fid (the root aside): what a reconnect walks
+    /// again (recover.rs), along the vfs's names.
+    pub fn holding(&self) -> Vec<(u64, u32)> {
         self.by_id
             .iter()
             .filter(|(&id, n)| id != self.root && crate::recover::is_node_fid(n.fid))
-            .filter_map(|(&id, n)| {
-                let (names, ids) = self.path_of(id)?;
-                Some((id, n.fid, names, ids))
-            })
+            .map(|(&id, n)| (id, n.fid))
             .collect()
     }
 
@@ -437,6 +415,18 @@ impl Nodes {
     }
 }
 
+/// The path to node `id` from the root, as the vfs names it: the names,
+/// and the qid paths each step must land on. `None` when the vfs holds no
+/// name leading to it. (The vfs is asked with the table's lock dropped.)
+pub(crate) fn path_from_root(
+    nodes: &parking_lot::Mutex<Nodes>,
+    id: u64,
+) -> Option<(Vec<Name>, Vec<u64>)> {
+    let names = nodes.lock().names.clone()?;
+    let path = names.path_of(NodeId(id))?;
+    Some(path.into_iter().rev().map(|(n, name)| (name, n.0)).unzip())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,19 +434,19 @@ mod tests {
     #[test]
     fn the_clock_keeps_busy_and_recent_fids_and_releases_the_rest() {
         let mut n = Nodes::new(1, 0, 2);
-        assert_eq!(n.adopt(10, 0, 1, b"a", 100), None);
-        assert_eq!(n.adopt(11, 0, 10, b"b", 101), None);
-        assert_eq!(n.adopt(12, 0, 11, b"c", 102), None);
+        assert_eq!(n.adopt(10, 0, 100), None);
+        assert_eq!(n.adopt(11, 0, 101), None);
+        assert_eq!(n.adopt(12, 0, 102), None);
         assert_eq!(n.held(), 3);
         // 12 is in use: it keeps its fid whatever the clock says.
-        assert!(matches!(n.need(12), Some(Need::Held(102))));
+        assert_eq!(n.pin_held(12), Some(102));
         let gone = n.trim();
         assert_eq!(gone.len(), 1);
         assert_eq!(n.held(), 2);
         assert_eq!(n.by_id[&12].fid, 102);
         // A second lookup of a node whose fid is in use hands the new fid
         // back.
-        assert_eq!(n.adopt(12, 0, 11, b"c", 103), Some(103));
+        assert_eq!(n.adopt(12, 0, 103), Some(103));
         assert_eq!(n.unpin(12), None);
         // Release everything but one, then walk back to the deepest.
         n.cap = 1;
@@ -469,7 +459,12 @@ mod tests {
             .map(|(&id, _)| id);
         assert_eq!(n.held(), 1);
         if holder != Some(12) {
-            match n.need(12) {
+            let path = [
+                (NodeId(12), Name::from(&b"c"[..])),
+                (NodeId(11), Name::from(&b"b"[..])),
+                (NodeId(10), Name::from(&b"a"[..])),
+            ];
+            match n.need_via(12, &path) {
                 Some(Need::Walk { names, ids, .. }) => {
                     assert_eq!(ids.last(), Some(&12));
                     assert_eq!(names.last().map(|b| &**b), Some(&b"c"[..]));
@@ -482,8 +477,8 @@ mod tests {
     #[test]
     fn a_node_forgotten_while_busy_goes_with_its_last_user() {
         let mut n = Nodes::new(1, 0, 8);
-        n.adopt(10, 0, 1, b"a", 100);
-        assert!(matches!(n.need(10), Some(Need::Held(100))));
+        n.adopt(10, 0, 100);
+        assert_eq!(n.pin_held(10), Some(100));
         assert_eq!(n.forget(10, 1), None);
         assert!(n.by_id.contains_key(&10));
         assert_eq!(n.unpin(10), Some(100));
@@ -494,16 +489,21 @@ mod tests {
     #[test]
     fn walks_start_at_the_nearest_ancestor_with_a_fid() {
         let mut n = Nodes::new(1, 0, 8);
-        n.adopt(10, 0, 1, b"d", 100);
-        n.adopt(11, 0, 10, b"e", 101);
-        n.adopt(12, 0, 11, b"f", 102);
+        n.adopt(10, 0, 100);
+        n.adopt(11, 0, 101);
+        n.adopt(12, 0, 102);
         // Release 11 and 12 by hand.
         for id in [11, 12] {
             let p = n.by_id.get_mut(&id).unwrap();
             p.fid = NOFID;
             n.held -= 1;
         }
-        match n.need(12) {
+        let path = [
+            (NodeId(12), Name::from(&b"f"[..])),
+            (NodeId(11), Name::from(&b"e"[..])),
+            (NodeId(10), Name::from(&b"d"[..])),
+        ];
+        match n.need_via(12, &path) {
             Some(Need::Walk {
                 anc,
                 from,
@@ -523,18 +523,18 @@ mod tests {
     #[test]
     fn a_later_file_of_the_same_qid_path_takes_the_node_even_while_in_use() {
         let mut n = Nodes::new(1, 0, 16);
-        assert_eq!(n.adopt(10, 7, 1, b"a", 100), None);
+        assert_eq!(n.adopt(10, 7, 100), None);
         // In use (an open file): the same file found again keeps its fid.
-        let _ = n.need(10);
-        assert_eq!(n.adopt(10, 7, 1, b"a", 101), Some(101));
+        let _ = n.pin_held(10);
+        assert_eq!(n.adopt(10, 7, 101), Some(101));
         // A file of another generation: the new fid now, the old one
         // retired until its user is done.
-        assert_eq!(n.adopt(10, 9, 1, b"b", 102), None);
+        assert_eq!(n.adopt(10, 9, 102), None);
         assert_eq!(n.by_id[&10].fid, 102);
         assert_eq!(n.by_id[&10].retired, 100);
         assert_eq!(n.unpin(10), Some(100), "the retired fid is clunked");
         // Unknown generations never count as another file.
-        let _ = n.need(10);
-        assert_eq!(n.adopt(10, 0, 1, b"b", 103), Some(103));
+        let _ = n.pin_held(10);
+        assert_eq!(n.adopt(10, 0, 103), Some(103));
     }
 }

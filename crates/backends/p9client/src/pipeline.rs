@@ -282,11 +282,11 @@ impl P9Fs {
         }
     }
 
-    /// Look `name` up in `parent` (whose fid is `pfid`).
-    pub(crate) fn entry_of(&self, parent: NodeId, pfid: u32, name: &[u8]) -> Result<Entry> {
+    /// Look `name` up in the directory whose fid is `pfid`.
+    pub(crate) fn entry_of(&self, pfid: u32, name: &[u8]) -> Result<Entry> {
         let (nf, attr) = self.walk_getattr(pfid, one(name))?;
         Ok(Entry {
-            node: self.adopt(nf, &attr, parent, name),
+            node: self.adopt(nf, &attr),
             attr,
         })
     }
@@ -300,7 +300,7 @@ impl P9Fs {
         if self.rpc.is_dead() {
             return false;
         }
-        let Some(need) = self.nodes.lock().need(node.0) else {
+        let Some(need) = self.need(node.0) else {
             return false;
         };
         // The fid to start from (the node's, or an ancestor's a walk

@@ -33,7 +33,7 @@ impl P9Fs {
         if !self.pipeline.load(Relaxed) {
             return walkfs_fsapi::open_then_read(self, node, flags, off, buf);
         }
-        let need = self.nodes.lock().need(node.0).ok_or(Errno::ESTALE)?;
+        let need = self.need(node.0).ok_or(Errno::ESTALE)?;
         // What `need` pinned: the node (its fid held) or the ancestor.
         let (pinned, path) = match need {
             Need::Held(fid) => (

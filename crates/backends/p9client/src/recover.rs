@@ -146,13 +146,17 @@ impl Recovery {
     /// Every node's fid, walked again from the root. Returns the fids
     /// walked, and those released (to be walked on their next use).
     fn nodes_again(&self, rpc: &Rpc, skip: &HashSet<u32>) -> Result<(usize, usize)> {
-        let held = self.nodes.lock().held_paths();
+        let held = self.nodes.lock().holding();
         let (mut walked, mut dropped) = (0, 0);
-        for (id, fid, names, ids) in held {
+        for (id, fid) in held {
             if skip.contains(&fid) {
                 continue;
             }
-            match walk_as(rpc, fid, &names, &ids) {
+            let walk = match crate::nodes::path_from_root(&self.nodes, id) {
+                Some((names, ids)) => walk_as(rpc, fid, &names, &ids),
+                None => Err(Errno::ESTALE),
+            };
+            match walk {
                 Ok(()) => walked += 1,
                 Err(Errno::ENOTCONN) => return Err(Errno::ENOTCONN),
                 Err(e) => {
@@ -176,7 +180,7 @@ impl Recovery {
             if skip.contains(&fid) {
                 continue;
             }
-            let Some((names, ids)) = self.nodes.lock().path_of(node) else {
+            let Some((names, ids)) = crate::nodes::path_from_root(&self.nodes, node) else {
                 stale += 1;
                 continue;
             };

@@ -154,7 +154,7 @@ impl P9Fs {
                 name,
                 newparent,
                 newname,
-                node,
+                node: _,
             } if self.renameat_ok.load(Relaxed) => {
                 let (dpin, npin) = (self.pin(parent)?, self.pin(newparent)?);
                 self.rpc.send_async(
@@ -167,8 +167,8 @@ impl P9Fs {
                     rpc::AsyncOp::new(done, 0),
                 )?;
                 // A walk back to the node (once its fid is released)
-                // takes the new path; the server runs the rename first.
-                self.nodes.lock().moved(node.0, newparent.0, newname);
+                // takes the path the vfs moves; the server runs the
+                // rename first.
                 Ok(())
             }
             Deferred::Rename {
@@ -201,7 +201,9 @@ impl P9Fs {
                 )?;
                 // The reference the entry of a link counts (`link`'s walk
                 // to the new name adopts the node).
-                let old = self.nodes.lock().adopt_listed(node.0, newparent.0, newname);
+                // Found under a name the vfs does not hold for it yet: a
+                // fid it holds unused is let go (see `adopt_listed`).
+                let old = self.nodes.lock().adopt_listed(node.0, true);
                 if let Some(fid) = old {
                     self.fids.clunk(&self.rpc, fid);
                 }

@@ -101,8 +101,8 @@ impl Writer {
         );
         self.hash_insert(dc, idx, parent, hash);
         d.seq.write_end();
-        if kind & D_DIR != 0 {
-            self.dir_alias.insert(inode, idx);
+        if kind & D_NEGATIVE == 0 {
+            self.alias.insert(inode, idx);
         }
         Some(idx)
     }
@@ -131,7 +131,7 @@ impl Writer {
         }
         d.flags.store(D_ALLOCATED | D_DIR | extra, Relaxed);
         d.seq.write_end();
-        self.dir_alias.insert(inode, idx);
+        self.alias.insert(inode, idx);
         Some(idx)
     }
 
@@ -271,9 +271,28 @@ impl Writer {
         self.free_if_dead(dc, idx);
     }
 
+    /// A live positive dentry of `inode`: its alias, or else (a file with
+    /// hard links whose aliased name went) one found by a scan of the
+    /// dentries, which then becomes the alias. The scan is the rare path:
+    /// only a backend walking again to such a file takes it.
+    pub fn alias_of(&mut self, dc: &Dcache, inode: IIdx) -> Option<DIdx> {
+        if let Some(&d) = self.alias.get(&inode) {
+            return Some(d);
+        }
+        let found = (1..self.next_dentry).map(DIdx).find(|&idx| {
+            dc.dentry(idx).is_some_and(|d| {
+                let f = d.flags.load(Relaxed);
+                f & (D_ALLOCATED | D_HASHED | D_NEGATIVE | D_DEAD) == D_ALLOCATED | D_HASHED
+                    && d.target.load(Relaxed) == inode.0
+            })
+        })?;
+        self.alias.insert(inode, found);
+        Some(found)
+    }
+
     fn drop_alias(&mut self, inode: IIdx, idx: DIdx) {
-        if self.dir_alias.get(&inode) == Some(&idx) {
-            self.dir_alias.remove(&inode);
+        if self.alias.get(&inode) == Some(&idx) {
+            self.alias.remove(&inode);
         }
     }
 
@@ -328,9 +347,7 @@ impl Writer {
             .store((flags & !(D_NEGATIVE | D_DIR | D_SYMLINK)) | kind, Relaxed);
         d.target.store(inode.0, Relaxed);
         d.seq.write_end();
-        if kind & D_DIR != 0 {
-            self.dir_alias.insert(inode, idx);
-        }
+        self.alias.insert(inode, idx);
         Some(idx)
     }
 
@@ -417,11 +434,11 @@ impl Writer {
                 d.flags.fetch_or(D_STALE, Relaxed);
             } else {
                 let flags = d.flags.fetch_and(!D_STALE, Relaxed);
-                // A directory has one name: the one just found current
-                // is its name now (renamed away and back behind our
+                // The name just found current is the node's name now (a
+                // directory has one; renamed away and back behind our
                 // back, its alias may be the other name's dentry).
-                if flags & D_DIR != 0 {
-                    self.dir_alias.insert(IIdx(d.target.load(Relaxed)), idx);
+                if flags & D_NEGATIVE == 0 {
+                    self.alias.insert(IIdx(d.target.load(Relaxed)), idx);
                 }
             }
         }

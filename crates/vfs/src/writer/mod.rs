@@ -81,9 +81,12 @@ pub(crate) struct Writer {
     /// A refresh changed a mode, an owner or a symlink body: every
     /// listing read ahead before may show it wrong (readahead.rs).
     pub perm_dirty: bool,
-    /// Directory inode -> its live dentry, for changes reported by inode
-    /// (a directory has one name; the newest dentry wins).
-    pub dir_alias: HashMap<IIdx, DIdx>,
+    /// Inode -> a live positive dentry of it (the newest wins; a
+    /// directory has one name): for changes reported by inode, and for
+    /// the names a backend asks of the vfs ([`walkfs_fsapi::Names`]). A
+    /// file with hard links may lose its entry while another name lives:
+    /// [`Writer::alias_of`] then looks for one.
+    pub alias: HashMap<IIdx, DIdx>,
     /// Every context's table of parked pins, so that a name's removal
     /// takes back the pins parked on its dentry (see [`PinCache`]).
     parked: Vec<Weak<PinCache>>,
@@ -114,7 +117,7 @@ impl Writer {
             forgets: Vec::new(),
             ns_dirty: false,
             perm_dirty: false,
-            dir_alias: HashMap::new(),
+            alias: HashMap::new(),
             parked: Vec::new(),
             positive: HashMap::new(),
         }
