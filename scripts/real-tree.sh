@@ -85,9 +85,14 @@ start_server() {
     done
 }
 cleanup() {
+    local i
     mountpoint -q "$work/mnt" 2>/dev/null && umount "$work/mnt"
     stop_server
-    mountpoint -q "$work/fs" 2>/dev/null && umount "$work/fs"
+    # A daemon that just lost its mount may hold the file system a moment.
+    for i in $(seq 50); do
+        mountpoint -q "$work/fs" 2>/dev/null || break
+        umount "$work/fs" 2>/dev/null || sleep 0.2
+    done
     rm -rf "$work"
 }
 trap cleanup EXIT

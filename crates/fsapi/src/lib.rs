@@ -20,7 +20,7 @@ mod errno;
 pub mod keyindex;
 mod name;
 pub use errno::Errno;
-pub use name::Name;
+pub use name::{Name, Names};
 
 /// Result of every fallible walkfs operation.
 pub type Result<T> = std::result::Result<T, Errno>;
@@ -630,25 +630,6 @@ pub struct FidStats {
     pub rewalks: u64,
 }
 
-/// Where the vfs holds a backend's nodes by name: its dentry cache. A
-/// backend that must reach a node again by name (a host descriptor it
-/// closed to stay within a bound, a fid it released, every fid after a
-/// reconnect) asks here instead of keeping names of its own: the dentry
-/// cache already holds every name the vfs uses, and moves it with each
-/// rename the vfs makes or learns of, so a second table could only lag.
-///
-/// Called from within backend calls: an implementation takes no lock a
-/// backend call can hold (the vfs's writer lock is never held across one).
-pub trait Names: Send + Sync {
-    /// `node`'s ancestry, `node` first: each node with its name in the
-    /// directory that is the next entry's node; the last entry's directory
-    /// is the root. Empty for the root. `None` when no cached name leads
-    /// to `node` (removed, or moved behind the vfs's back and not found
-    /// since): the backend answers `ESTALE`, as for a name that no longer
-    /// holds the node.
-    fn path_of(&self, node: NodeId) -> Option<Vec<(NodeId, Name)>>;
-}
-
 /// A file system the vfs can mount: the calls every backend answers.
 /// Methods take the parent's [`NodeId`] and a single name; see the module
 /// comment for what the vfs guarantees about names. Errors are errnos as
@@ -666,10 +647,9 @@ pub trait FileSystem: Send + Sync {
     /// The root directory's node. Never forgotten.
     fn root(&self) -> NodeId;
 
-    /// The vfs that mounted this backend says where its names are
-    /// ([`Names`]), once, before its first call. A backend that never
-    /// walks again by name ignores it; one that does must not keep names
-    /// of its own.
+    /// The vfs that mounted this backend lends it its names ([`Names`]),
+    /// once, at mount. A backend that walks again by name keeps no names
+    /// of its own; one that never does ignores them.
     fn attach_names(&self, names: Arc<dyn Names>) {}
 
     /// A short name for logs and `statfs`-like reports ("memfs", "hostfs").

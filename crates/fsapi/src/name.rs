@@ -1,9 +1,12 @@
-//! A file name as the node tables keep it: one per file of a tree that
-//! may hold millions, so a short name (most are) is stored inline instead
-//! of in a heap block of its own (a boxed slice costs its 16 bytes plus
-//! a 32-byte allocation for any name up to 24 bytes).
+//! File names below the vfs: [`Name`], a name as tables that may hold
+//! millions keep one (a short name, as most are, is stored inline instead
+//! of in a heap block of its own: a boxed slice costs its 16 bytes plus a
+//! 32-byte allocation for any name up to 24 bytes), and [`Names`], the
+//! vfs's names of a backend's nodes, lent to the backend.
 
 use std::ops::Deref;
+
+use crate::NodeId;
 
 const INLINE: usize = 22;
 
@@ -49,6 +52,25 @@ impl std::fmt::Debug for Name {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:?}", String::from_utf8_lossy(self))
     }
+}
+
+/// Where the vfs holds a backend's nodes by name: its dentry cache. A
+/// backend that must reach a node again by name (a host descriptor it
+/// closed to stay within a bound, a fid it released, every fid after a
+/// reconnect) asks here instead of keeping names of its own: the dentry
+/// cache already holds every name the vfs uses, and moves it with each
+/// rename the vfs makes or learns of, so a second table could only lag.
+///
+/// Called from within backend calls: an implementation takes no lock a
+/// backend call can hold (the vfs's writer lock is never held across one).
+pub trait Names: Send + Sync {
+    /// `node`'s ancestry, `node` first: each node with its name in the
+    /// directory that is the next entry's node; the last entry's directory
+    /// is the root. Empty for the root. `None` when no cached name leads
+    /// to `node` (removed, or moved behind the vfs's back and not found
+    /// since): the backend answers `ESTALE`, as for a name that no longer
+    /// holds the node.
+    fn path_of(&self, node: NodeId) -> Option<Vec<(NodeId, Name)>>;
 }
 
 #[cfg(test)]

@@ -231,13 +231,17 @@ impl Filesystem for WalkFuse {
             })(),
             Operation::Flush { fh } => self.flush(ino, fh),
             Operation::Release { fh } => {
-                if self.pt.released(ino) {
-                    // The last open written straight to the host file:
-                    // its attributes are asked of the host again.
+                // A file the kernel wrote straight to the host: its cached
+                // attributes go stale before its backing does. In the
+                // other order a GETATTR in between (close(2) does not wait
+                // for RELEASE) would find the node unbacked and answer
+                // the attributes cached before the kernel's writes.
+                if self.pt.backed(ino) {
                     if let Ok(h) = self.node(ino) {
                         let _ = self.base.changed_outside(&h);
                     }
                 }
+                self.pt.released(ino);
                 // Closed once no request uses it; what a close reports
                 // was reported at flush already, where a program could
                 // see it.

@@ -102,9 +102,19 @@ impl Mount {
 }
 
 impl Drop for Mount {
+    /// Unmount; a mount still busy a moment (a replay in flight, a
+    /// program's last close) is tried again, then detached (`umount -l`),
+    /// so that no daemon outlives its test holding what the test run held.
     fn drop(&mut self) {
-        if mounted(&self.mnt) {
+        for _ in 0..20 {
+            if !mounted(&self.mnt) {
+                return;
+            }
             let _ = Command::new("umount").arg(&self.mnt).status();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        if mounted(&self.mnt) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
         }
     }
 }
