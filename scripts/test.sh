@@ -81,8 +81,8 @@ fi
 
 if [ "${WALKFS_SKIP_FUZZ:-0}" != 1 ]; then
     echo "== fuzzing, a fixed time each: the 9P codec, the server's sessions"
-    bash scripts/fuzz.sh decode "${WALKFS_FUZZ_SECONDS:-45}"
-    bash scripts/fuzz.sh session "${WALKFS_FUZZ_SECONDS:-90}"
+    bash scripts/fuzz.sh decode "${WALKFS_FUZZ_SECONDS:-30}"
+    bash scripts/fuzz.sh session "${WALKFS_FUZZ_SECONDS:-60}"
 fi
 
 if [ "${WALKFS_SKIP_LOOM:-0}" != 1 ]; then
