@@ -12,13 +12,15 @@
 //! | [`HostFiles`] | – | yes | – |
 //! | [`Watch`] | – | fanotify | the server's reports |
 //! | [`Remote`] | – | – | RPCs, fids, open+read in one |
+//! | [`Locks`] | – (the vfs keeps them) | on the host file | at the server |
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use crate::{
     open_then_read, run_inline, AttrThen, ChangeSink, Deferred, DirPlus, Done, FidStats,
-    FileHandle, FileSystem, Granted, ListAhead, Make, NodeId, OpenFlags, Owner, Result, RpcStats,
+    FileHandle, FileLock, FileSystem, Granted, ListAhead, LockOwner, Make, NodeId, OpenFlags,
+    Owner, Result, RpcStats,
 };
 
 /// Changes carried out behind their callers, in order: submitted changes
@@ -219,4 +221,30 @@ impl dyn FileSystem + '_ {
     pub fn listings_complete(&self) -> bool {
         self.listings().is_some_and(|l| l.complete())
     }
+}
+
+/// File locks taken where every party to the file sees them (a host
+/// directory: on the host file; a 9P client: at its server), so the
+/// host's programs, this vfs's callers and other clients exclude each
+/// other. No call waits for a lock: a conflict is `EAGAIN` (the vfs
+/// retries a blocking request; docs/locks.md).
+pub trait Locks: Send + Sync {
+    /// Take, convert or drop (`LockKind::Unlock`) `lock` on `node` for
+    /// `owner`, through open handle `fh` (a lock taken through a handle
+    /// goes when the handle is released, at the latest).
+    fn setlk(&self, node: NodeId, fh: FileHandle, owner: LockOwner, lock: &FileLock) -> Result<()>;
+
+    /// The first lock held by another owner, anywhere, that `lock` would
+    /// conflict with; `None` when it could be taken now.
+    fn getlk(
+        &self,
+        node: NodeId,
+        fh: FileHandle,
+        owner: LockOwner,
+        lock: &FileLock,
+    ) -> Result<Option<FileLock>>;
+
+    /// `owner` closed a descriptor of `node`: its POSIX locks there go
+    /// (its `flock` locks stay with their open file).
+    fn unlock_owner(&self, node: NodeId, fh: FileHandle, owner: LockOwner);
 }

@@ -18,8 +18,10 @@ pub mod caps;
 pub mod clock;
 mod errno;
 pub mod keyindex;
+pub mod locks;
 mod name;
 pub use errno::Errno;
+pub use locks::{ByHandle, FileLock, LockFlavor, LockKind, LockOwner, LockTable, LOCK_EOF};
 pub use name::{Name, Names};
 
 /// Result of every fallible walkfs operation.
@@ -795,6 +797,13 @@ pub trait FileSystem: Send + Sync {
     /// Counters of a remote server's messages and handles
     /// ([`caps::Remote`]); `None` for a backend that sends none.
     fn remote(&self) -> Option<&dyn caps::Remote> {
+        None
+    }
+
+    /// File locks every party to the file honours ([`caps::Locks`]);
+    /// `None`: the backend has no one to share them with, and the vfs
+    /// keeps them itself.
+    fn locks(&self) -> Option<&dyn caps::Locks> {
         None
     }
 }

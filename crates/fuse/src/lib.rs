@@ -28,6 +28,7 @@ mod bare;
 mod coherent;
 mod fds;
 mod listings;
+mod locks;
 mod nodes;
 
 pub(crate) use nodes::{Node, NodeIo, Nodes};
@@ -90,6 +91,11 @@ pub struct WalkFuse {
     /// flush and fsync).
     writes_behind: bool,
     pub counters: Arc<FuseCounters>,
+    /// File locks served (the backend takes them where every party sees
+    /// them: INIT's POSIX_LOCKS and FLOCK_LOCKS), and their bookkeeping
+    /// (locks.rs).
+    serves_locks: bool,
+    locks: locks::LockState,
 }
 
 /// Split a timeout into the wire's seconds and nanoseconds.
@@ -193,7 +199,13 @@ impl WalkFuse {
             Arc::clone(&nodes),
         ));
         let kc = Arc::new(coherent::KernelCache::new(nodes.clone(), Arc::clone(&base)));
+        // Locks are served where another party could hold them (the
+        // host's programs, a server's other clients); over memory the
+        // kernel's own locks are the same and cost no round trip.
+        let serves_locks = vfs.has_locks() && (vfs.has_host_files() || vfs.is_remote());
         Ok(WalkFuse {
+            serves_locks,
+            locks: locks::LockState::default(),
             root,
             handles: fds::Handles::default(),
             vfs,
@@ -582,9 +594,18 @@ impl WalkFuse {
         self.wb_cache.load(Relaxed)
     }
 
-    fn fopen_flags(&self) -> u32 {
-        if self.keeps() {
-            fopen::KEEP_CACHE
+    /// The open flags of an open of node `ino` not in passthrough.
+    fn fopen_flags(&self, ino: u64) -> u32 {
+        let keep = if self.keeps() { fopen::KEEP_CACHE } else { 0 };
+        keep | self.noflush(ino)
+    }
+
+    /// `FOPEN_NOFLUSH` unless a close of this open file may have record
+    /// locks to drop (locks.rs), or FLUSH carries the file's changes.
+    fn noflush(&self, ino: u64) -> u32 {
+        let flush_does_nothing = !self.writes_behind || self.writeback();
+        if self.serves_locks && flush_does_nothing && !self.locks.ever_locked(ino) {
+            fopen::NOFLUSH
         } else {
             0
         }
@@ -608,6 +629,9 @@ impl WalkFuse {
             if let Some(n) = nodes.by_id.remove(&ino) {
                 nodes.keys.remove(n.key, ino);
                 drop(nodes);
+                if self.serves_locks {
+                    self.locks.forgotten(ino);
+                }
                 if self.pt.forgotten(n.backing) {
                     // The vfs's copy of its attributes predates the
                     // kernel's writes to the host file.

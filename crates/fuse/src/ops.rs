@@ -7,9 +7,12 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use walkfs_fusewire::abi::{self, fopen, init};
-use walkfs_fusewire::request::DirRead;
+use walkfs_fusewire::request::{DirRead, Lk};
 use walkfs_fusewire::{Filesystem, Operation, Reply, Request, Setattr};
-use walkfs_vfs::{CachePolicy, Ctx, Errno, OpenFile, Statx, WriteAs};
+use walkfs_vfs::{
+    CachePolicy, Ctx, Errno, FileLock, LockFlavor, LockKind, LockOwner, LockWait, OpenFile, Statx,
+    WriteAs, LOCK_EOF,
+};
 
 use crate::stats::{Op, STATS_IOCTL, SYNC_IOCTL};
 use crate::{attr_of, stat_of, time_set, WalkFuse, DEGRADED_TTL, ROOT};
@@ -65,9 +68,11 @@ pub(crate) fn counted(op: &Operation<'_>) -> Option<Op> {
         Operation::Access { .. } => Op::Access,
         Operation::Create { .. } => Op::Create,
         Operation::Ioctl { .. } => Op::Ioctl,
+        Operation::Getlk(_) => Op::Getlk,
+        Operation::Setlk { .. } => Op::Setlk,
         Operation::Setxattr
         | Operation::Removexattr
-        | Operation::Interrupt
+        | Operation::Interrupt { .. }
         | Operation::Destroy
         | Operation::Other(_) => return None,
     })
@@ -85,6 +90,11 @@ impl Filesystem for WalkFuse {
         // Ioctls on directories: `walkfs stats` and `walkfs sync` ask the
         // root.
         let mut want = init::PARALLEL_DIROPS | init::HANDLE_KILLPRIV_V2 | init::HAS_IOCTL_DIR;
+        if self.serves_locks {
+            // Locks are the backend's, where the host's programs and
+            // other clients see them (locks.rs).
+            want |= init::POSIX_LOCKS | init::FLOCK_LOCKS;
+        }
         if self.keeps() {
             want |= init::CACHE_SYMLINKS | init::DO_READDIRPLUS | init::READDIRPLUS_AUTO;
             // Write-back caching: the kernel gathers a program's small
@@ -229,8 +239,18 @@ impl Filesystem for WalkFuse {
                 reply.written(n as u32);
                 Ok(())
             })(),
-            Operation::Flush { fh } => self.flush(ino, fh),
-            Operation::Release { fh } => {
+            Operation::Flush { fh, lock_owner } => self.flush(ino, fh, lock_owner),
+            Operation::Getlk(lk) => self.getlk(ino, &lk, reply),
+            Operation::Setlk { lk, sleep } => self.setlk(req, ino, &lk, sleep),
+            Operation::Release { fh, flock_owner } => {
+                // The file's flock locks go with it (and whatever else
+                // was taken through it, when the vfs releases it).
+                if let (true, Some(owner), true) = (self.serves_locks, flock_owner, fh != 0) {
+                    if let Some(f) = self.handles.get(fh) {
+                        let unlock = FileLock::whole(LockKind::Unlock, LockFlavor::Flock);
+                        let _ = f.setlk(LockOwner(owner), &unlock, LockWait::No);
+                    }
+                }
                 // A file the kernel wrote straight to the host: its cached
                 // attributes go stale before its backing does. In the
                 // other order a GETATTR in between (close(2) does not wait
@@ -315,7 +335,11 @@ impl Filesystem for WalkFuse {
                 mode,
                 umask,
             } => self.create(req, ino, name, flags, mode & !umask & 0o7777, reply),
-            Operation::Interrupt | Operation::Destroy => Ok(()),
+            Operation::Interrupt { unique } => {
+                self.locks.interrupt(unique);
+                Ok(())
+            }
+            Operation::Destroy => Ok(()),
             Operation::Other(_) => Err(Errno::ENOSYS),
         };
         r.map_err(|e| e.0)
@@ -495,17 +519,28 @@ impl WalkFuse {
     /// else the cache flags.
     fn passthrough(&self, ino: u64, f: &OpenFile) -> (u32, i32) {
         if !self.pt.on() || kills_priv_on_write(f) {
-            return (self.fopen_flags(), 0);
+            return (self.fopen_flags(ino), 0);
         }
         let file = f.host_file().ok().flatten();
         match self.pt.for_open(ino, file.as_deref()) {
-            Some(id) => (fopen::PASSTHROUGH, id),
-            None => (self.fopen_flags(), 0),
+            Some(id) => (fopen::PASSTHROUGH | self.noflush(ino), id),
+            None => (self.fopen_flags(ino), 0),
         }
     }
 
-    fn flush(&self, ino: u64, fh: u64) -> Result<(), Errno> {
+    fn flush(&self, ino: u64, fh: u64, lock_owner: u64) -> Result<(), Errno> {
+        // A close drops its process's record locks on the file (after
+        // the file's changes: the vfs carries them out first).
+        if self.serves_locks && self.locks.closing(ino, lock_owner) {
+            self.io_file(ino, fh, false)?
+                .unlock_owner(LockOwner(lock_owner))?;
+        }
         if !self.writes_behind || self.writeback() {
+            if self.serves_locks {
+                // Opens say NOFLUSH instead (locks.rs): ENOSYS would stop
+                // every FLUSH, and with them the closes' unlocks.
+                return Ok(());
+            }
             // ENOSYS once makes the kernel stop asking, so a close costs
             // no round trip. Nothing is lost by it:
             // - a backend that completes every change before answering
@@ -524,6 +559,78 @@ impl WalkFuse {
         // of its changes met is reported (with cache=coherent after
         // waiting for them: close-to-open consistency as NFS keeps it).
         self.io_file(ino, fh, false)?.flush()
+    }
+
+    /// The lock a GETLK or SETLK asks about.
+    fn lock_of(lk: &Lk) -> Result<FileLock, Errno> {
+        Ok(FileLock {
+            kind: LockKind::from_fcntl(lk.ty).ok_or(Errno::EINVAL)?,
+            flavor: if lk.flock {
+                LockFlavor::Flock
+            } else {
+                LockFlavor::Posix
+            },
+            start: lk.start.min(LOCK_EOF),
+            end: lk.end.min(LOCK_EOF),
+            pid: lk.pid,
+        })
+    }
+
+    /// SETLK, SETLKW: take, convert or drop a lock (locks.rs). A waiter
+    /// gives up with EINTR when the kernel interrupts its request.
+    fn setlk(&self, req: &Request, ino: u64, lk: &Lk, sleep: bool) -> Result<(), Errno> {
+        if !self.serves_locks {
+            return Err(Errno::ENOSYS);
+        }
+        let lock = Self::lock_of(lk)?;
+        let f = self.io_file(ino, lk.fh, false)?;
+        let unique = req.unique;
+        let cancelled = || self.locks.is_interrupted(unique);
+        let wait = if sleep {
+            LockWait::Until(&cancelled)
+        } else {
+            LockWait::No
+        };
+        let r = f.setlk(LockOwner(lk.owner), &lock, wait);
+        self.locks.done(unique);
+        r?;
+        if lock.kind != LockKind::Unlock {
+            self.locks.took(ino, lk.owner, !lk.flock);
+            // Another party may have changed the file while it held the
+            // lock, and its report may not be here yet: the kernel's
+            // attributes go (the size a program reads next), and its
+            // pages (a passthrough file's pages are the host's own).
+            if let Some(n) = self.kc.notifier.get() {
+                let pages = if self.pt.backed(ino) { -1 } else { 0 };
+                let _ = n.inval_inode(ino, pages, 0);
+            }
+        }
+        Ok(())
+    }
+
+    /// GETLK: the lock of another owner in the way, or F_UNLCK.
+    fn getlk(&self, ino: u64, lk: &Lk, reply: Reply<'_>) -> Result<(), Errno> {
+        if !self.serves_locks {
+            return Err(Errno::ENOSYS);
+        }
+        let lock = Self::lock_of(lk)?;
+        let f = self.io_file(ino, lk.fh, false)?;
+        let out = match f.getlk(LockOwner(lk.owner), &lock)? {
+            Some(l) => abi::LkOut {
+                start: l.start,
+                end: l.end,
+                ty: l.kind.fcntl(),
+                pid: l.pid,
+            },
+            None => abi::LkOut {
+                start: lk.start,
+                end: lk.end,
+                ty: libc::F_UNLCK as u32,
+                pid: 0,
+            },
+        };
+        reply.lock(&out);
+        Ok(())
     }
 
     fn readdir(&self, req: &Request, ino: u64, d: &DirRead, reply: Reply<'_>) -> Result<(), Errno> {

@@ -66,11 +66,13 @@ pub enum Op {
     Create,
     Readdirplus,
     Ioctl,
+    Getlk,
+    Setlk,
 }
 
 /// The opcodes' names, in [`Op`] order (as the kernel's fuse.h spells
 /// them, lower case).
-pub const OP_NAMES: [&str; 29] = [
+pub const OP_NAMES: [&str; 31] = [
     "lookup",
     "forget",
     "getattr",
@@ -100,10 +102,12 @@ pub const OP_NAMES: [&str; 29] = [
     "create",
     "readdirplus",
     "ioctl",
+    "getlk",
+    "setlk",
 ];
 
 // Every Op has a name: the last variant is the last name.
-const _: () = assert!(Op::Ioctl as usize + 1 == OP_NAMES.len());
+const _: () = assert!(Op::Setlk as usize + 1 == OP_NAMES.len());
 
 /// What the kernel asked of the mount: requests by opcode and the time
 /// spent answering each kind (from the request's dispatch to the return

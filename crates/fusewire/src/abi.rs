@@ -32,6 +32,9 @@ pub mod op {
     pub const READDIR: u32 = 28;
     pub const RELEASEDIR: u32 = 29;
     pub const FSYNCDIR: u32 = 30;
+    pub const GETLK: u32 = 31;
+    pub const SETLK: u32 = 32;
+    pub const SETLKW: u32 = 33;
     pub const ACCESS: u32 = 34;
     pub const CREATE: u32 = 35;
     pub const INTERRUPT: u32 = 36;
@@ -46,8 +49,12 @@ pub mod op {
 /// high word travels in `flags2` once `INIT_EXT` is agreed).
 pub mod init {
     pub const ASYNC_READ: u64 = 1 << 0;
+    /// Record locks (fcntl) are the server's: GETLK, SETLK, SETLKW.
+    pub const POSIX_LOCKS: u64 = 1 << 1;
     pub const ATOMIC_O_TRUNC: u64 = 1 << 3;
     pub const BIG_WRITES: u64 = 1 << 5;
+    /// `flock` locks are the server's too (SETLK with `LK_FLOCK`).
+    pub const FLOCK_LOCKS: u64 = 1 << 10;
     pub const HAS_IOCTL_DIR: u64 = 1 << 11;
     pub const DO_READDIRPLUS: u64 = 1 << 13;
     pub const READDIRPLUS_AUTO: u64 = 1 << 14;
@@ -141,6 +148,8 @@ pub mod fattr {
 /// `fuse_open_out.open_flags` bits.
 pub mod fopen {
     pub const KEEP_CACHE: u32 = 1 << 1;
+    /// No FLUSH at this open file's closes (kernel 5.16+).
+    pub const NOFLUSH: u32 = 1 << 5;
     /// Reads, writes and mmap of this open file go to the backing file
     /// `fuse_open_out.backing_id` names.
     pub const PASSTHROUGH: u32 = 1 << 7;
@@ -160,6 +169,11 @@ pub mod ioc {
 /// `fuse_write_in.write_flags`: the writer lacks CAP_FSETID, clear set-id
 /// bits (kill-priv v2).
 pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
+/// `fuse_lk_in.lk_flags`: a `flock` lock, not a record lock.
+pub const LK_FLOCK: u32 = 1 << 0;
+/// `fuse_release_in.release_flags`: the file held flock locks, which go
+/// with it (`lock_owner` is theirs).
+pub const RELEASE_FLOCK_UNLOCK: u32 = 1 << 1;
 /// `fuse_getattr_in.getattr_flags`: `fh` is valid.
 pub const GETATTR_FH: u32 = 1 << 0;
 
@@ -371,6 +385,15 @@ wire! {
     IoctlIn { fh: u64, flags: u32, cmd: u32, arg: u64, in_size: u32, out_size: u32 }
     IoctlOut { result: i32, flags: u32, in_iovs: u32, out_iovs: u32 }
     InterruptIn { unique: u64 }
+    /// GETLK, SETLK, SETLKW: the file, the lock's owner, the lock
+    /// (`fuse_file_lock`: first and last byte, F_RDLCK/F_WRLCK/F_UNLCK,
+    /// the caller's pid) and `LK_FLOCK` for a flock.
+    LkIn {
+        fh: u64, owner: u64, start: u64, end: u64, ty: u32, pid: u32,
+        lk_flags: u32, padding: u32,
+    }
+    /// GETLK's reply: the lock in the way (F_UNLCK: none).
+    LkOut { start: u64, end: u64, ty: u32, pid: u32 }
     NotifyInvalInode { ino: u64, off: i64, len: i64 }
     NotifyInvalEntry { parent: u64, namelen: u32, flags: u32 }
 }
@@ -450,6 +473,8 @@ mod tests {
         assert_eq!(ioc::BACKING_CLOSE, 0x4004_e502);
         assert_eq!(size_of::<ReleaseIn>(), 24);
         assert_eq!(size_of::<FlushIn>(), 24);
+        assert_eq!(size_of::<LkIn>(), 48);
+        assert_eq!(size_of::<LkOut>(), 24);
         assert_eq!(size_of::<IoctlIn>(), 32);
         assert_eq!(size_of::<IoctlOut>(), 16);
         assert_eq!(size_of::<MknodIn>(), 16);

@@ -167,7 +167,7 @@ impl Filesystem for Arc<Tree> {
             | Operation::Releasedir { .. }
             | Operation::Forget { .. }
             | Operation::BatchForget { .. }
-            | Operation::Interrupt => {}
+            | Operation::Interrupt { .. } => {}
             // OPENDIR: the kernel then lists without opening; GETXATTR:
             // none kept. Everything else: not in the prototype.
             _ => return Err(libc::ENOSYS),

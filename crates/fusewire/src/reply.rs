@@ -94,6 +94,11 @@ impl<'a> Reply<'a> {
         DirBuf::new(self.out, size)
     }
 
+    /// GETLK: the lock in the way (`ty` F_UNLCK: none).
+    pub fn lock(self, l: &abi::LkOut) {
+        put(self.out, l);
+    }
+
     /// IOCTL: the result, then `body` (what the caller's buffer gets).
     pub fn ioctl(self, o: &abi::IoctlOut, body: &[u8]) {
         put(self.out, o);

@@ -49,6 +49,21 @@ pub struct DirRead {
     pub size: u32,
 }
 
+/// A lock request's file, owner and lock.
+#[derive(Clone, Copy, Debug)]
+pub struct Lk {
+    pub fh: u64,
+    pub owner: u64,
+    /// First and last byte (inclusive; `OFFSET_MAX` for "to the end").
+    pub start: u64,
+    pub end: u64,
+    /// `F_RDLCK`, `F_WRLCK` or `F_UNLCK`.
+    pub ty: u32,
+    pub pid: u32,
+    /// A `flock` lock (`LK_FLOCK`), not a record lock.
+    pub flock: bool,
+}
+
 /// What a request asks, with its arguments.
 #[derive(Debug)]
 pub enum Operation<'a> {
@@ -115,6 +130,9 @@ pub enum Operation<'a> {
     Statfs,
     Release {
         fh: u64,
+        /// The owner of the flock locks taken through it, which go with
+        /// it (`RELEASE_FLOCK_UNLOCK`).
+        flock_owner: Option<u64>,
     },
     Fsync {
         fh: u64,
@@ -131,6 +149,15 @@ pub enum Operation<'a> {
     Removexattr,
     Flush {
         fh: u64,
+        /// The closing process's lock owner: its record locks on the
+        /// file go.
+        lock_owner: u64,
+    },
+    /// GETLK, SETLK (`sleep: false`), SETLKW (`sleep: true`).
+    Getlk(Lk),
+    Setlk {
+        lk: Lk,
+        sleep: bool,
     },
     Opendir {
         flags: i32,
@@ -159,7 +186,11 @@ pub enum Operation<'a> {
         in_data: &'a [u8],
         out_size: u32,
     },
-    Interrupt,
+    /// The kernel gave up waiting for request `unique` (a signal): a
+    /// request still waiting (SETLKW) should fail with EINTR.
+    Interrupt {
+        unique: u64,
+    },
     Destroy,
     /// INIT is the session's own; anything else is not spoken here.
     Other(u32),
@@ -186,11 +217,12 @@ pub fn op_header_size(opcode: u32) -> usize {
         | op::OPENDIR
         | op::GETXATTR
         | op::LISTXATTR
-        | op::ACCESS
-        | op::INTERRUPT => 8,
+        | op::ACCESS => 8,
         op::GETATTR | op::FSYNC | op::FSYNCDIR => 16,
         op::MKNOD | op::RENAME2 | op::CREATE => 16,
         op::RELEASE | op::RELEASEDIR | op::FLUSH => 24,
+        op::GETLK | op::SETLK | op::SETLKW => size_of::<abi::LkIn>(),
+        op::INTERRUPT => 8,
         op::IOCTL => size_of::<abi::IoctlIn>(),
         op::READ | op::READDIR | op::READDIRPLUS => size_of::<abi::ReadIn>(),
         op::WRITE => size_of::<abi::WriteIn>(),
@@ -345,11 +377,34 @@ impl<'a> Operation<'a> {
             }
             op::STATFS => Operation::Statfs,
             op::RELEASE | op::RELEASEDIR => {
-                let fh = hdr::<abi::ReleaseIn>(head)?.fh;
+                let r = hdr::<abi::ReleaseIn>(head)?;
                 if opcode == op::RELEASE {
-                    Operation::Release { fh }
+                    Operation::Release {
+                        fh: r.fh,
+                        flock_owner: (r.release_flags & abi::RELEASE_FLOCK_UNLOCK != 0)
+                            .then_some(r.lock_owner),
+                    }
                 } else {
-                    Operation::Releasedir { fh }
+                    Operation::Releasedir { fh: r.fh }
+                }
+            }
+            op::GETLK | op::SETLK | op::SETLKW => {
+                let l = hdr::<abi::LkIn>(head)?;
+                let lk = Lk {
+                    fh: l.fh,
+                    owner: l.owner,
+                    start: l.start,
+                    end: l.end,
+                    ty: l.ty,
+                    pid: l.pid,
+                    flock: l.lk_flags & abi::LK_FLOCK != 0,
+                };
+                match opcode {
+                    op::GETLK => Operation::Getlk(lk),
+                    _ => Operation::Setlk {
+                        lk,
+                        sleep: opcode == op::SETLKW,
+                    },
                 }
             }
             op::FSYNC | op::FSYNCDIR => {
@@ -374,9 +429,13 @@ impl<'a> Operation<'a> {
             },
             op::SETXATTR => Operation::Setxattr,
             op::REMOVEXATTR => Operation::Removexattr,
-            op::FLUSH => Operation::Flush {
-                fh: hdr::<abi::FlushIn>(head)?.fh,
-            },
+            op::FLUSH => {
+                let f = hdr::<abi::FlushIn>(head)?;
+                Operation::Flush {
+                    fh: f.fh,
+                    lock_owner: f.lock_owner,
+                }
+            }
             op::READDIR | op::READDIRPLUS => {
                 let r = hdr::<abi::ReadIn>(head)?;
                 let d = DirRead {
@@ -413,7 +472,9 @@ impl<'a> Operation<'a> {
                     out_size: i.out_size,
                 }
             }
-            op::INTERRUPT => Operation::Interrupt,
+            op::INTERRUPT => Operation::Interrupt {
+                unique: hdr::<abi::InterruptIn>(head)?.unique,
+            },
             op::DESTROY => Operation::Destroy,
             other => Operation::Other(other),
         })

@@ -268,6 +268,11 @@ struct Shared<F> {
     /// the count changes.
     ring_threads: Mutex<usize>,
     ring_done: Condvar,
+    /// SETLKW requests waiting for their lock, and the spare `/dev/fuse`
+    /// threads started to serve the queue meanwhile: while there are
+    /// more spares than waiters, a thread that finished a request goes.
+    lock_waiters: AtomicUsize,
+    spares: AtomicUsize,
 }
 
 /// A FUSE session on a mounted `/dev/fuse` descriptor.
@@ -309,6 +314,8 @@ impl<F: Filesystem> Session<F> {
                 uring: AtomicBool::new(false),
                 ring_threads: Mutex::new(0),
                 ring_done: Condvar::new(),
+                lock_waiters: AtomicUsize::new(0),
+                spares: AtomicUsize::new(0),
             }),
         })
     }
@@ -339,7 +346,7 @@ impl<F: Filesystem> Session<F> {
                 let s = Arc::clone(&self.shared);
                 std::thread::Builder::new()
                     .name(format!("fuse-dev-{i}"))
-                    .spawn(move || dev_loop(&s))
+                    .spawn(move || dev_loop(&s, false))
             })
             .collect::<io::Result<_>>()?;
         let mut result = Ok(());
@@ -495,7 +502,7 @@ impl<F: Filesystem> Shared<F> {
 }
 
 /// One `/dev/fuse` thread: read a request, answer it, write the reply.
-fn dev_loop<F: Filesystem>(s: &Arc<Shared<F>>) -> io::Result<()> {
+fn dev_loop<F: Filesystem>(s: &Arc<Shared<F>>, spare: bool) -> io::Result<()> {
     let fd = s.fd.as_raw_fd();
     // A request is at most a header, an operation header and max_write
     // bytes of data; the kernel wants room for at least 8 KiB.
@@ -527,7 +534,19 @@ fn dev_loop<F: Filesystem>(s: &Arc<Shared<F>>) -> io::Result<()> {
             .saturating_sub(usize::from(h.total_extlen) * 8)
             .max(hsz);
         let (head, tail) = split_body(h.opcode, &msg[hsz..end]);
-        let Some(error) = s.answer(&h, head, tail, &mut out) else {
+        // A SETLKW may wait as long as another party holds the lock:
+        // another thread serves the queue meanwhile, so that waiters
+        // never hold every thread (the holder's own requests among
+        // what they would block).
+        let waits = h.opcode == op::SETLKW;
+        if waits {
+            start_spare(s);
+        }
+        let answered = s.answer(&h, head, tail, &mut out);
+        if waits {
+            s.lock_waiters.fetch_sub(1, Relaxed);
+        }
+        let Some(error) = answered else {
             continue;
         };
         match s.reply_dev(h.unique, error, &out) {
@@ -540,7 +559,40 @@ fn dev_loop<F: Filesystem>(s: &Arc<Shared<F>>) -> io::Result<()> {
         if h.opcode == op::INIT && s.uring.load(Relaxed) {
             start_rings(s);
         }
+        if spare && spare_goes(s) {
+            return Ok(());
+        }
     }
+}
+
+/// A request that may wait long is about to run: count its waiter, and
+/// start a spare thread unless one is there for it already.
+fn start_spare<F: Filesystem>(s: &Arc<Shared<F>>) {
+    let waiters = s.lock_waiters.fetch_add(1, Relaxed) + 1;
+    if s.spares.load(Relaxed) >= waiters {
+        return;
+    }
+    s.spares.fetch_add(1, Relaxed);
+    let s2 = Arc::clone(s);
+    let spawned = std::thread::Builder::new()
+        .name("fuse-spare".into())
+        .spawn(move || dev_loop(&s2, true));
+    if let Err(e) = spawned {
+        s.spares.fetch_sub(1, Relaxed);
+        tracing::warn!("no spare FUSE thread for a waiting lock: {e}");
+    }
+}
+
+/// Should this spare thread go, being one more than the waiters need?
+fn spare_goes<F: Filesystem>(s: &Shared<F>) -> bool {
+    let mut n = s.spares.load(Relaxed);
+    while n > s.lock_waiters.load(Relaxed) {
+        match s.spares.compare_exchange_weak(n, n - 1, Relaxed, Relaxed) {
+            Ok(_) => return true,
+            Err(now) => n = now,
+        }
+    }
+    false
 }
 
 /// The CPUs the kernel makes queues for (all possible ones).

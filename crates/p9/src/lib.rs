@@ -19,6 +19,7 @@ use std::io::{self, Read};
 pub mod dirplus;
 pub mod inogrant;
 pub mod lease;
+pub mod locks;
 pub mod notify;
 pub mod order;
 pub mod transport;

@@ -13,6 +13,8 @@ use crate::inos::Inos;
 use crate::session::Session;
 use crate::users;
 
+mod locks;
+
 /// The open flags a client may ask for (the rest are the client kernel's
 /// business or meaningless here).
 const OPEN_MASK: u32 =
@@ -295,14 +297,23 @@ pub(crate) fn handle(
         Fcall::Tunlinkat { name, flags, .. } => r.unlinkat(name, flags, out),
         Fcall::Tsetattr { attr, .. } => r.set_attr(&attr, out),
         Fcall::Tfsync { .. } => r.fsync(out),
-        Fcall::Tlock { .. } => r.lock(out),
-        Fcall::Tgetlock {
+        Fcall::Tlock {
+            ty,
+            flags,
             start,
             length,
             proc_id,
             client_id,
             ..
-        } => r.getlock(start, length, proc_id, client_id, out),
+        } => r.lock(ty, flags, start, length, proc_id, client_id, out),
+        Fcall::Tgetlock {
+            ty,
+            start,
+            length,
+            proc_id,
+            client_id,
+            ..
+        } => r.getlock(ty, start, length, proc_id, client_id, out),
         Fcall::Tclunk { .. } => r.clunk(out),
         Fcall::Tremove { .. } => r.remove(out),
         Fcall::Trename { name, .. } => r.rename(name, out),
@@ -916,35 +927,6 @@ impl Req<'_> {
         self.fid(0)?;
         self.inos().sync();
         self.reply(Fcall::Rfsync {}, out)
-    }
-
-    /// `Tlock`.
-    fn lock(&self, out: &mut Vec<u8>) -> Result<()> {
-        // Locks are advisory and kept by each client kernel.
-        self.fid(0)?;
-        self.reply(Fcall::Rlock { status: 0 }, out)
-    }
-
-    /// `Tgetlock`.
-    fn getlock(
-        &self,
-        start: u64,
-        length: u64,
-        proc_id: u32,
-        client_id: Str<'_>,
-        out: &mut Vec<u8>,
-    ) -> Result<()> {
-        self.fid(0)?;
-        self.reply(
-            Fcall::Rgetlock {
-                ty: 2, // P9_LOCK_TYPE_UNLCK: nothing here holds a lock
-                start,
-                length,
-                proc_id,
-                client_id,
-            },
-            out,
-        )
     }
 
     /// `Tclunk`.

@@ -33,7 +33,13 @@ pub(crate) struct Session {
     pub me: std::sync::OnceLock<std::sync::Weak<dyn crate::notify::Peer>>,
     /// Its recent changes, whose reports it is not sent (own.rs).
     pub own: crate::own::Own,
+    /// This connection's own number, which its lock owners are hashed
+    /// with (handlers/locks.rs): no two connections share an owner.
+    pub lock_space: u64,
 }
+
+/// The next connection's [`Session::lock_space`].
+static LOCK_SPACES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Session {
     pub fn new(server: Arc<Server>, peer: String) -> Session {
@@ -51,6 +57,7 @@ impl Session {
             unspent: Mutex::new(Default::default()),
             me: std::sync::OnceLock::new(),
             own: Default::default(),
+            lock_space: LOCK_SPACES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 

@@ -68,15 +68,15 @@ pub use handle::{At, Handle};
 pub use metered::BackendCalls;
 pub use namei::slow_permission_checks;
 pub use openfile::OpenFile;
-pub use ops::{Ctx, DirEntryOut, Made, NameStep, WriteAs, AT_FDCWD};
+pub use ops::{Ctx, DirEntryOut, LockWait, Made, NameStep, WriteAs, AT_FDCWD};
 pub use opt::OptError;
 pub use options::{CachePolicy, NegPolicy, Options, OPTIONS};
 pub use perm::Creds;
 pub use stat::{Statx, StatxTimestamp};
 pub use walkfs_fsapi::{
-    caps, generation_of, Change, ChangeSink, Errno, FidStats, FileSystem, FileType, How, Result,
-    RpcStats, Seen, StatFs, TimeSet, Timespec, What, NAME_MAX, PATH_MAX, RENAME_EXCHANGE,
-    RENAME_NOREPLACE,
+    caps, generation_of, Change, ChangeSink, Errno, FidStats, FileLock, FileSystem, FileType, How,
+    LockFlavor, LockKind, LockOwner, Result, RpcStats, Seen, StatFs, TimeSet, Timespec, What,
+    LOCK_EOF, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
 pub use writeback::{SettleListener, WriteBackStats};
 
@@ -527,6 +527,13 @@ impl Vfs {
     /// costs no more than the stat a listing with attributes would make?
     pub fn has_host_files(&self) -> bool {
         self.inner.sb(0).is_ok_and(|fs| fs.host_files().is_some())
+    }
+
+    /// Does the root backend take file locks where other parties see
+    /// them ([`caps::Locks`])? Without, locks stay with the front end's
+    /// kernel (a FUSE mount keeps them itself).
+    pub fn has_locks(&self) -> bool {
+        self.inner.sb(0).is_ok_and(|fs| fs.locks().is_some())
     }
 
     /// Is `other` this vfs (a clone of it)?

@@ -275,6 +275,10 @@ impl FileSystem for Metered {
         self.fs.watch()
     }
 
+    fn locks(&self) -> Option<&dyn caps::Locks> {
+        self.fs.locks()
+    }
+
     /// Metered: an open with its first read is two calls.
     fn remote(&self) -> Option<&dyn caps::Remote> {
         self.fs.remote().map(|_| self as &dyn caps::Remote)

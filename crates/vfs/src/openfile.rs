@@ -131,6 +131,32 @@ impl OpenFile {
         self.0.ctx.flush_at(self.at())
     }
 
+    /// Take, convert or drop a lock for `owner` (`fcntl(F_SETLK[W])`,
+    /// `flock`): see [`crate::LockWait`] and ops/lock.rs.
+    pub fn setlk(
+        &self,
+        owner: walkfs_fsapi::LockOwner,
+        lock: &walkfs_fsapi::FileLock,
+        wait: crate::LockWait<'_>,
+    ) -> Result<()> {
+        self.0.ctx.setlk_at(self.at(), owner, lock, wait)
+    }
+
+    /// `fcntl(F_GETLK)`: another owner's lock in the way of `lock`.
+    pub fn getlk(
+        &self,
+        owner: walkfs_fsapi::LockOwner,
+        lock: &walkfs_fsapi::FileLock,
+    ) -> Result<Option<walkfs_fsapi::FileLock>> {
+        self.0.ctx.getlk_at(self.at(), owner, lock)
+    }
+
+    /// `owner` closed a descriptor of this file: its POSIX locks on the
+    /// file go.
+    pub fn unlock_owner(&self, owner: walkfs_fsapi::LockOwner) -> Result<()> {
+        self.0.ctx.unlock_owner_at(self.at(), owner)
+    }
+
     /// `lseek(fd, off, whence)`.
     pub fn lseek(&self, off: i64, whence: i32) -> Result<u64> {
         self.0.ctx.lseek_at(self.at(), off, whence)

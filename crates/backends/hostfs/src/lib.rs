@@ -19,6 +19,7 @@
 //! [`NodeId`], as the [`FileSystem`] contract asks.
 
 mod behind;
+mod locks;
 mod own;
 mod sys;
 mod table;
@@ -78,6 +79,8 @@ pub struct HostFs {
     /// What our own changes left behind, so that their reports are marked
     /// (own.rs).
     own: Arc<Own>,
+    /// File locks, taken on the host file for their owners (locks.rs).
+    locks: locks::HostLocks,
 }
 
 #[derive(Default)]
@@ -118,6 +121,7 @@ impl HostFs {
             ordered: AtomicBool::new(false),
             direct: Mutex::new(Direct::default()),
             own: Arc::new(Own::default()),
+            locks: locks::HostLocks::default(),
         })
     }
 
@@ -624,6 +628,7 @@ impl FileSystem for HostFs {
     }
 
     fn release(&self, _node: NodeId, fh: FileHandle) {
+        self.locks.released(fh);
         // A queued write holds the descriptor until it ran.
         self.handles.lock().remove(&fh.0);
         if !self.ordered.load(Relaxed) {
@@ -791,6 +796,10 @@ impl FileSystem for HostFs {
     }
 
     fn host_files(&self) -> Option<&dyn caps::HostFiles> {
+        Some(self)
+    }
+
+    fn locks(&self) -> Option<&dyn caps::Locks> {
         Some(self)
     }
 

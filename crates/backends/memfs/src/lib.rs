@@ -10,8 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use parking_lot::Mutex;
 use walkfs_fsapi::{
-    Attr, DirEntry, Entry, Errno, FileHandle, FileSystem, FileType, NodeId, OpenFlags, Owner,
-    Result, SetAttr, StatFs, TimeSet, Timespec, RENAME_EXCHANGE, RENAME_NOREPLACE,
+    caps, Attr, ByHandle, DirEntry, Entry, Errno, FileHandle, FileLock, FileSystem, FileType,
+    LockFlavor, LockOwner, LockTable, NodeId, OpenFlags, Owner, Result, SetAttr, StatFs, TimeSet,
+    Timespec, RENAME_EXCHANGE, RENAME_NOREPLACE,
 };
 
 const ROOT: u64 = 1;
@@ -46,6 +47,11 @@ struct Tree {
 /// owned by root with mode 0755.
 pub struct MemFs {
     tree: Mutex<Tree>,
+    /// File locks: no party but the vfs above sees this tree, so they
+    /// live here, by node, and go with the handle they were taken
+    /// through.
+    locks: LockTable,
+    lock_fhs: ByHandle,
 }
 
 impl Default for MemFs {
@@ -92,6 +98,8 @@ impl MemFs {
                 handles: HashMap::new(),
                 next_fh: 1,
             }),
+            locks: LockTable::new(),
+            lock_fhs: ByHandle::default(),
         }
     }
 }
@@ -220,6 +228,29 @@ fn now_or(t: TimeSet) -> Timespec {
     match t {
         TimeSet::Now => Timespec::now(),
         TimeSet::At(ts) => ts,
+    }
+}
+
+impl caps::Locks for MemFs {
+    fn setlk(&self, node: NodeId, fh: FileHandle, owner: LockOwner, lock: &FileLock) -> Result<()> {
+        self.tree.lock().node(node.0)?;
+        self.locks.set(node, owner, lock)?;
+        self.lock_fhs.took(fh, node, owner);
+        Ok(())
+    }
+
+    fn getlk(
+        &self,
+        node: NodeId,
+        _fh: FileHandle,
+        owner: LockOwner,
+        lock: &FileLock,
+    ) -> Result<Option<FileLock>> {
+        Ok(self.locks.conflict(node, owner, lock))
+    }
+
+    fn unlock_owner(&self, node: NodeId, _fh: FileHandle, owner: LockOwner) {
+        self.locks.drop_owner(node, owner, Some(LockFlavor::Posix));
     }
 }
 
@@ -379,6 +410,9 @@ impl FileSystem for MemFs {
     }
 
     fn release(&self, _node: NodeId, fh: FileHandle) {
+        for (node, owner) in self.lock_fhs.released(fh) {
+            self.locks.drop_owner(node, owner, None);
+        }
         let mut t = self.tree.lock();
         if let Some(ino) = t.handles.remove(&fh.0) {
             if let Some(n) = t.nodes.get_mut(&ino) {
@@ -541,6 +575,10 @@ impl FileSystem for MemFs {
             });
         }
         Ok(out)
+    }
+
+    fn locks(&self) -> Option<&dyn caps::Locks> {
+        Some(self)
     }
 
     fn statfs(&self, _node: NodeId) -> Result<StatFs> {

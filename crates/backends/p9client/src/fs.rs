@@ -411,6 +411,10 @@ impl FileSystem for P9Fs {
     fn remote(&self) -> Option<&dyn caps::Remote> {
         Some(self)
     }
+
+    fn locks(&self) -> Option<&dyn caps::Locks> {
+        Some(self)
+    }
 }
 
 impl caps::Ordered for P9Fs {

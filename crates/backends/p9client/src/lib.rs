@@ -28,6 +28,7 @@ mod grant;
 mod inode;
 mod lease;
 mod listing;
+mod locks;
 mod nodes;
 mod notify;
 mod pipeline;
