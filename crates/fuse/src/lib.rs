@@ -536,7 +536,10 @@ impl WalkFuse {
     /// open(2) of a cached file costs nothing here. Reads and writes then
     /// come without a handle and use the node's own open file.
     fn no_open(&self) -> bool {
-        self.keeps() && self.opts.default_permissions && !self.pt.on()
+        // Not where locks are served: without OPEN the kernel sends no
+        // RELEASE either, and a file's flock and OFD locks would outlive
+        // it (locks.rs).
+        self.keeps() && self.opts.default_permissions && !self.pt.on() && !self.serves_locks
     }
 
     /// The kernel keeps what it learned (pages, symlinks, listings, write-

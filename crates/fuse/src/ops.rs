@@ -583,7 +583,9 @@ impl WalkFuse {
             return Err(Errno::ENOSYS);
         }
         let lock = Self::lock_of(lk)?;
-        let f = self.io_file(ino, lk.fh, false)?;
+        // A write lock needs a file open for writing (handle 0: the
+        // node's own open files).
+        let f = self.io_file(ino, lk.fh, lock.kind == LockKind::Write)?;
         let unique = req.unique;
         let cancelled = || self.locks.is_interrupted(unique);
         let wait = if sleep {

@@ -57,6 +57,9 @@ pub struct MountOptions {
     pub source: SourceOptions,
     /// The text given, for `walkfs stats`.
     pub text: String,
+    /// `cache=` was given; else the source decides
+    /// ([`MountOptions::for_source`]).
+    pub cache_given: bool,
 }
 
 /// "Forever" for a kernel timeout: a year (the kernel keeps entries
@@ -292,7 +295,23 @@ impl MountOptions {
             events: given.events,
             source,
             text: text.to_string(),
+            cache_given: opt::items(text).any(|(k, _)| k == "cache"),
         })
+    }
+
+    /// The cache mode where `cache=` was not given: `coherent` for a
+    /// source that can tell the mount what changed (a host directory,
+    /// which is watched; a 9P server, which reports changes when it is
+    /// a walkfs server, and is otherwise revalidated after a second:
+    /// "degraded"), `loose` for memory, which nobody else changes. A
+    /// share starts coherent; `cache=loose` is for a tree one client
+    /// owns.
+    pub fn for_source(mut self, source: &walkfs_source::Source) -> MountOptions {
+        if !self.cache_given && !matches!(source, walkfs_source::Source::Mem) {
+            self.cache = CachePolicy::Coherent;
+            self.source.vfs.cache = CachePolicy::Coherent;
+        }
+        self
     }
 }
 

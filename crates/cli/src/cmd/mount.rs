@@ -9,10 +9,13 @@ use crate::daemon;
 /// vsock:CID:PORT: from a guest, vsock:2:PORT is its host).
 ///
 /// OPTIONS (-o, comma-separated): cache=none|loose|coherent (default
-/// loose): none asks the backend on every lookup and stat; loose keeps
-/// what was learned; coherent keeps it and drops exactly what the
-/// host (inotify) or the 9P server reports changed, so edits made
-/// beside the mount are seen at once. negtimeout=MS (alias
+/// coherent for a local directory and a 9P server, loose for mem:):
+/// none asks the backend on every lookup and stat; loose keeps what
+/// was learned and never sees changes made beside the mount (for a
+/// tree only this mount changes); coherent keeps it and drops exactly
+/// what the host (fanotify) or the 9P server reports changed, so edits
+/// made beside the mount are seen at once (a 9P server that reports
+/// nothing, such as diod, is revalidated after a second). negtimeout=MS (alias
 /// ndentrytmo; -1 = keep negative entries until invalidated),
 /// sync_metadata=1 (wait for every change rather than let creates,
 /// links, unlinks, rmdirs, writes and attribute changes run behind
@@ -37,6 +40,11 @@ use crate::daemon;
 /// OPENDIR, and the mount answers no extended attributes
 /// (EOPNOTSUPP); `walkfs stats MOUNTPOINT` shows every request the
 /// kernel sent, by opcode, with the time spent answering it.
+///
+/// File locks (fcntl record locks, OFD locks, flock) on a local
+/// directory or a 9P server are taken on the host file (by the server
+/// for its clients), so the host's programs, this mount's and every
+/// other client's exclude each other (docs/locks.md).
 ///
 /// Requests come over FUSE over io_uring, one queue per CPU, where
 /// the kernel offers it (Linux 6.14+, `echo Y >
@@ -117,8 +125,10 @@ fn mount_cmd(
     via_9p: bool,
 ) -> Result<(), String> {
     use walkfs_fuse::mount;
+    let kind = walkfs_source::Source::parse(source).map_err(|e| format!("{source}: {e}"))?;
     let opts = walkfs_fuse::MountOptions::parse(options)
-        .map_err(|e| format!("bad options {options:?}: {e}"))?;
+        .map_err(|e| format!("bad options {options:?}: {e}"))?
+        .for_source(&kind);
     let mp = std::path::Path::new(mountpoint);
     if !mp.is_dir() {
         return Err(format!("{mountpoint}: not a directory"));

@@ -1,0 +1,246 @@
+//! File locks every party honours: a lock held on the host excludes the
+//! mount's programs and the other way round, through a local mount (the
+//! default options), through a mount of a `walkfs serve`, and between
+//! two clients of one server; and SQLite writers on both sides lose no
+//! update. Also: a mount with no `cache=` is coherent (a host rename is
+//! seen).
+
+mod common;
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{dirs, serve, Mount};
+
+fn open_rw(p: &Path) -> File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(p)
+        .unwrap_or_else(|e| panic!("open {}: {e}", p.display()))
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// `fcntl(cmd)` with a write or read lock (or an unlock) of the whole
+/// file: 0 or the errno.
+fn fcntl_lock(f: &File, cmd: i32, ty: i32) -> i32 {
+    // SAFETY: plain data, zero is valid.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = ty as i16;
+    l.l_whence = libc::SEEK_SET as i16;
+    // SAFETY: fcntl reads (or fills) the struct we own.
+    if unsafe { libc::fcntl(f.as_raw_fd(), cmd, &mut l) } < 0 {
+        errno()
+    } else {
+        0
+    }
+}
+
+/// `F_OFD_GETLK` for a write lock: the type of the lock in the way.
+fn ofd_getlk(f: &File) -> i32 {
+    // SAFETY: plain data, zero is valid.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = libc::F_WRLCK as i16;
+    l.l_whence = libc::SEEK_SET as i16;
+    // SAFETY: fcntl fills the struct we own.
+    let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_GETLK, &mut l) };
+    assert_eq!(r, 0, "F_OFD_GETLK: {}", errno());
+    i32::from(l.l_type)
+}
+
+fn flock(f: &File, op: i32) -> i32 {
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), op) } < 0 {
+        errno()
+    } else {
+        0
+    }
+}
+
+/// Every kind of lock held through `a` keeps `b` out, and is `b`'s once
+/// let go; a blocking waiter on `b` gets it when `a` lets go.
+fn exclude(a: &Path, b: &Path, what: &str) {
+    let (fa, fb) = (open_rw(a), open_rw(b));
+    // OFD locks (what fcntl record locks become through the mount).
+    assert_eq!(
+        fcntl_lock(&fa, libc::F_OFD_SETLK, libc::F_WRLCK),
+        0,
+        "{what}"
+    );
+    assert_eq!(
+        fcntl_lock(&fb, libc::F_OFD_SETLK, libc::F_RDLCK),
+        libc::EAGAIN,
+        "{what}: an OFD read lock beside a write lock"
+    );
+    // A process's own record lock conflicts with an OFD lock too.
+    assert_eq!(
+        fcntl_lock(&fb, libc::F_SETLK, libc::F_WRLCK),
+        libc::EAGAIN,
+        "{what}: a process's record lock"
+    );
+    assert_eq!(ofd_getlk(&fb), libc::F_WRLCK, "{what}: F_GETLK shows it");
+    assert_eq!(fcntl_lock(&fa, libc::F_OFD_SETLK, libc::F_UNLCK), 0);
+    assert_eq!(ofd_getlk(&fb), libc::F_UNLCK, "{what}: gone once unlocked");
+    assert_eq!(
+        fcntl_lock(&fb, libc::F_OFD_SETLK, libc::F_WRLCK),
+        0,
+        "{what}"
+    );
+    assert_eq!(fcntl_lock(&fb, libc::F_OFD_SETLK, libc::F_UNLCK), 0);
+
+    // flock.
+    assert_eq!(flock(&fa, libc::LOCK_EX), 0, "{what}");
+    assert_eq!(
+        flock(&fb, libc::LOCK_SH | libc::LOCK_NB),
+        libc::EWOULDBLOCK,
+        "{what}: flock beside flock"
+    );
+    // A blocking waiter is granted the lock once the holder lets go.
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        let w = s.spawn(|| flock(&fb, libc::LOCK_EX));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!w.is_finished(), "{what}: a waiter granted a held lock");
+        assert_eq!(flock(&fa, libc::LOCK_UN), 0);
+        assert_eq!(w.join().expect("waiter"), 0, "{what}: the waiter");
+    });
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    // A closed file's locks go with it (through FUSE at its RELEASE,
+    // which close(2) does not wait for).
+    drop(fb);
+    common::wait_until(&format!("{what}: the closed file's flock gone"), || {
+        flock(&fa, libc::LOCK_EX | libc::LOCK_NB) == 0
+    });
+}
+
+#[test]
+fn locks_on_the_host_and_on_a_local_mount_exclude_each_other() {
+    if !walkfs_testkit::need_fuse() {
+        return;
+    }
+    let d = dirs();
+    std::fs::write(d.src.join("f"), b"x").expect("write");
+    let _m = Mount::new(&d.src, &d.mnt, "");
+    exclude(&d.src.join("f"), &d.mnt.join("f"), "host, then mount");
+    exclude(&d.mnt.join("f"), &d.src.join("f"), "mount, then host");
+}
+
+#[test]
+fn locks_on_the_host_on_a_served_mount_and_between_two_clients() {
+    if !walkfs_testkit::need_fuse() {
+        return;
+    }
+    let d = dirs();
+    std::fs::write(d.src.join("f"), b"x").expect("write");
+    let _server = serve(&d.src, &d.sock);
+    let addr = format!("unix:{}", d.sock.display());
+    let mnt2 = d.t.path().join("mnt2");
+    std::fs::create_dir(&mnt2).expect("mkdir");
+    let _a = Mount::new(Path::new(&addr), &d.mnt, "");
+    let _b = Mount::new(Path::new(&addr), &mnt2, "");
+    exclude(&d.src.join("f"), &d.mnt.join("f"), "host, then client");
+    exclude(&d.mnt.join("f"), &d.src.join("f"), "client, then host");
+    exclude(&d.mnt.join("f"), &mnt2.join("f"), "client, then client");
+}
+
+/// Two SQLite writers, one on each side, each doing `n` increments in
+/// `BEGIN IMMEDIATE` transactions: the counter must end at `2n` and
+/// the database pass its integrity check.
+fn sqlite_writers(a: &Path, b: &Path, n: u32) {
+    let script = r#"
+import sqlite3, sys, time, multiprocessing as mp
+def writer(path, n):
+    c = sqlite3.connect(path, timeout=120, isolation_level=None)
+    for i in range(n):
+        while True:
+            try:
+                c.execute('BEGIN IMMEDIATE'); c.execute('UPDATE c SET n = n + 1'); c.execute('COMMIT'); break
+            except sqlite3.OperationalError as e:
+                print('retry', path, e, file=sys.stderr)
+                try: c.execute('ROLLBACK')
+                except Exception: pass
+                time.sleep(0.01)
+a, b, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+c = sqlite3.connect(a); c.execute('CREATE TABLE c(n)'); c.execute('INSERT INTO c VALUES(0)'); c.commit(); c.close()
+ps = [mp.Process(target=writer, args=(p, n)) for p in (a, b)]
+[p.start() for p in ps]; [p.join() for p in ps]
+c = sqlite3.connect(a)
+print(c.execute('SELECT n FROM c').fetchone()[0], c.execute('PRAGMA integrity_check').fetchone()[0])
+"#;
+    let o = Command::new("python3")
+        .args(["-c", script])
+        .arg(a)
+        .arg(b)
+        .arg(n.to_string())
+        .output()
+        .expect("python3");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        out.trim(),
+        format!("{} ok", 2 * n),
+        "lost updates or a damaged database; stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn sqlite_writers_on_the_host_and_on_the_mount_lose_no_update() {
+    if !walkfs_testkit::need_fuse() || !walkfs_testkit::need_program("python3", "-V", "python3") {
+        return;
+    }
+    let d = dirs();
+    let _m = Mount::new(&d.src, &d.mnt, "");
+    sqlite_writers(&d.src.join("db"), &d.mnt.join("db"), 500);
+    sqlite_writers(&d.mnt.join("db2"), &d.src.join("db2"), 500);
+}
+
+#[test]
+fn sqlite_writers_on_two_clients_of_one_server_lose_no_update() {
+    if !walkfs_testkit::need_fuse() || !walkfs_testkit::need_program("python3", "-V", "python3") {
+        return;
+    }
+    let d = dirs();
+    let _server = serve(&d.src, &d.sock);
+    let addr = format!("unix:{}", d.sock.display());
+    let mnt2 = d.t.path().join("mnt2");
+    std::fs::create_dir(&mnt2).expect("mkdir");
+    let _a = Mount::new(Path::new(&addr), &d.mnt, "");
+    let _b = Mount::new(Path::new(&addr), &mnt2, "");
+    sqlite_writers(&d.mnt.join("db"), &mnt2.join("db"), 300);
+    sqlite_writers(&d.src.join("db2"), &d.mnt.join("db2"), 300);
+}
+
+#[test]
+fn a_mount_without_cache_option_sees_the_hosts_renames() {
+    if !walkfs_testkit::need_fuse() {
+        return;
+    }
+    let d = dirs();
+    std::fs::write(d.src.join("old"), b"x").expect("write");
+    let _m = Mount::new(&d.src, &d.mnt, "");
+    assert_eq!(std::fs::read(d.mnt.join("old")).expect("read"), b"x");
+    std::fs::rename(d.src.join("old"), d.src.join("new")).expect("rename");
+    std::fs::write(d.src.join("made"), b"y").expect("write");
+    common::wait_until("the host's rename and create seen", || {
+        let mut names: Vec<String> = std::fs::read_dir(&d.mnt)
+            .map(|r| {
+                r.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names == ["made", "new"]
+    });
+}
