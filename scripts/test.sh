@@ -13,6 +13,8 @@ command -v make >/dev/null || need_apt+=(make)
 # FUSE mounts (fusermount3), and the workloads run on them.
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v git >/dev/null || need_apt+=(git)
+# SQLite writers on both sides of a share (the lock tests): python3's sqlite3.
+command -v python3 >/dev/null || need_apt+=(python3)
 # A real watcher for the tests of change events on mounts.
 command -v inotifywait >/dev/null || need_apt+=(inotify-tools)
 # node and npm: fs.watch and chokidar (installed from npm by the test).

@@ -219,6 +219,7 @@ fn mount(transport: &str, mnt: &Path, threads: usize) -> Result<Mounted, String>
         read_only: true,
         default_permissions: true,
         allow_other: false,
+        flags: libc::MS_NOSUID | libc::MS_NODEV,
     };
     let fd = kmount::mount(mnt, &spec)?;
     match transport {

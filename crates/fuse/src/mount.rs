@@ -83,6 +83,7 @@ pub fn mount(
         read_only: opts.read_only,
         default_permissions: opts.default_permissions,
         allow_other: opts.allow_other,
+        flags: opts.kernel_flags,
     };
     let replays = Replaying::wanted(&opts);
     let fs = WalkFuse::new(vfs, opts).map_err(|e| format!("root of the source: {e}"))?;

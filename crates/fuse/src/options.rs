@@ -57,6 +57,9 @@ pub struct MountOptions {
     pub source: SourceOptions,
     /// The text given, for `walkfs stats`.
     pub text: String,
+    /// The generic mount flags for the kernel (`MS_NOATIME`, ...,
+    /// `MS_NOSUID`, `MS_NODEV`): see `MOUNT_FLAGS`.
+    pub kernel_flags: u64,
     /// `cache=` was given; else the source decides
     /// ([`MountOptions::for_source`]).
     pub cache_given: bool,
@@ -234,8 +237,48 @@ const MOUNT_OPTIONS: &[Opt<Given>] = &[
 
 /// mount(8)'s own options: handed to every helper, meaningless here.
 const MOUNT_NOISE: &[&str] = &[
-    "dev", "nodev", "suid", "nosuid", "exec", "noexec", "auto", "noauto", "user", "nouser",
-    "_netdev", "nofail", "defaults", "atime", "noatime", "relatime",
+    "auto",
+    "noauto",
+    "user",
+    "nouser",
+    "users",
+    "owner",
+    "group",
+    "_netdev",
+    "nofail",
+    "defaults",
+    "iversion",
+    "noiversion",
+    "mand",
+    "nomand",
+    "loud",
+    "silent",
+    "async",
+];
+
+/// The generic mount options the kernel applies to a FUSE mount as to
+/// any other: each sets (`true`) or clears the flag. Later ones win, as
+/// in mount(8). `dev` and `suid` take effect for root only (a user's
+/// mount through fusermount3 is always `nodev,nosuid`).
+const MOUNT_FLAGS: &[(&str, u64, bool)] = &[
+    ("noatime", libc::MS_NOATIME, true),
+    ("atime", libc::MS_NOATIME | libc::MS_STRICTATIME, false),
+    ("nodiratime", libc::MS_NODIRATIME, true),
+    ("diratime", libc::MS_NODIRATIME, false),
+    ("relatime", libc::MS_RELATIME, true),
+    ("norelatime", libc::MS_RELATIME, false),
+    ("strictatime", libc::MS_STRICTATIME, true),
+    ("nostrictatime", libc::MS_STRICTATIME, false),
+    ("lazytime", libc::MS_LAZYTIME, true),
+    ("nolazytime", libc::MS_LAZYTIME, false),
+    ("sync", libc::MS_SYNCHRONOUS, true),
+    ("dirsync", libc::MS_DIRSYNC, true),
+    ("noexec", libc::MS_NOEXEC, true),
+    ("exec", libc::MS_NOEXEC, false),
+    ("nosuid", libc::MS_NOSUID, true),
+    ("suid", libc::MS_NOSUID, false),
+    ("nodev", libc::MS_NODEV, true),
+    ("dev", libc::MS_NODEV, false),
 ];
 
 impl MountOptions {
@@ -245,12 +288,17 @@ impl MountOptions {
     /// `passthrough=0|1`, `writeback_cache=0|1`, `events=0|1`,
     /// `entry_timeout=S`, `attr_timeout=S` (seconds; defaults follow the
     /// cache mode). Everything else is a vfs option (`cache`,
-    /// `negtimeout`/`ndentrytmo`, `msize`, `fastpath`, ...). Mount-command
-    /// noise (`dev`, `suid`, `exec`, `auto`, `_netdev`, ...) and other
-    /// programs' `x-*` options are ignored.
+    /// `negtimeout`/`ndentrytmo`, `msize`, `fastpath`, ...). The generic
+    /// mount options (`noatime`, `nodiratime`, `relatime`, `lazytime`,
+    /// `sync`, `dirsync`, `noexec`, and for root `dev`, `suid`) are the
+    /// kernel's, applied to the mount; mount-command noise (`auto`,
+    /// `_netdev`, `nofail`, ...) and other programs' `x-*` options are
+    /// ignored.
     pub fn parse(text: &str) -> Result<MountOptions, OptError> {
         let mut given = Given::default();
         let mut source = SourceOptions::default();
+        // Set-id bits and devices are not honoured unless asked for.
+        let mut kernel_flags = libc::MS_NOSUID | libc::MS_NODEV;
         // The kernel's dentry and inode caches hold the mounted tree; the
         // vfs under it caches the working set (anything it evicts is
         // found again by name), so its memory does not grow with the
@@ -259,6 +307,12 @@ impl MountOptions {
         for (k, v) in opt::items(text) {
             if opt::find(MOUNT_OPTIONS, k).is_some() {
                 opt::set(MOUNT_OPTIONS, &mut given, k, v)?;
+            } else if let Some((_, flag, set)) = MOUNT_FLAGS.iter().find(|f| f.0 == k) {
+                if *set {
+                    kernel_flags |= flag;
+                } else {
+                    kernel_flags &= !flag;
+                }
             } else if MOUNT_NOISE.contains(&k) || k.starts_with("x-") {
                 // x-*: for other programs (systemd's x-systemd.automount,
                 // x-mount.mkdir): mount(8) hands them to helpers, and
@@ -296,6 +350,7 @@ impl MountOptions {
             source,
             text: text.to_string(),
             cache_given: opt::items(text).any(|(k, _)| k == "cache"),
+            kernel_flags,
         })
     }
 

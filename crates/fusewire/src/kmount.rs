@@ -26,7 +26,28 @@ pub struct Spec<'a> {
     pub read_only: bool,
     pub default_permissions: bool,
     pub allow_other: bool,
+    /// The generic mount flags asked for (`MS_NOATIME`, `MS_NODIRATIME`,
+    /// `MS_RELATIME`, `MS_STRICTATIME`, `MS_LAZYTIME`, `MS_SYNCHRONOUS`,
+    /// `MS_DIRSYNC`, `MS_NOEXEC`, `MS_NOSUID`, `MS_NODEV`): the kernel
+    /// applies them to the mount as to any other.
+    pub flags: u64,
 }
+
+/// The flags a mount made through `fusermount3` (by a user) always has:
+/// only root may mount with set-id files and devices honoured.
+const USER_FLAGS: u64 = libc::MS_NOSUID | libc::MS_NODEV;
+
+/// The `fusermount3` option of each generic flag.
+const FLAG_NAMES: &[(u64, &str)] = &[
+    (libc::MS_NOATIME, "noatime"),
+    (libc::MS_NODIRATIME, "nodiratime"),
+    (libc::MS_RELATIME, "relatime"),
+    (libc::MS_STRICTATIME, "strictatime"),
+    (libc::MS_LAZYTIME, "lazytime"),
+    (libc::MS_SYNCHRONOUS, "sync"),
+    (libc::MS_DIRSYNC, "dirsync"),
+    (libc::MS_NOEXEC, "noexec"),
+];
 
 fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.
@@ -74,7 +95,7 @@ fn mount_direct(mountpoint: &Path, spec: &Spec<'_>) -> Result<OwnedFd, String> {
     if spec.allow_other {
         data.push_str(",allow_other");
     }
-    let mut flags = libc::MS_NOSUID | libc::MS_NODEV;
+    let mut flags = spec.flags;
     if spec.read_only {
         flags |= libc::MS_RDONLY;
     }
@@ -112,6 +133,12 @@ fn mount_fusermount(mountpoint: &Path, spec: &Spec<'_>) -> Result<OwnedFd, Strin
     // SAFETY: fcntl on a descriptor we own.
     unsafe { libc::fcntl(theirs.as_raw_fd(), libc::F_SETFD, 0) };
     let mut o = format!("fsname={},subtype=walkfs,nosuid,nodev", clean(spec.fsname));
+    for (flag, name) in FLAG_NAMES {
+        if spec.flags & !USER_FLAGS & flag != 0 {
+            o.push(',');
+            o.push_str(name);
+        }
+    }
     if spec.default_permissions {
         o.push_str(",default_permissions");
     }

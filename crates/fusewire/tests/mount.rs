@@ -28,6 +28,7 @@ fn mount(dir: &Path, tree: &Arc<proto::Tree>, uring: bool) -> (Mounted, Arc<Sess
         read_only: true,
         default_permissions: true,
         allow_other: false,
+        flags: libc::MS_NOSUID | libc::MS_NODEV,
     };
     let fd = kmount::mount(dir, &spec).expect("mount");
     let cfg = Config {

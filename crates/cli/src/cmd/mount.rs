@@ -98,7 +98,12 @@ pub fn mount_helper_args(args: Vec<String>) -> Vec<String> {
     let called = args
         .first()
         .map(|a| a.rsplit('/').next().unwrap_or(a).to_string());
-    if called.as_deref() != Some("mount.walkfs") {
+    // mount(8) runs mount.walkfs for `-t walkfs`, mount.fuse.walkfs for
+    // `-t fuse.walkfs` (what xfstests mounts a FUSE file system with).
+    if !matches!(
+        called.as_deref(),
+        Some("mount.walkfs" | "mount.fuse.walkfs")
+    ) {
         return args;
     }
     let mut out = vec!["walkfs".to_string(), "mount".to_string()];

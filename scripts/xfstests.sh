@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# xfstests (fstests) through a walkfs mount, as every Linux file system is
+# held to it.
+#
+#   bash scripts/xfstests.sh [-o OPTS] [--serve] [TEST...]
+#
+# TEST: tests or groups as ./check takes them (generic/001, -g quick);
+# default: the short subset CI runs (XFSTESTS_SUBSET below). -o: the
+# mount's options (default: none, the default mount). --serve: mount a
+# separate `walkfs serve` of the directories rather than the directories
+# themselves.
+#
+# Builds xfstests from ../shared/tools/xfstests-*.tar.gz into
+# target/xfstests (installing its Debian build dependencies) and says it
+# skipped when that tarball is absent (under CI: fails). The suite mounts
+# with `mount -t fuse.walkfs SRC DIR -o OPTS`, which runs
+# /sbin/mount.fuse.walkfs: a link to target/release/walkfs made here.
+# TEST_DEV and SCRATCH_DEV are directories on a fresh ext4 image of its
+# own. Results: target/xfstests/results/, the summary on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+opts=""
+serve=0
+tests=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+    -o) opts="$2"; shift 2 ;;
+    --serve) serve=1; shift ;;
+    *) tests+=("$1"); shift ;;
+    esac
+done
+# What CI runs: quick tests of names, data, modes, links, times, renames
+# and directory offsets, each of which once failed or must not regress.
+XFSTESTS_SUBSET=(generic/001 generic/002 generic/005 generic/006 generic/007 generic/011
+    generic/013 generic/023 generic/024 generic/025 generic/028 generic/035 generic/080
+    generic/120 generic/184 generic/215 generic/236 generic/245 generic/306 generic/309
+    generic/313 generic/355 generic/597 generic/633 generic/676)
+[ ${#tests[@]} -gt 0 ] || tests=("${XFSTESTS_SUBSET[@]}")
+
+tarball=$(ls ../shared/tools/xfstests-*.tar.gz 2>/dev/null | head -1 || true)
+if [ -z "$tarball" ]; then
+    if [ -n "${CI:-}${WALKFS_REQUIRE_ALL:-}" ]; then
+        echo "xfstests.sh: no ../shared/tools/xfstests-*.tar.gz" >&2
+        exit 1
+    fi
+    echo "SKIP: xfstests: no ../shared/tools/xfstests-*.tar.gz"
+    exit 0
+fi
+
+build=$root/target/xfstests
+src=$build/xfstests
+if [ ! -x "$src/check" ] || [ ! -e "$src/ltp/fsx" ]; then
+    deps=(xfslibs-dev uuid-dev libtool-bin e2fsprogs automake autoconf gcc make quota attr acl
+        libacl1-dev libaio-dev xfsprogs libgdbm-dev gawk uuid-runtime python3 sqlite3 libcap-dev
+        liburing-dev bc psmisc)
+    missing=()
+    for p in "${deps[@]}"; do
+        dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    rm -rf "$build" && mkdir -p "$build"
+    tar xzf "$tarball" -C "$build"
+    [ -d "$src" ] || mv "$build"/xfstests* "$src" 2>/dev/null || true
+    echo "== building xfstests"
+    (cd "$src" && make -j"$(nproc)" >"$build/build.log" 2>&1) || {
+        tail -30 "$build/build.log"
+        exit 1
+    }
+fi
+# The users the suite's tests switch to.
+getent passwd fsgqa >/dev/null || useradd -m fsgqa
+getent passwd 123456-fsgqa >/dev/null || useradd -m 123456-fsgqa 2>/dev/null || true
+getent group fsgqa >/dev/null || groupadd fsgqa
+
+cargo build --release -q -p walkfs-cli
+walkfs=$root/target/release/walkfs
+ln -sf "$walkfs" /sbin/mount.fuse.walkfs
+
+# A fresh ext4 for the exported directories (ext4 remembers deleted
+# inodes; a file system of its own keeps runs comparable).
+work=$build/run
+for m in "$work/test" "$work/scratch" "$work/disk"; do
+    mountpoint -q "$m" 2>/dev/null && umount -l "$m"
+done
+rm -rf "$work" && mkdir -p "$work/disk" "$work/test" "$work/scratch"
+truncate -s 4G "$build/disk.img"
+mkfs.ext4 -q -F "$build/disk.img"
+mount -o loop "$build/disk.img" "$work/disk"
+mkdir -p "$work/disk/test" "$work/disk/scratch"
+server_pids=()
+cleanup() {
+    for m in "$work/test" "$work/scratch"; do
+        mountpoint -q "$m" 2>/dev/null && umount -l "$m"
+    done
+    for p in "${server_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    sleep 1
+    umount "$work/disk" 2>/dev/null || umount -l "$work/disk" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+test_dev=$work/disk/test
+scratch_dev=$work/disk/scratch
+if [ "$serve" = 1 ]; then
+    for d in test scratch; do
+        "$walkfs" serve "$work/disk/$d" --listen "unix:$work/$d.sock" \
+            --state-dir "$work/$d.state" 2>"$work/$d.serve.log" &
+        server_pids+=($!)
+    done
+    for d in test scratch; do
+        for _ in $(seq 100); do [ -S "$work/$d.sock" ] && break; sleep 0.1; done
+    done
+    test_dev=unix:$work/test.sock
+    scratch_dev=unix:$work/scratch.sock
+fi
+
+cat >"$src/local.config" <<EOF
+export FSTYP=fuse
+export FUSE_SUBTYP=.walkfs
+export TEST_DEV=$test_dev
+export TEST_DIR=$work/test
+export SCRATCH_DEV=$scratch_dev
+export SCRATCH_MNT=$work/scratch
+export MOUNT_OPTIONS="${opts:+-o $opts}"
+export TEST_FS_MOUNT_OPTS="${opts:+-o $opts}"
+export RESULT_BASE=$build/results
+EOF
+
+echo "== xfstests through walkfs (${opts:-default options}$([ "$serve" = 1 ] && echo ', a separate walkfs serve')): ${tests[*]}"
+cd "$src"
+set +e
+./check "${tests[@]}" 2>&1 | tee "$build/check.log"
+rc=${PIPESTATUS[0]}
+set -e
+# ./check's own summary: "Ran:", "Not run:", "Failures:", "Failed N of M tests".
+grep -E '^(Ran|Not run|Failures|Failed|Passed)' "$build/check.log" || true
+failed=$(sed -n 's/^Failures: //p' "$build/check.log" | tail -1 | wc -w)
+ran=$(sed -n 's/^Ran: //p' "$build/check.log" | tail -1 | wc -w)
+echo "xfstests: $((ran - failed)) passed, $failed failed"
+exit "$rc"
