@@ -64,7 +64,8 @@ fn flock(f: &File, op: i32) -> i32 {
 }
 
 /// Every kind of lock held through `a` keeps `b` out, and is `b`'s once
-/// let go; a blocking waiter on `b` gets it when `a` lets go.
+/// let go; a blocking waiter on `b` gets it when `a` lets go, and loses
+/// it when it closes the file.
 fn exclude(a: &Path, b: &Path, what: &str) {
     let (fa, fb) = (open_rw(a), open_rw(b));
     // OFD locks (what fcntl record locks become through the mount).

@@ -39,6 +39,11 @@ pub(crate) struct LockState {
     owners: Mutex<HashSet<(u64, u64)>>,
     /// Requests interrupted by the kernel, by unique, with when.
     interrupted: Mutex<HashMap<u64, Instant>>,
+    /// The open file each node's locks go through when the kernel opens
+    /// files without telling (no-open mode: handle 0), kept until the
+    /// node is forgotten: the node's own open files for I/O are evicted
+    /// by a clock, and their locks would go with them.
+    files: Mutex<HashMap<u64, walkfs_vfs::OpenFile>>,
 }
 
 impl LockState {
@@ -61,8 +66,25 @@ impl LockState {
         self.owners.lock().remove(&(ino, owner))
     }
 
+    /// The open file node `ino`'s handle-less locks go through, opened
+    /// by `open` the first time.
+    pub fn file_of(
+        &self,
+        ino: u64,
+        open: impl FnOnce() -> Result<walkfs_vfs::OpenFile, walkfs_vfs::Errno>,
+    ) -> Result<walkfs_vfs::OpenFile, walkfs_vfs::Errno> {
+        let mut files = self.files.lock();
+        if let Some(f) = files.get(&ino) {
+            return Ok(f.clone());
+        }
+        let f = open()?;
+        files.insert(ino, f.clone());
+        Ok(f)
+    }
+
     /// Node `ino` is forgotten by the kernel: nothing of it is open.
     pub fn forgotten(&self, ino: u64) {
+        drop(self.files.lock().remove(&ino));
         self.locked.lock().remove(&ino);
         self.owners.lock().retain(|(i, _)| *i != ino);
     }

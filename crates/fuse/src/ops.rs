@@ -532,7 +532,7 @@ impl WalkFuse {
         // A close drops its process's record locks on the file (after
         // the file's changes: the vfs carries them out first).
         if self.serves_locks && self.locks.closing(ino, lock_owner) {
-            self.io_file(ino, fh, false)?
+            self.lock_file(ino, fh)?
                 .unlock_owner(LockOwner(lock_owner))?;
         }
         if !self.writes_behind || self.writeback() {
@@ -576,6 +576,21 @@ impl WalkFuse {
         })
     }
 
+    /// The open file a lock request with handle `fh` goes through: the
+    /// handle's, or without one (no-open mode) the node's lock file,
+    /// read-write where the daemon may (a write lock needs it).
+    fn lock_file(&self, ino: u64, fh: u64) -> Result<OpenFile, Errno> {
+        if fh != 0 {
+            return self.handles.get(fh).ok_or(Errno::EBADF);
+        }
+        self.locks.file_of(ino, || {
+            let node = self.node(ino)?;
+            self.base
+                .reopen_file(&node, libc::O_RDWR)
+                .or_else(|_| self.base.reopen_file(&node, libc::O_RDONLY))
+        })
+    }
+
     /// SETLK, SETLKW: take, convert or drop a lock (locks.rs). A waiter
     /// gives up with EINTR when the kernel interrupts its request.
     fn setlk(&self, req: &Request, ino: u64, lk: &Lk, sleep: bool) -> Result<(), Errno> {
@@ -583,9 +598,7 @@ impl WalkFuse {
             return Err(Errno::ENOSYS);
         }
         let lock = Self::lock_of(lk)?;
-        // A write lock needs a file open for writing (handle 0: the
-        // node's own open files).
-        let f = self.io_file(ino, lk.fh, lock.kind == LockKind::Write)?;
+        let f = self.lock_file(ino, lk.fh)?;
         let unique = req.unique;
         let cancelled = || self.locks.is_interrupted(unique);
         let wait = if sleep {
@@ -616,7 +629,7 @@ impl WalkFuse {
             return Err(Errno::ENOSYS);
         }
         let lock = Self::lock_of(lk)?;
-        let f = self.io_file(ino, lk.fh, false)?;
+        let f = self.lock_file(ino, lk.fh)?;
         let out = match f.getlk(LockOwner(lk.owner), &lock)? {
             Some(l) => abi::LkOut {
                 start: l.start,

@@ -399,6 +399,41 @@ mod tests {
     }
 
     #[test]
+    fn generic_mount_options_become_kernel_flags_and_the_cache_follows_the_source() {
+        let flags = |t: &str| MountOptions::parse(t).unwrap().kernel_flags;
+        let safe = libc::MS_NOSUID | libc::MS_NODEV;
+        assert_eq!(flags(""), safe);
+        assert_eq!(
+            flags("noatime,nodiratime,lazytime,sync,dirsync,noexec"),
+            safe | libc::MS_NOATIME
+                | libc::MS_NODIRATIME
+                | libc::MS_LAZYTIME
+                | libc::MS_SYNCHRONOUS
+                | libc::MS_DIRSYNC
+                | libc::MS_NOEXEC
+        );
+        // Later ones win, as in mount(8); dev and suid are asked for.
+        assert_eq!(flags("noatime,atime,relatime"), safe | libc::MS_RELATIME);
+        assert_eq!(flags("dev,suid"), 0);
+        assert_eq!(flags("dev,nodev"), safe);
+        assert!(MountOptions::parse("defaults,auto,iversion,async").is_ok());
+        // No cache= given: coherent for a directory or a server, loose
+        // for memory; a given one stays.
+        use walkfs_source::Source;
+        let dir = Source::Host("/srv".into());
+        let mem = Source::Mem;
+        let o = MountOptions::parse("").unwrap().for_source(&dir);
+        assert_eq!(
+            (o.cache, o.source.vfs.cache),
+            (CachePolicy::Coherent, CachePolicy::Coherent)
+        );
+        let o = MountOptions::parse("").unwrap().for_source(&mem);
+        assert_eq!(o.cache, CachePolicy::Loose);
+        let o = MountOptions::parse("cache=loose").unwrap().for_source(&dir);
+        assert_eq!(o.cache, CachePolicy::Loose);
+    }
+
+    #[test]
     fn fuse_options_are_taken_out_and_the_rest_checked() {
         let o =
             MountOptions::parse("allow_other,ro,default_permissions,threads=3,fastpath=0,nodev")

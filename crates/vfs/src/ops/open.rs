@@ -382,6 +382,15 @@ impl Ctx {
                 if let Ok(fs) = inner.sb(s.sb()) {
                     let seen = std::sync::atomic::AtomicU64::new(seen);
                     r = inner.file_closing(&seen, s.sb(), s.node);
+                    // The handle goes only once the changes sent through
+                    // it behind their callers are answered: a server
+                    // restarted meanwhile is sent them again through it,
+                    // and the client opens again only the handles it
+                    // still holds (a close under a lease does not wait
+                    // for them; this release is the kernel's, after it).
+                    if fs.ordered().is_some() {
+                        inner.wb.wait_for(s.sb(), &[s.node]);
+                    }
                     fs.release(NodeId(s.node), FileHandle(fh));
                 }
             }
