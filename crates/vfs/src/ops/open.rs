@@ -389,7 +389,7 @@ impl Ctx {
                     // still holds (a close under a lease does not wait
                     // for them; this release is the kernel's, after it).
                     if fs.ordered().is_some() {
-                        inner.wb.wait_for(s.sb(), &[s.node]);
+                        inner.wb.wait_unseen(s.sb(), &[s.node]);
                     }
                     fs.release(NodeId(s.node), FileHandle(fh));
                 }

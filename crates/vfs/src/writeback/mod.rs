@@ -393,6 +393,13 @@ impl WriteBack {
         }
     }
 
+    /// [`WriteBack::wait_for`] where no program waits (the kernel's
+    /// release of a file, after its close returned): not counted among
+    /// the waits the callers saw.
+    pub fn wait_unseen(&self, sb: usize, keys: &[u64]) {
+        self.shared.ledger.wait_for(sb, keys);
+    }
+
     /// Wait until nothing is in flight.
     pub fn wait_all(&self) {
         if self.shared.ledger.wait_all() {
