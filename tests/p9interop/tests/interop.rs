@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use walkfs_p9::{Addr, Fcall, Names, Str, NOFID};
 use walkfs_server::{Config, Server};
 use walkfs_source::SourceOptions;
-use walkfs_vfs::{Ctx, Errno, AT_FDCWD};
+use walkfs_vfs::{Creds, Ctx, Errno, AT_FDCWD};
 
 mod common;
 use common::*;
@@ -262,7 +262,23 @@ fn walkfs_client_against_diod() {
     );
     wait_port(port);
     let src = format!("tcp:127.0.0.1:{port}");
-    let c = client(&src, &format!("aname={},cache=loose", dir.display()));
+    // diod listens before it is ready to serve: a connection that soon
+    // after may be reset, so the first attach is tried a few times.
+    let opts =
+        SourceOptions::parse(&format!("aname={},cache=loose", dir.display())).expect("options");
+    let mut tries = 0;
+    let vfs = loop {
+        match walkfs_source::open(&src, &opts) {
+            Ok(v) => break v,
+            Err(e) if tries < 20 => {
+                tries += 1;
+                eprintln!("diod not ready ({e}); again");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("connect to diod: {e}"),
+        }
+    };
+    let c = vfs.context(Creds::root());
     exercise(&c, &dir);
 }
 
