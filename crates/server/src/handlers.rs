@@ -305,7 +305,16 @@ pub(crate) fn handle(
             proc_id,
             client_id,
             ..
-        } => r.lock(ty, flags, start, length, proc_id, client_id, out),
+        } => {
+            let a = locks::Asked {
+                ty,
+                start,
+                length,
+                proc_id,
+                client_id,
+            };
+            r.lock(&a, flags, out)
+        }
         Fcall::Tgetlock {
             ty,
             start,
@@ -313,7 +322,16 @@ pub(crate) fn handle(
             proc_id,
             client_id,
             ..
-        } => r.getlock(ty, start, length, proc_id, client_id, out),
+        } => {
+            let a = locks::Asked {
+                ty,
+                start,
+                length,
+                proc_id,
+                client_id,
+            };
+            r.getlock(&a, out)
+        }
         Fcall::Tclunk { .. } => r.clunk(out),
         Fcall::Tremove { .. } => r.remove(out),
         Fcall::Trename { name, .. } => r.rename(name, out),

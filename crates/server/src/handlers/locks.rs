@@ -11,7 +11,7 @@
 use std::hash::{Hash, Hasher};
 
 use walkfs_p9::{locks, Fcall, Str};
-use walkfs_vfs::{Errno, FileLock, LockFlavor, LockKind, LockOwner, LockWait, Result};
+use walkfs_vfs::{Errno, FileLock, LockFlavor, LockKind, LockOwner, LockWait, OpenFile, Result};
 
 use super::Req;
 
@@ -33,6 +33,16 @@ fn type_of(kind: LockKind) -> u8 {
     }
 }
 
+/// What `Tlock` and `Tgetlock` both carry: the lock's type and range,
+/// and who asks (process id, client id).
+pub(super) struct Asked<'a> {
+    pub ty: u8,
+    pub start: u64,
+    pub length: u64,
+    pub proc_id: u32,
+    pub client_id: Str<'a>,
+}
+
 impl Req<'_> {
     /// The owner 9P names by (process id, client id), unique to this
     /// connection: two connections' owners never share a lock.
@@ -42,25 +52,21 @@ impl Req<'_> {
         LockOwner(h.finish())
     }
 
-    /// `Tlock`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn lock(
-        &self,
-        ty: u8,
-        flags: u32,
-        start: u64,
-        length: u64,
-        proc_id: u32,
-        client_id: Str<'_>,
-        out: &mut Vec<u8>,
-    ) -> Result<()> {
+    /// The fid's open file, the lock asked about and its owner.
+    fn lock_asked(&self, a: &Asked<'_>) -> Result<(OpenFile, FileLock, LockOwner)> {
         let st = self.fid(0)?;
-        let file = st.open.as_ref().ok_or(Errno::EBADF)?;
-        let kind = kind_of(ty)?;
+        let file = st.open.clone().ok_or(Errno::EBADF)?;
+        let lock = FileLock::from_len(kind_of(a.ty)?, a.start, a.length)?;
+        Ok((file, lock, self.lock_owner(a.proc_id, a.client_id.0)))
+    }
+
+    /// `Tlock`.
+    pub(super) fn lock(&self, a: &Asked<'_>, flags: u32, out: &mut Vec<u8>) -> Result<()> {
+        let (file, mut lock, owner) = self.lock_asked(a)?;
         // fcntl's rule: a read lock needs a file open for reading, a
         // write lock one open for writing.
         let mode = file.flags() & libc::O_ACCMODE;
-        let refused = match kind {
+        let refused = match lock.kind {
             LockKind::Read => mode == libc::O_WRONLY,
             LockKind::Write => mode == libc::O_RDONLY,
             LockKind::Unlock => false,
@@ -68,11 +74,9 @@ impl Req<'_> {
         if refused {
             return Err(Errno::EBADF);
         }
-        let mut lock = FileLock::from_len(kind, start, length)?;
         if flags & locks::FLAG_FLOCK != 0 {
-            lock = FileLock::whole(kind, LockFlavor::Flock);
+            lock = FileLock::whole(lock.kind, LockFlavor::Flock);
         }
-        let owner = self.lock_owner(proc_id, client_id.0);
         let status = match file.setlk(owner, &lock, LockWait::No) {
             Ok(()) => locks::SUCCESS,
             Err(Errno::EAGAIN) => locks::BLOCKED,
@@ -82,20 +86,9 @@ impl Req<'_> {
     }
 
     /// `Tgetlock`: the lock in the way, or type UNLCK.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn getlock(
-        &self,
-        ty: u8,
-        start: u64,
-        length: u64,
-        proc_id: u32,
-        client_id: Str<'_>,
-        out: &mut Vec<u8>,
-    ) -> Result<()> {
-        let st = self.fid(0)?;
-        let file = st.open.as_ref().ok_or(Errno::EBADF)?;
-        let lock = FileLock::from_len(kind_of(ty)?, start, length)?;
-        let owner = self.lock_owner(proc_id, client_id.0);
+    pub(super) fn getlock(&self, a: &Asked<'_>, out: &mut Vec<u8>) -> Result<()> {
+        let (file, lock, owner) = self.lock_asked(a)?;
+        let (start, length, proc_id, client_id) = (a.start, a.length, a.proc_id, a.client_id);
         let reply = match file.getlk(owner, &lock)? {
             None => Fcall::Rgetlock {
                 ty: locks::TYPE_UNLCK,
