@@ -53,6 +53,11 @@ bash scripts/pjdfstest.sh -o cache=none mknod mkfifo rename chmod
 # cache=coherent through the 9P stack: leases, closes that do not wait.
 bash scripts/pjdfstest.sh -o cache=coherent --via-9p mknod mkfifo rename chmod
 
+echo "== xfstests through the default mount: a subset of generic/quick that must not regress"
+# Builds fstests from ../shared/tools (its Debian build dependencies
+# installed); skips with a message when that is absent (under CI: fails).
+bash scripts/xfstests.sh
+
 echo "== FUSE over io_uring: the FUSE mount tests and a pjdfstest subset, the kernel's enable_uring on for them"
 # Off by default in the kernel, so without this the ring is never used by
 # a test. Turned on for this step only and put back as it was, whatever

@@ -122,6 +122,26 @@ pub fn mount_helper_args(args: Vec<String>) -> Vec<String> {
     out
 }
 
+/// `source=X` among `options`: (the name SOURCE gives the mount, X, the
+/// options without it); without it, (None, SOURCE, the options).
+fn split_source_option(source: &str, options: &str) -> (Option<String>, String, String) {
+    let mut real = None;
+    let rest: Vec<&str> = options
+        .split(',')
+        .filter(|o| match o.strip_prefix("source=") {
+            Some(v) => {
+                real = Some(v.to_string());
+                false
+            }
+            None => true,
+        })
+        .collect();
+    match real {
+        Some(r) => (Some(source.to_string()), r, rest.join(",")),
+        None => (None, source.to_string(), options.to_string()),
+    }
+}
+
 fn mount_cmd(
     source: &str,
     mountpoint: &str,
@@ -130,6 +150,11 @@ fn mount_cmd(
     via_9p: bool,
 ) -> Result<(), String> {
     use walkfs_fuse::mount;
+    // `source=DIR` (as libfuse's file systems take it): DIR is what is
+    // mounted, and SOURCE only names the mount in the mount table (what
+    // xfstests gives as TEST_DEV and unmounts by).
+    let (named, source, options) = split_source_option(source, options);
+    let (source, options) = (source.as_str(), options.as_str());
     let kind = walkfs_source::Source::parse(source).map_err(|e| format!("{source}: {e}"))?;
     let opts = walkfs_fuse::MountOptions::parse(options)
         .map_err(|e| format!("bad options {options:?}: {e}"))?
@@ -149,11 +174,13 @@ fn mount_cmd(
     // A local source is named by its absolute path in the mount table
     // (what `mount` shows, and how `walkfs fsmonitor` finds the host's
     // copy of a tree on the mount).
-    let fsname = std::fs::canonicalize(source)
-        .ok()
-        .filter(|p| p.is_dir())
-        .and_then(|p| p.to_str().map(str::to_string))
-        .unwrap_or_else(|| source.to_string());
+    let fsname = named.unwrap_or_else(|| {
+        std::fs::canonicalize(source)
+            .ok()
+            .filter(|p| p.is_dir())
+            .and_then(|p| p.to_str().map(str::to_string))
+            .unwrap_or_else(|| source.to_string())
+    });
     let up = (|| {
         let vfs = mount::open_source(source, &opts, via_9p)?;
         mount::mount(vfs, &fsname, mp, opts, mount::wake_waiter)
