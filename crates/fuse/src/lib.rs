@@ -95,7 +95,7 @@ pub struct WalkFuse {
     /// them: INIT's POSIX_LOCKS and FLOCK_LOCKS), and their bookkeeping
     /// (locks.rs).
     serves_locks: bool,
-    locks: locks::LockState,
+    interrupts: locks::Interrupts,
 }
 
 /// Split a timeout into the wire's seconds and nanoseconds.
@@ -181,6 +181,7 @@ impl WalkFuse {
                 io: (None, None),
                 io_used: std::sync::atomic::AtomicBool::new(false),
                 backing: passthrough::Backed::No,
+                locks: None,
             },
         );
         nodes.keys.insert(key_of(&x), ROOT);
@@ -205,7 +206,7 @@ impl WalkFuse {
         let serves_locks = vfs.has_locks() && (vfs.has_host_files() || vfs.is_remote());
         Ok(WalkFuse {
             serves_locks,
-            locks: locks::LockState::default(),
+            interrupts: locks::Interrupts::default(),
             root,
             handles: fds::Handles::default(),
             vfs,
@@ -380,6 +381,7 @@ impl WalkFuse {
                 io: (None, None),
                 io_used: std::sync::atomic::AtomicBool::new(false),
                 backing: passthrough::Backed::No,
+                locks: None,
             },
         );
         nodes.keys.insert(key, id);
@@ -607,7 +609,7 @@ impl WalkFuse {
     /// locks to drop (locks.rs), or FLUSH carries the file's changes.
     fn noflush(&self, ino: u64) -> u32 {
         let flush_does_nothing = !self.writes_behind || self.writeback();
-        if self.serves_locks && flush_does_nothing && !self.locks.ever_locked(ino) {
+        if self.serves_locks && flush_does_nothing && !self.ever_locked(ino) {
             fopen::NOFLUSH
         } else {
             0
@@ -632,9 +634,6 @@ impl WalkFuse {
             if let Some(n) = nodes.by_id.remove(&ino) {
                 nodes.keys.remove(n.key, ino);
                 drop(nodes);
-                if self.serves_locks {
-                    self.locks.forgotten(ino);
-                }
                 if self.pt.forgotten(n.backing) {
                     // The vfs's copy of its attributes predates the
                     // kernel's writes to the host file.

@@ -39,6 +39,9 @@ pub(crate) struct Node {
     /// Its passthrough state: a backing id handed to the kernel, and the
     /// opens that named it (passthrough.rs).
     pub(crate) backing: passthrough::Backed,
+    /// Locks taken on it through the mount (locks.rs); `None` while none
+    /// ever was.
+    pub(crate) locks: Option<Box<crate::locks::NodeLocks>>,
 }
 
 #[derive(Default)]
@@ -171,6 +174,7 @@ mod tests {
                     io: (None, None),
                     io_used: AtomicBool::new(false),
                     backing: passthrough::Backed::No,
+                    locks: None,
                 },
             );
             files.push(f);

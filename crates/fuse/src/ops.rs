@@ -336,7 +336,7 @@ impl Filesystem for WalkFuse {
                 umask,
             } => self.create(req, ino, name, flags, mode & !umask & 0o7777, reply),
             Operation::Interrupt { unique } => {
-                self.locks.interrupt(unique);
+                self.interrupts.interrupt(unique);
                 Ok(())
             }
             Operation::Destroy => Ok(()),
@@ -531,7 +531,7 @@ impl WalkFuse {
     fn flush(&self, ino: u64, fh: u64, lock_owner: u64) -> Result<(), Errno> {
         // A close drops its process's record locks on the file (after
         // the file's changes: the vfs carries them out first).
-        if self.serves_locks && self.locks.closing(ino, lock_owner) {
+        if self.serves_locks && self.lock_owner_closing(ino, lock_owner) {
             self.lock_file(ino, fh)?
                 .unlock_owner(LockOwner(lock_owner))?;
         }
@@ -583,7 +583,7 @@ impl WalkFuse {
         if fh != 0 {
             return self.handles.get(fh).ok_or(Errno::EBADF);
         }
-        self.locks.file_of(ino, || {
+        self.node_lock_file(ino, || {
             let node = self.node(ino)?;
             self.base
                 .reopen_file(&node, libc::O_RDWR)
@@ -600,17 +600,17 @@ impl WalkFuse {
         let lock = Self::lock_of(lk)?;
         let f = self.lock_file(ino, lk.fh)?;
         let unique = req.unique;
-        let cancelled = || self.locks.is_interrupted(unique);
+        let cancelled = || self.interrupts.is_interrupted(unique);
         let wait = if sleep {
             LockWait::Until(&cancelled)
         } else {
             LockWait::No
         };
         let r = f.setlk(LockOwner(lk.owner), &lock, wait);
-        self.locks.done(unique);
+        self.interrupts.done(unique);
         r?;
         if lock.kind != LockKind::Unlock {
-            self.locks.took(ino, lk.owner, !lk.flock);
+            self.lock_taken(ino, lk.owner, !lk.flock);
             // Another party may have changed the file while it held the
             // lock, and its report may not be here yet: the kernel's
             // attributes go (the size a program reads next), and its

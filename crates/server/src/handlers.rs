@@ -297,41 +297,8 @@ pub(crate) fn handle(
         Fcall::Tunlinkat { name, flags, .. } => r.unlinkat(name, flags, out),
         Fcall::Tsetattr { attr, .. } => r.set_attr(&attr, out),
         Fcall::Tfsync { .. } => r.fsync(out),
-        Fcall::Tlock {
-            ty,
-            flags,
-            start,
-            length,
-            proc_id,
-            client_id,
-            ..
-        } => {
-            let a = locks::Asked {
-                ty,
-                start,
-                length,
-                proc_id,
-                client_id,
-            };
-            r.lock(&a, flags, out)
-        }
-        Fcall::Tgetlock {
-            ty,
-            start,
-            length,
-            proc_id,
-            client_id,
-            ..
-        } => {
-            let a = locks::Asked {
-                ty,
-                start,
-                length,
-                proc_id,
-                client_id,
-            };
-            r.getlock(&a, out)
-        }
+        Fcall::Tlock { flags, .. } => r.lock(f, flags, out),
+        Fcall::Tgetlock { .. } => r.getlock(f, out),
         Fcall::Tclunk { .. } => r.clunk(out),
         Fcall::Tremove { .. } => r.remove(out),
         Fcall::Trename { name, .. } => r.rename(name, out),

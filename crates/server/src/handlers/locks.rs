@@ -35,12 +35,42 @@ fn type_of(kind: LockKind) -> u8 {
 
 /// What `Tlock` and `Tgetlock` both carry: the lock's type and range,
 /// and who asks (process id, client id).
-pub(super) struct Asked<'a> {
-    pub ty: u8,
-    pub start: u64,
-    pub length: u64,
-    pub proc_id: u32,
-    pub client_id: Str<'a>,
+struct Asked<'a> {
+    ty: u8,
+    start: u64,
+    length: u64,
+    proc_id: u32,
+    client_id: Str<'a>,
+}
+
+impl<'a> Asked<'a> {
+    fn of(f: &Fcall<'a>) -> Result<Asked<'a>> {
+        match *f {
+            Fcall::Tlock {
+                ty,
+                start,
+                length,
+                proc_id,
+                client_id,
+                ..
+            }
+            | Fcall::Tgetlock {
+                ty,
+                start,
+                length,
+                proc_id,
+                client_id,
+                ..
+            } => Ok(Asked {
+                ty,
+                start,
+                length,
+                proc_id,
+                client_id,
+            }),
+            _ => Err(Errno::EINVAL),
+        }
+    }
 }
 
 impl Req<'_> {
@@ -61,8 +91,8 @@ impl Req<'_> {
     }
 
     /// `Tlock`.
-    pub(super) fn lock(&self, a: &Asked<'_>, flags: u32, out: &mut Vec<u8>) -> Result<()> {
-        let (file, mut lock, owner) = self.lock_asked(a)?;
+    pub(super) fn lock(&self, f: &Fcall<'_>, flags: u32, out: &mut Vec<u8>) -> Result<()> {
+        let (file, mut lock, owner) = self.lock_asked(&Asked::of(f)?)?;
         // fcntl's rule: a read lock needs a file open for reading, a
         // write lock one open for writing.
         let mode = file.flags() & libc::O_ACCMODE;
@@ -86,8 +116,9 @@ impl Req<'_> {
     }
 
     /// `Tgetlock`: the lock in the way, or type UNLCK.
-    pub(super) fn getlock(&self, a: &Asked<'_>, out: &mut Vec<u8>) -> Result<()> {
-        let (file, lock, owner) = self.lock_asked(a)?;
+    pub(super) fn getlock(&self, f: &Fcall<'_>, out: &mut Vec<u8>) -> Result<()> {
+        let a = Asked::of(f)?;
+        let (file, lock, owner) = self.lock_asked(&a)?;
         let (start, length, proc_id, client_id) = (a.start, a.length, a.proc_id, a.client_id);
         let reply = match file.getlk(owner, &lock)? {
             None => Fcall::Rgetlock {
