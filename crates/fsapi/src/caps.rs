@@ -13,6 +13,7 @@
 //! | [`Watch`] | – | fanotify | the server's reports |
 //! | [`Remote`] | – | – | RPCs, fids, open+read in one |
 //! | [`Locks`] | – (the vfs keeps them) | on the host file | at the server |
+//! | [`Xattrs`] | kept in memory | the host file's | the server's (`Txattrwalk`) |
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -247,4 +248,27 @@ pub trait Locks: Send + Sync {
     /// `owner` closed a descriptor of `node`: its POSIX locks there go
     /// (its `flock` locks stay with their open file).
     fn unlock_owner(&self, node: NodeId, fh: FileHandle, owner: LockOwner);
+}
+
+/// Extended attributes, stored where the file lives (POSIX ACLs are the
+/// `system.posix_acl_access` and `system.posix_acl_default` attributes,
+/// in the kernel's binary form: crate::acl). The vfs has checked the
+/// caller's permission and the name's namespace before it calls; a
+/// backend stores and returns bytes. A backend that keeps ACLs itself
+/// (memfs) also does what a file system does with them: a set access
+/// ACL moves the mode, a chmod moves the ACL, a new node inherits its
+/// directory's default ACL.
+pub trait Xattrs: Send + Sync {
+    /// The value of `name`; `ENODATA` when it has none.
+    fn getxattr(&self, node: NodeId, name: &[u8]) -> Result<Vec<u8>>;
+
+    /// Every name `node` has, each followed by a NUL.
+    fn listxattr(&self, node: NodeId) -> Result<Vec<u8>>;
+
+    /// Set `name` to `value`; `flags` is `XATTR_CREATE` (`EEXIST` when it
+    /// has one), `XATTR_REPLACE` (`ENODATA` when it has none) or 0.
+    fn setxattr(&self, node: NodeId, name: &[u8], value: &[u8], flags: i32) -> Result<()>;
+
+    /// Remove `name`; `ENODATA` when it has none.
+    fn removexattr(&self, node: NodeId, name: &[u8]) -> Result<()>;
 }

@@ -14,6 +14,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+pub mod acl;
 pub mod caps;
 pub mod clock;
 mod errno;
@@ -804,6 +805,12 @@ pub trait FileSystem: Send + Sync {
     /// `None`: the backend has no one to share them with, and the vfs
     /// keeps them itself.
     fn locks(&self) -> Option<&dyn caps::Locks> {
+        None
+    }
+
+    /// Extended attributes and POSIX ACLs ([`caps::Xattrs`]); `None`:
+    /// the backend keeps none (`EOPNOTSUPP`).
+    fn xattrs(&self) -> Option<&dyn caps::Xattrs> {
         None
     }
 }

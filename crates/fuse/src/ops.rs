@@ -10,8 +10,8 @@ use walkfs_fusewire::abi::{self, fopen, init};
 use walkfs_fusewire::request::{DirRead, Lk};
 use walkfs_fusewire::{Filesystem, Operation, Reply, Request, Setattr};
 use walkfs_vfs::{
-    CachePolicy, Ctx, Errno, FileLock, LockFlavor, LockKind, LockOwner, LockWait, OpenFile, Statx,
-    WriteAs, LOCK_EOF,
+    with_umask, CachePolicy, Ctx, Errno, FileLock, LockFlavor, LockKind, LockOwner, LockWait,
+    OpenFile, Statx, WriteAs, LOCK_EOF,
 };
 
 use crate::stats::{Op, STATS_IOCTL, SYNC_IOCTL};
@@ -70,13 +70,14 @@ pub(crate) fn counted(op: &Operation<'_>) -> Option<Op> {
         Operation::Ioctl { .. } => Op::Ioctl,
         Operation::Getlk(_) => Op::Getlk,
         Operation::Setlk { .. } => Op::Setlk,
-        Operation::Setxattr
-        | Operation::Removexattr
-        | Operation::Interrupt { .. }
-        | Operation::Destroy
-        | Operation::Other(_) => return None,
+        Operation::Setxattr { .. } => Op::Setxattr,
+        Operation::Removexattr { .. } => Op::Removexattr,
+        Operation::Interrupt { .. } | Operation::Destroy | Operation::Other(_) => return None,
     })
 }
+
+/// The xattr calls act on the node a request names.
+const XATTR_AT: i32 = libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW;
 
 impl Filesystem for WalkFuse {
     fn init(&self, offered: u64) -> u64 {
@@ -90,6 +91,12 @@ impl Filesystem for WalkFuse {
         // Ioctls on directories: `walkfs stats` and `walkfs sync` ask the
         // root.
         let mut want = init::PARALLEL_DIROPS | init::HANDLE_KILLPRIV_V2 | init::HAS_IOCTL_DIR;
+        // POSIX ACLs: the kernel checks and caches them, the source keeps
+        // them; with DONT_MASK the umask comes apart from the mode, and
+        // a directory's default ACL decides instead of it.
+        if self.opts.acl && self.opts.default_permissions && self.vfs.has_xattrs() {
+            want |= init::POSIX_ACL | init::DONT_MASK;
+        }
         if self.serves_locks {
             // Locks are the backend's, where the host's programs and
             // other clients see them (locks.rs).
@@ -149,7 +156,8 @@ impl Filesystem for WalkFuse {
             Operation::Mkdir { name, mode, umask } => {
                 let ctx = self.ctx(req);
                 Self::name(name).and_then(|n| {
-                    let m = ctx.mkdirat(&self.node(ino)?, n, mode & !umask & 0o7777)?;
+                    let dir = self.node(ino)?;
+                    let m = with_umask(umask, || ctx.mkdirat(&dir, n, mode & 0o7777))?;
                     reply.entry(&self.entry_out(self.made(&ctx, m)?));
                     Ok(())
                 })
@@ -166,9 +174,9 @@ impl Filesystem for WalkFuse {
                 // the mount is nodev.
                 let ctx = self.ctx(req);
                 Self::name(name).and_then(|n| {
-                    let perm = mode & !umask & 0o7777;
-                    let kind = (mode & libc::S_IFMT) | perm;
-                    let m = ctx.mknodat(&self.node(ino)?, n, kind, u64::from(rdev))?;
+                    let kind = mode & (libc::S_IFMT | 0o7777);
+                    let dir = self.node(ino)?;
+                    let m = with_umask(umask, || ctx.mknodat(&dir, n, kind, u64::from(rdev)))?;
                     reply.entry(&self.entry_out(self.made(&ctx, m)?));
                     Ok(())
                 })
@@ -318,12 +326,24 @@ impl Filesystem for WalkFuse {
                 });
                 Ok(())
             }),
-            // The mount keeps no extended attributes. ENOSYS once and the
-            // kernel stops asking (getxattr(2) gets EOPNOTSUPP from then
-            // on), notably for security.capability before each write and
-            // chown.
-            Operation::Getxattr { .. } | Operation::Listxattr { .. } => Err(Errno::ENOSYS),
-            Operation::Setxattr | Operation::Removexattr => Err(Errno::ENOSYS),
+            // Extended attributes are the source's (a 9P server without
+            // them answers EOPNOTSUPP). The node itself, never what a
+            // symlink points to: the kernel has resolved the path.
+            Operation::Getxattr { name, size } => self.node(ino).and_then(|h| {
+                let v = self.ctx(req).getxattrat(&h, b"", name, XATTR_AT)?;
+                reply.xattr(&v, size).map_err(Errno)
+            }),
+            Operation::Listxattr { size } => self.node(ino).and_then(|h| {
+                let v = self.ctx(req).listxattrat(&h, b"", XATTR_AT)?;
+                reply.xattr(&v, size).map_err(Errno)
+            }),
+            Operation::Setxattr { name, value, flags } => self.node(ino).and_then(|h| {
+                self.ctx(req)
+                    .setxattrat(&h, b"", name, value, flags, XATTR_AT)
+            }),
+            Operation::Removexattr { name } => self
+                .node(ino)
+                .and_then(|h| self.ctx(req).removexattrat(&h, b"", name, XATTR_AT)),
             Operation::Ioctl { cmd, out_size, .. } => self.ioctl(ino, cmd, out_size, reply),
             Operation::Access { mask } => self.node(ino).and_then(|h| {
                 self.ctx(req)
@@ -334,7 +354,9 @@ impl Filesystem for WalkFuse {
                 flags,
                 mode,
                 umask,
-            } => self.create(req, ino, name, flags, mode & !umask & 0o7777, reply),
+            } => with_umask(umask, || {
+                self.create(req, ino, name, flags, mode & 0o7777, reply)
+            }),
             Operation::Interrupt { unique } => {
                 self.interrupts.interrupt(unique);
                 Ok(())

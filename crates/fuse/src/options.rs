@@ -52,6 +52,11 @@ pub struct MountOptions {
     /// the mount so that inotify and fanotify watchers of it see them
     /// (`events=1`, the default; docs/watchers.md).
     pub events: bool,
+    /// POSIX ACLs are the kernel's to check and cache, stored by the
+    /// source as attributes (`acl`, the default under
+    /// default_permissions where the source keeps extended attributes;
+    /// `noacl`: `system.posix_acl_*` are refused, mode bits alone decide).
+    pub acl: bool,
     /// The options of the vfs (switches, `cache`, `negtimeout`, ...) and
     /// of its backend (`msize`, `host_fds`, ...).
     pub source: SourceOptions,
@@ -89,6 +94,7 @@ struct Given {
     passthrough: bool,
     writeback_cache: bool,
     events: bool,
+    acl: bool,
     entry: Option<Duration>,
     attr: Option<Duration>,
 }
@@ -110,6 +116,7 @@ impl Default for Given {
             passthrough: true,
             writeback_cache: true,
             events: true,
+            acl: true,
             entry: None,
             attr: None,
         }
@@ -132,6 +139,22 @@ const MOUNT_OPTIONS: &[Opt<Given>] = &[
         live: false,
         set: |g, n, v| {
             g.default_permissions = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["acl"],
+        live: false,
+        set: |g, n, v| {
+            g.acl = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["noacl"],
+        live: false,
+        set: |g, n, v| {
+            g.acl = !opt::flag(n, v)?;
             Ok(())
         },
     },
@@ -285,7 +308,7 @@ impl MountOptions {
     /// Parse `name[=value],...`. FUSE options: `allow_other`,
     /// `default_permissions` (on unless `no_default_permissions`),
     /// `ro`/`rw`, `threads=N`, `io_fds=N`, `transport=auto|dev|uring`, `bare=0|1`,
-    /// `passthrough=0|1`, `writeback_cache=0|1`, `events=0|1`,
+    /// `passthrough=0|1`, `writeback_cache=0|1`, `events=0|1`, `acl`/`noacl`,
     /// `entry_timeout=S`, `attr_timeout=S` (seconds; defaults follow the
     /// cache mode). Everything else is a vfs option (`cache`,
     /// `negtimeout`/`ndentrytmo`, `msize`, `fastpath`, ...). The generic
@@ -347,6 +370,7 @@ impl MountOptions {
             passthrough: given.passthrough,
             writeback_cache: given.writeback_cache,
             events: given.events,
+            acl: given.acl,
             source,
             text: text.to_string(),
             cache_given: opt::items(text).any(|(k, _)| k == "cache"),

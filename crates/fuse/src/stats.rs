@@ -68,11 +68,13 @@ pub enum Op {
     Ioctl,
     Getlk,
     Setlk,
+    Setxattr,
+    Removexattr,
 }
 
 /// The opcodes' names, in [`Op`] order (as the kernel's fuse.h spells
 /// them, lower case).
-pub const OP_NAMES: [&str; 31] = [
+pub const OP_NAMES: [&str; 33] = [
     "lookup",
     "forget",
     "getattr",
@@ -104,10 +106,12 @@ pub const OP_NAMES: [&str; 31] = [
     "ioctl",
     "getlk",
     "setlk",
+    "setxattr",
+    "removexattr",
 ];
 
 // Every Op has a name: the last variant is the last name.
-const _: () = assert!(Op::Setlk as usize + 1 == OP_NAMES.len());
+const _: () = assert!(Op::Removexattr as usize + 1 == OP_NAMES.len());
 
 /// What the kernel asked of the mount: requests by opcode and the time
 /// spent answering each kind (from the request's dispatch to the return

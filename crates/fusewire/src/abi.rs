@@ -52,6 +52,10 @@ pub mod init {
     /// Record locks (fcntl) are the server's: GETLK, SETLK, SETLKW.
     pub const POSIX_LOCKS: u64 = 1 << 1;
     pub const ATOMIC_O_TRUNC: u64 = 1 << 3;
+    /// The kernel leaves the umask to the server (MKNOD, MKDIR, CREATE
+    /// carry it apart from the mode): a directory's default ACL, not the
+    /// umask, decides then.
+    pub const DONT_MASK: u64 = 1 << 6;
     pub const BIG_WRITES: u64 = 1 << 5;
     /// `flock` locks are the server's too (SETLK with `LK_FLOCK`).
     pub const FLOCK_LOCKS: u64 = 1 << 10;
@@ -60,6 +64,10 @@ pub mod init {
     pub const READDIRPLUS_AUTO: u64 = 1 << 14;
     pub const WRITEBACK_CACHE: u64 = 1 << 16;
     pub const PARALLEL_DIROPS: u64 = 1 << 18;
+    /// POSIX ACLs: the kernel checks permissions with them (under
+    /// default_permissions) and caches them; the server stores them as
+    /// `system.posix_acl_*` attributes and keeps mode and ACL in step.
+    pub const POSIX_ACL: u64 = 1 << 20;
     pub const MAX_PAGES: u64 = 1 << 22;
     pub const CACHE_SYMLINKS: u64 = 1 << 23;
     pub const NO_OPENDIR_SUPPORT: u64 = 1 << 24;
@@ -381,6 +389,10 @@ wire! {
     WriteOut { size: u32, padding: u32 }
     FsyncIn { fh: u64, fsync_flags: u32, padding: u32 }
     GetxattrIn { size: u32, padding: u32 }
+    /// GETXATTR, LISTXATTR with size 0: how large the answer is.
+    GetxattrOut { size: u32, padding: u32 }
+    /// SETXATTR (without `SETXATTR_EXT`): the value's size, `XATTR_*`.
+    SetxattrIn { size: u32, flags: u32 }
     AccessIn { mask: u32, padding: u32 }
     IoctlIn { fh: u64, flags: u32, cmd: u32, arg: u64, in_size: u32, out_size: u32 }
     IoctlOut { result: i32, flags: u32, in_iovs: u32, out_iovs: u32 }

@@ -94,6 +94,21 @@ impl<'a> Reply<'a> {
         DirBuf::new(self.out, size)
     }
 
+    /// GETXATTR, LISTXATTR: `value` for a caller with room for `size`
+    /// bytes; with `size` 0 only its length; `ERANGE` when it does not
+    /// fit.
+    pub fn xattr(self, value: &[u8], size: u32) -> Result<(), i32> {
+        if size == 0 {
+            let size = u32::try_from(value.len()).map_err(|_| libc::E2BIG)?;
+            put(self.out, &abi::GetxattrOut { size, padding: 0 });
+        } else if value.len() > size as usize {
+            return Err(libc::ERANGE);
+        } else {
+            self.out.extend_from_slice(value);
+        }
+        Ok(())
+    }
+
     /// GETLK: the lock in the way (`ty` F_UNLCK: none).
     pub fn lock(self, l: &abi::LkOut) {
         put(self.out, l);

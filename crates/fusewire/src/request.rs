@@ -145,8 +145,15 @@ pub enum Operation<'a> {
     Listxattr {
         size: u32,
     },
-    Setxattr,
-    Removexattr,
+    Setxattr {
+        name: &'a [u8],
+        value: &'a [u8],
+        /// `XATTR_CREATE`, `XATTR_REPLACE`.
+        flags: i32,
+    },
+    Removexattr {
+        name: &'a [u8],
+    },
     Flush {
         fh: u64,
         /// The closing process's lock owner: its record locks on the
@@ -217,6 +224,7 @@ pub fn op_header_size(opcode: u32) -> usize {
         | op::OPENDIR
         | op::GETXATTR
         | op::LISTXATTR
+        | op::SETXATTR
         | op::ACCESS => 8,
         op::GETATTR | op::FSYNC | op::FSYNCDIR => 16,
         op::MKNOD | op::RENAME2 | op::CREATE => 16,
@@ -427,8 +435,17 @@ impl<'a> Operation<'a> {
             op::LISTXATTR => Operation::Listxattr {
                 size: hdr::<abi::GetxattrIn>(head)?.size,
             },
-            op::SETXATTR => Operation::Setxattr,
-            op::REMOVEXATTR => Operation::Removexattr,
+            op::SETXATTR => {
+                let x = hdr::<abi::SetxattrIn>(head)?;
+                let (name, rest) = cstr(b)?;
+                let value = rest.get(..x.size as usize).ok_or(libc::EINVAL)?;
+                Operation::Setxattr {
+                    name,
+                    value,
+                    flags: x.flags as i32,
+                }
+            }
+            op::REMOVEXATTR => Operation::Removexattr { name: cstr(b)?.0 },
             op::FLUSH => {
                 let f = hdr::<abi::FlushIn>(head)?;
                 Operation::Flush {

@@ -111,7 +111,8 @@ pub(crate) const I_CACHED_LINK: u32 = 1 << 2;
 /// The attributes may be out of date (a write, a link count change): the
 /// next stat asks the backend.
 pub(crate) const I_STALE: u32 = 1 << 3;
-/// An ACL or similar decides access: never take the fast permission path.
+/// An access ACL decides access (the backend said so, or the vfs read
+/// it: acl.rs): never take the fast permission path.
 pub(crate) const I_ACL: u32 = 1 << 4;
 /// A directory every entry of which is in the dcache (it was made empty
 /// here, and no positive child has been evicted since): a name not found
@@ -125,6 +126,12 @@ pub(crate) const I_COMPLETE: u32 = 1 << 5;
 /// same backend node (another birth time), and took the node's place;
 /// this inode lives on for the names and open files it still has.
 pub(crate) const I_UNHASHED: u32 = 1 << 6;
+/// The vfs knows this inode's ACLs (acl.rs): `I_ACL` and `I_DEFACL` say
+/// which it has. Without it, "has no ACL" is not known, and `I_FASTEXEC`
+/// is never set.
+pub(crate) const I_ACL_KNOWN: u32 = 1 << 7;
+/// A directory with a default ACL, which its new nodes inherit.
+pub(crate) const I_DEFACL: u32 = 1 << 8;
 pub(crate) const SB_SHIFT: u32 = 16;
 
 #[derive(Default)]
@@ -547,6 +554,14 @@ impl Dcache {
 
 /// Fill the attribute fields of `ino` from `attr` (writer lock held, inside
 /// the inode's write section).
+/// `I_FASTEXEC`'s condition: a directory everyone may search, known to
+/// have no access ACL.
+pub(crate) fn fast_exec(flags: u32, mode: u32) -> bool {
+    flags & (I_ACL_KNOWN | I_ACL) == I_ACL_KNOWN
+        && mode & libc::S_IFMT == libc::S_IFDIR
+        && mode & 0o111 == 0o111
+}
+
 pub(crate) fn store_attr(ino: &Inode, attr: &Attr) {
     ino.mode.store(attr.mode, Relaxed);
     ino.uid.store(attr.uid, Relaxed);
@@ -564,10 +579,14 @@ pub(crate) fn store_attr(ino: &Inode, attr: &Attr) {
     if born != 0 {
         ino.btime.store(born, Relaxed);
     }
-    let mut flags = ino.flags.load(Relaxed) & !(I_FASTEXEC | I_ACL | I_STALE);
-    if attr.has_acl {
-        flags |= I_ACL;
-    } else if attr.is_dir() && attr.mode & 0o111 == 0o111 {
+    let mut flags = ino.flags.load(Relaxed) & !(I_FASTEXEC | I_STALE);
+    // A backend that tells of an access ACL the vfs did not know of
+    // makes what it knew void; one that tells of none proves nothing
+    // (most cannot tell: acl.rs asks).
+    if attr.has_acl && flags & I_ACL == 0 {
+        flags = (flags & !I_ACL_KNOWN) | I_ACL;
+    }
+    if fast_exec(flags, attr.mode) {
         flags |= I_FASTEXEC;
     }
     if !attr.is_symlink() && flags & I_CACHED_LINK == 0 {

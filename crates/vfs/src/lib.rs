@@ -27,6 +27,7 @@
 //! their length), `negtimeout` (negative dentries, [`NegPolicy`]). The
 //! [`CachePolicy`] decides how far cached answers are trusted at all.
 
+mod acl;
 mod arena;
 mod coherent;
 mod counters;
@@ -68,7 +69,7 @@ pub use handle::{At, Handle};
 pub use metered::BackendCalls;
 pub use namei::slow_permission_checks;
 pub use openfile::OpenFile;
-pub use ops::{Ctx, DirEntryOut, LockWait, Made, NameStep, WriteAs, AT_FDCWD};
+pub use ops::{with_umask, Ctx, DirEntryOut, LockWait, Made, NameStep, WriteAs, AT_FDCWD};
 pub use opt::OptError;
 pub use options::{CachePolicy, NegPolicy, Options, OPTIONS};
 pub use perm::Creds;
@@ -241,6 +242,8 @@ pub(crate) struct Inner {
     /// mount for one that does not keep its answers' order, else once
     /// `list_ahead` said no.
     pub no_ahead: AtomicU64,
+    /// ACLs of inodes that have one (acl.rs).
+    pub(crate) acls: acl::Acls,
 }
 
 /// A tree of mounted file systems with its caches. Cheap to clone (shared).
@@ -360,6 +363,7 @@ impl Vfs {
             ra_log: Default::default(),
             fa: Default::default(),
             no_ahead: AtomicU64::new(no_ahead),
+            acls: Default::default(),
             meter,
         });
         inner.lend_names(0);
@@ -534,6 +538,11 @@ impl Vfs {
     /// kernel (a FUSE mount keeps them itself).
     pub fn has_locks(&self) -> bool {
         self.inner.sb(0).is_ok_and(|fs| fs.locks().is_some())
+    }
+
+    /// Does the root file system keep extended attributes (and so ACLs)?
+    pub fn has_xattrs(&self) -> bool {
+        self.inner.sb(0).is_ok_and(|fs| fs.xattrs().is_some())
     }
 
     /// Is `other` this vfs (a clone of it)?

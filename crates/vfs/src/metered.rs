@@ -279,6 +279,10 @@ impl FileSystem for Metered {
         self.fs.locks()
     }
 
+    fn xattrs(&self) -> Option<&dyn caps::Xattrs> {
+        self.fs.xattrs()
+    }
+
     /// Metered: an open with its first read is two calls.
     fn remote(&self) -> Option<&dyn caps::Remote> {
         self.fs.remote().map(|_| self as &dyn caps::Remote)

@@ -317,8 +317,29 @@ impl<'a> Nameidata<'a> {
     #[inline(never)]
     fn may_lookup_slow(&self) -> Res<()> {
         PERM_SLOW.with(|c| c.set(c.get() + 1));
-        let snap = self.vfs.dc.inode_snap(self.cur.ino).ok_or(Step::Restart)?;
-        Ok(perm::check(self.creds, &snap, MAY_EXEC)?)
+        let vfs = self.vfs;
+        let mut snap = vfs.dc.inode_snap(self.cur.ino).ok_or(Step::Restart)?;
+        // A directory everyone may search goes on the fast path once it
+        // is known to have no ACL: learn that once (acl.rs).
+        if snap.flags & I_ACL_KNOWN == 0
+            && snap.is_dir()
+            && snap.mode & 0o111 == 0o111
+            && vfs.sw.fastperm.load(AtomicOrdering::Relaxed)
+        {
+            vfs.learn_acls(&snap);
+            snap = vfs.dc.inode_snap(self.cur.ino).ok_or(Step::Restart)?;
+        }
+        let acl = if crate::acl::needs_acl(self.creds, &snap) {
+            Some(vfs.acls(&snap)?)
+        } else {
+            None
+        };
+        Ok(perm::check(
+            self.creds,
+            &snap,
+            crate::acl::access(&acl),
+            MAY_EXEC,
+        )?)
     }
 
     /// One normal component: the fast path when the child is cached and

@@ -1,5 +1,6 @@
 //! Credentials and the permission check (Linux's `generic_permission`).
 
+use walkfs_fsapi::acl::Acl;
 use walkfs_fsapi::{Errno, Result};
 
 use crate::dcache::InodeSnap;
@@ -71,18 +72,26 @@ impl Creds {
     }
 }
 
-/// The mode-bits check for `mask` (MAY_*), with root's overrides.
+/// The permission check for `mask` (MAY_*), with root's overrides
+/// (`generic_permission`): the owner's bits for the owner; the access
+/// ACL `acl` (acl.rs) for anyone else while the group bits grant
+/// anything; otherwise the group's or other's bits.
 #[inline]
-pub fn check(creds: &Creds, ino: &InodeSnap, mask: u32) -> Result<()> {
+pub fn check(creds: &Creds, ino: &InodeSnap, acl: Option<&Acl>, mask: u32) -> Result<()> {
     let mode = ino.mode;
-    let bits = if creds.uid == ino.uid {
-        mode >> 6
-    } else if creds.in_group(ino.gid) {
-        mode >> 3
+    let granted = if creds.uid == ino.uid {
+        mask & !(mode >> 6) & 7 == 0
+    } else if let (Some(a), true) = (acl, mode & 0o070 != 0) {
+        a.permits(creds.uid, false, |g| creds.in_group(g), ino.gid, mask)
     } else {
-        mode
-    } & 7;
-    if mask & !bits == 0 {
+        let bits = if creds.in_group(ino.gid) {
+            mode >> 3
+        } else {
+            mode
+        } & 7;
+        mask & !bits == 0
+    };
+    if granted {
         return Ok(());
     }
     if creds.is_root() {
@@ -109,25 +118,25 @@ mod tests {
             privileged: false,
         };
         let f = snap(libc::S_IFREG | 0o640, 1000, 100);
-        assert!(check(&u, &f, MAY_READ | MAY_WRITE).is_ok());
-        assert_eq!(check(&u, &f, MAY_EXEC), Err(Errno::EACCES));
+        assert!(check(&u, &f, None, MAY_READ | MAY_WRITE).is_ok());
+        assert_eq!(check(&u, &f, None, MAY_EXEC), Err(Errno::EACCES));
         let g = snap(libc::S_IFREG | 0o640, 1, 200);
-        assert!(check(&u, &g, MAY_READ).is_ok());
-        assert_eq!(check(&u, &g, MAY_WRITE), Err(Errno::EACCES));
+        assert!(check(&u, &g, None, MAY_READ).is_ok());
+        assert_eq!(check(&u, &g, None, MAY_WRITE), Err(Errno::EACCES));
         // The owner class decides even when "other" would allow more.
         let o = snap(libc::S_IFREG | 0o007, 1000, 1);
-        assert_eq!(check(&u, &o, MAY_READ), Err(Errno::EACCES));
+        assert_eq!(check(&u, &o, None, MAY_READ), Err(Errno::EACCES));
     }
 
     #[test]
     fn root_overrides_but_not_exec_of_non_executables() {
         let r = Creds::root();
-        assert!(check(&r, &snap(libc::S_IFREG, 5, 5), MAY_READ | MAY_WRITE).is_ok());
+        assert!(check(&r, &snap(libc::S_IFREG, 5, 5), None, MAY_READ | MAY_WRITE).is_ok());
         assert_eq!(
-            check(&r, &snap(libc::S_IFREG | 0o644, 5, 5), MAY_EXEC),
+            check(&r, &snap(libc::S_IFREG | 0o644, 5, 5), None, MAY_EXEC),
             Err(Errno::EACCES)
         );
-        assert!(check(&r, &snap(libc::S_IFREG | 0o001, 5, 5), MAY_EXEC).is_ok());
-        assert!(check(&r, &snap(libc::S_IFDIR, 5, 5), MAY_EXEC).is_ok());
+        assert!(check(&r, &snap(libc::S_IFREG | 0o001, 5, 5), None, MAY_EXEC).is_ok());
+        assert!(check(&r, &snap(libc::S_IFDIR, 5, 5), None, MAY_EXEC).is_ok());
     }
 }

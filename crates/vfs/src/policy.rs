@@ -4,14 +4,15 @@
 //! calls in ops/ ask here and act on the answer; nothing here touches the
 //! cache or a backend.
 
+use walkfs_fsapi::acl::Acl;
 use walkfs_fsapi::{Errno, Owner, Result};
 
 use crate::dcache::InodeSnap;
 use crate::perm::{self, Creds, MAY_EXEC, MAY_READ, MAY_WRITE};
 
 /// `may_create`: write and search permission on the directory.
-pub(crate) fn may_create(creds: &Creds, dir: &InodeSnap) -> Result<()> {
-    perm::check(creds, dir, MAY_WRITE | MAY_EXEC)
+pub(crate) fn may_create(creds: &Creds, dir: &InodeSnap, acl: Option<&Acl>) -> Result<()> {
+    perm::check(creds, dir, acl, MAY_WRITE | MAY_EXEC)
 }
 
 /// The owner and mode of a node created in `dir`: the caller's ids, or
@@ -51,13 +52,13 @@ pub(crate) fn new_owner(
 
 /// `fs.protected_hardlinks` (on in Debian): only the owner, or someone
 /// who may read and write a plain file that is not set-id, may link to it.
-pub(crate) fn may_link(creds: &Creds, s: &InodeSnap) -> Result<()> {
+pub(crate) fn may_link(creds: &Creds, s: &InodeSnap, acl: Option<&Acl>) -> Result<()> {
     if creds.owns(s.uid) {
         return Ok(());
     }
     let setid =
         s.mode & libc::S_ISUID != 0 || s.mode & (libc::S_ISGID | 0o010) == libc::S_ISGID | 0o010;
-    if !s.is_reg() || setid || perm::check(creds, s, MAY_READ | MAY_WRITE).is_err() {
+    if !s.is_reg() || setid || perm::check(creds, s, acl, MAY_READ | MAY_WRITE).is_err() {
         return Err(Errno::EPERM);
     }
     Ok(())
@@ -66,8 +67,13 @@ pub(crate) fn may_link(creds: &Creds, s: &InodeSnap) -> Result<()> {
 /// The permission half of `may_delete`: write and search on the
 /// directory, and in a sticky directory ownership of the file or of the
 /// directory.
-pub(crate) fn may_delete(creds: &Creds, dir: &InodeSnap, victim: &InodeSnap) -> Result<()> {
-    perm::check(creds, dir, MAY_WRITE | MAY_EXEC)?;
+pub(crate) fn may_delete(
+    creds: &Creds,
+    dir: &InodeSnap,
+    acl: Option<&Acl>,
+    victim: &InodeSnap,
+) -> Result<()> {
+    perm::check(creds, dir, acl, MAY_WRITE | MAY_EXEC)?;
     if dir.mode & libc::S_ISVTX != 0 && !creds.owns(victim.uid) && creds.uid != dir.uid {
         return Err(Errno::EPERM);
     }
@@ -136,14 +142,19 @@ pub(crate) fn chown_kills(s: &InodeSnap) -> u32 {
 
 /// `utimensat` by `creds` of `s`: explicit times need ownership; "now"
 /// needs ownership or write permission.
-pub(crate) fn may_set_times(creds: &Creds, s: &InodeSnap, explicit: bool) -> Result<()> {
+pub(crate) fn may_set_times(
+    creds: &Creds,
+    s: &InodeSnap,
+    acl: Option<&Acl>,
+    explicit: bool,
+) -> Result<()> {
     if creds.owns(s.uid) {
         return Ok(());
     }
     if explicit {
         return Err(Errno::EPERM);
     }
-    perm::check(creds, s, MAY_WRITE)
+    perm::check(creds, s, acl, MAY_WRITE)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -169,13 +180,16 @@ mod tests {
         let dir = snap(libc::S_IFDIR | 0o1777, 0, 0);
         let f = snap(libc::S_IFREG | 0o666, 1001, 1001);
         assert_eq!(
-            may_delete(&user(1000, 1000, &[]), &dir, &f),
+            may_delete(&user(1000, 1000, &[]), &dir, None, &f),
             Err(Errno::EPERM)
         );
-        assert_eq!(may_delete(&user(1001, 1001, &[]), &dir, &f), Ok(()));
+        assert_eq!(may_delete(&user(1001, 1001, &[]), &dir, None, &f), Ok(()));
         let setuid = snap(libc::S_IFREG | 0o4777, 1001, 1001);
-        assert_eq!(may_link(&user(1000, 1000, &[]), &setuid), Err(Errno::EPERM));
-        assert_eq!(may_link(&user(1000, 1000, &[]), &f), Ok(()));
+        assert_eq!(
+            may_link(&user(1000, 1000, &[]), &setuid, None),
+            Err(Errno::EPERM)
+        );
+        assert_eq!(may_link(&user(1000, 1000, &[]), &f, None), Ok(()));
     }
 
     #[test]
@@ -209,7 +223,7 @@ mod tests {
         );
         assert_eq!(chown_kills(&f), libc::S_ISGID);
         assert_eq!(
-            may_set_times(&user(1001, 1001, &[]), &f, true),
+            may_set_times(&user(1001, 1001, &[]), &f, None, true),
             Err(Errno::EPERM)
         );
     }

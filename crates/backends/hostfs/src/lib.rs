@@ -24,6 +24,7 @@ mod own;
 mod sys;
 mod table;
 mod watch;
+mod xattr;
 
 pub use table::FdStats;
 pub use watch::WatchSource;
@@ -796,6 +797,10 @@ impl FileSystem for HostFs {
     }
 
     fn host_files(&self) -> Option<&dyn caps::HostFiles> {
+        Some(self)
+    }
+
+    fn xattrs(&self) -> Option<&dyn caps::Xattrs> {
         Some(self)
     }
 

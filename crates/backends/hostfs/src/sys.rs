@@ -437,3 +437,69 @@ pub fn handle_key(fsid: &[u8], kind: i32, data: &[u8]) -> Vec<u8> {
     k.extend_from_slice(data);
     k
 }
+
+/// `/proc/self/fd/N` as a C path: the xattr calls take a path, and this
+/// one reaches the very inode an `O_PATH` descriptor holds (a symlink
+/// itself, not what it points to).
+fn proc_path(fd: BorrowedFd) -> CString {
+    let mut p = b"/proc/self/fd/".to_vec();
+    p.extend_from_slice(&fd_name(fd.as_raw_fd()));
+    // A decimal number has no NUL in it.
+    CString::new(p).unwrap_or_default()
+}
+
+/// Read a value the kernel sizes for us (`getxattr`, `listxattr`): ask the
+/// size, then fetch; a value that grew in between is asked again.
+fn sized(mut call: impl FnMut(*mut libc::c_void, usize) -> isize) -> Result<Vec<u8>> {
+    loop {
+        let n = call(std::ptr::null_mut(), 0);
+        let n = usize::try_from(n).map_err(|_| Errno::last())?;
+        let mut buf = vec![0u8; n];
+        if n == 0 {
+            return Ok(buf);
+        }
+        let got = call(buf.as_mut_ptr().cast(), n);
+        match usize::try_from(got) {
+            Ok(got) => {
+                buf.truncate(got);
+                return Ok(buf);
+            }
+            Err(_) if Errno::last() == Errno::ERANGE => continue,
+            Err(_) => return Err(Errno::last()),
+        }
+    }
+}
+
+pub fn getxattr(fd: BorrowedFd, name: &[u8]) -> Result<Vec<u8>> {
+    let (p, n) = (proc_path(fd), cstr(name)?);
+    // SAFETY: valid C strings; the buffer pointer and size come from
+    // `sized`, which owns the buffer.
+    sized(|buf, size| unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf, size) })
+}
+
+pub fn listxattr(fd: BorrowedFd) -> Result<Vec<u8>> {
+    let p = proc_path(fd);
+    // SAFETY: as in `getxattr`.
+    sized(|buf, size| unsafe { libc::listxattr(p.as_ptr(), buf.cast(), size) })
+}
+
+pub fn setxattr(fd: BorrowedFd, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+    let (p, n) = (proc_path(fd), cstr(name)?);
+    // SAFETY: valid C strings and a value slice with its length.
+    let r = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    };
+    Errno::result(r).map(drop)
+}
+
+pub fn removexattr(fd: BorrowedFd, name: &[u8]) -> Result<()> {
+    let (p, n) = (proc_path(fd), cstr(name)?);
+    // SAFETY: valid C strings.
+    Errno::result(unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) }).map(drop)
+}

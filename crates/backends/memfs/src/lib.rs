@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use parking_lot::Mutex;
+use walkfs_fsapi::acl::{self, Acl};
 use walkfs_fsapi::{
     caps, Attr, ByHandle, DirEntry, Entry, Errno, FileHandle, FileLock, FileSystem, FileType,
     LockFlavor, LockOwner, LockTable, NodeId, OpenFlags, Owner, Result, SetAttr, StatFs, TimeSet,
@@ -34,6 +35,8 @@ struct Node {
     lookups: u64,
     /// Open handles.
     opens: u64,
+    /// Extended attributes, ACLs among them (crate::acl's form).
+    xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
 struct Tree {
@@ -89,6 +92,7 @@ impl MemFs {
                 body: Body::Dir(BTreeMap::new()),
                 lookups: 1,
                 opens: 0,
+                xattrs: BTreeMap::new(),
             },
         );
         MemFs {
@@ -156,9 +160,27 @@ impl Tree {
             Body::Symlink(t) => t.len() as u64,
             _ => 0,
         };
+        // A directory's default ACL is its new nodes' (the vfs has cut
+        // the mode by it): their access ACL, and a new directory's
+        // default too. Symlinks take none.
+        let mut xattrs = BTreeMap::new();
+        let mut has_acl = false;
+        let inherited = self.node(parent)?.xattrs.get(acl::DEFAULT);
+        if let (Some(d), false) = (inherited, matches!(body, Body::Symlink(_))) {
+            if let Ok(Some(default)) = Acl::parse(d) {
+                if let (_, Some(access)) = default.inherit(mode) {
+                    xattrs.insert(acl::ACCESS.to_vec(), access.to_bytes());
+                    has_acl = true;
+                }
+                if is_dir {
+                    xattrs.insert(acl::DEFAULT.to_vec(), d.clone());
+                }
+            }
+        }
         let attr = Attr {
             ino,
             mode,
+            has_acl,
             nlink: if is_dir { 2 } else { 1 },
             uid: owner.uid,
             gid: owner.gid,
@@ -176,6 +198,7 @@ impl Tree {
                 body,
                 lookups: 1,
                 opens: 0,
+                xattrs,
             },
         );
         self.dir_mut(parent)?.insert(name.to_vec(), ino);
@@ -221,6 +244,103 @@ impl Tree {
 
     fn is_dir(&self, ino: u64) -> bool {
         matches!(self.nodes.get(&ino).map(|n| &n.body), Some(Body::Dir(_)))
+    }
+}
+
+/// What a file system does to the `security.capability` of a file
+/// that is written, truncated or given away (Linux's kill-priv).
+const CAPABILITY: &[u8] = b"security.capability";
+
+impl Node {
+    /// A chmod moves the access ACL's owner, mask (or group) and other
+    /// entries with it.
+    fn chmod_acl(&mut self) {
+        if let Some(v) = self.xattrs.get_mut(acl::ACCESS) {
+            if let Ok(Some(mut a)) = Acl::parse(v) {
+                a.chmod(self.attr.mode);
+                *v = a.to_bytes();
+            }
+        }
+    }
+
+    /// Store an ACL (`None` removes it); an access ACL the mode can say
+    /// all of is not kept, and sets the mode's bits either way.
+    fn set_acl(&mut self, name: &[u8], acl: Option<Acl>) -> Result<()> {
+        let is_dir = matches!(self.body, Body::Dir(_));
+        let acl = if name == acl::ACCESS {
+            acl.and_then(|a| {
+                let (mode, equiv) = a.equiv_mode(self.attr.mode);
+                self.attr.mode = mode;
+                (!equiv).then_some(a)
+            })
+        } else if !is_dir {
+            return if acl.is_some() {
+                Err(Errno::EACCES)
+            } else {
+                Ok(())
+            };
+        } else {
+            acl
+        };
+        match acl {
+            Some(a) => {
+                self.xattrs.insert(name.to_vec(), a.to_bytes());
+            }
+            None => {
+                self.xattrs.remove(name);
+            }
+        }
+        self.attr.has_acl = self.xattrs.contains_key(acl::ACCESS);
+        Ok(())
+    }
+}
+
+impl caps::Xattrs for MemFs {
+    fn getxattr(&self, node: NodeId, name: &[u8]) -> Result<Vec<u8>> {
+        let t = self.tree.lock();
+        t.node(node.0)?
+            .xattrs
+            .get(name)
+            .cloned()
+            .ok_or(Errno::ENODATA)
+    }
+
+    fn listxattr(&self, node: NodeId) -> Result<Vec<u8>> {
+        let t = self.tree.lock();
+        let mut names = Vec::new();
+        for k in t.node(node.0)?.xattrs.keys() {
+            names.extend_from_slice(k);
+            names.push(0);
+        }
+        Ok(names)
+    }
+
+    fn setxattr(&self, node: NodeId, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+        let mut t = self.tree.lock();
+        let n = t.node_mut(node.0)?;
+        let has = n.xattrs.contains_key(name);
+        if flags & libc::XATTR_CREATE != 0 && has {
+            return Err(Errno::EEXIST);
+        }
+        if flags & libc::XATTR_REPLACE != 0 && !has {
+            return Err(Errno::ENODATA);
+        }
+        if name == acl::ACCESS || name == acl::DEFAULT {
+            n.set_acl(name, Acl::parse(value)?)?;
+        } else {
+            n.xattrs.insert(name.to_vec(), value.to_vec());
+        }
+        n.attr.ctime = Timespec::now();
+        Ok(())
+    }
+
+    fn removexattr(&self, node: NodeId, name: &[u8]) -> Result<()> {
+        let mut t = self.tree.lock();
+        let n = t.node_mut(node.0)?;
+        n.xattrs.remove(name).ok_or(Errno::ENODATA)?;
+        n.attr.has_acl = n.xattrs.contains_key(acl::ACCESS);
+        n.attr.ctime = Timespec::now();
+        Ok(())
     }
 }
 
@@ -303,6 +423,10 @@ impl FileSystem for MemFs {
         }
         if let Some(mode) = set.mode {
             n.attr.mode = (n.attr.mode & libc::S_IFMT) | (mode & 0o7777);
+            n.chmod_acl();
+        }
+        if set.size.is_some() || set.uid.is_some() || set.gid.is_some() {
+            n.xattrs.remove(CAPABILITY);
         }
         if let Some(uid) = set.uid {
             n.attr.uid = uid;
@@ -397,6 +521,7 @@ impl FileSystem for MemFs {
                     data.resize(end, 0);
                 }
                 data[start..end].copy_from_slice(src);
+                n.xattrs.remove(CAPABILITY);
                 n.attr.size = data.len() as u64;
                 n.attr.blocks = n.attr.size.div_ceil(512);
                 let now = Timespec::now();
@@ -575,6 +700,10 @@ impl FileSystem for MemFs {
             });
         }
         Ok(out)
+    }
+
+    fn xattrs(&self) -> Option<&dyn caps::Xattrs> {
+        Some(self)
     }
 
     fn locks(&self) -> Option<&dyn caps::Locks> {

@@ -375,7 +375,8 @@ impl Ctx {
             }
             self.check_writable()?;
             let explicit = times.iter().any(|t| matches!(t, Some(TimeSet::At(_))));
-            policy::may_set_times(&self.creds, &s, explicit)?;
+            let acl = self.acl_for(&s)?;
+            policy::may_set_times(&self.creds, &s, acl::access(&acl), explicit)?;
             self.setattr(
                 c,
                 &SetAttr {

@@ -16,6 +16,23 @@ pub struct Made {
 }
 use walkfs_fsapi::Make;
 
+thread_local! {
+    /// The umask of the caller this thread acts for ([`with_umask`]).
+    static CALLER_UMASK: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Run `f` for a caller whose umask is `umask`, as a process's umask: the
+/// nodes it makes lose those permission bits, unless their directory has
+/// a default ACL, which then decides alone (as in Linux). A front end
+/// that is handed the caller's umask apart from the mode (FUSE's
+/// `DONT_MASK`) makes nodes inside it.
+pub fn with_umask<R>(umask: u32, f: impl FnOnce() -> R) -> R {
+    let old = CALLER_UMASK.with(|u| u.replace(umask & 0o777));
+    let r = f();
+    CALLER_UMASK.with(|u| u.set(old));
+    r
+}
+
 impl Ctx {
     /// Run a backend change that makes name `name` in `dir`, and bring the
     /// cache in line with its result: the name's dentry becomes positive on
@@ -106,19 +123,47 @@ impl Ctx {
         if dir.flags & D_DEAD != 0 {
             return Err(Errno::ENOENT.into());
         }
-        policy::may_create(&self.creds, &ds)?;
+        let acl = self.acl_for(&ds)?;
+        policy::may_create(&self.creds, &ds, acl::access(&acl))?;
         Ok(ds)
     }
 
-    /// The owner and mode of a node made in `ds` (policy.rs).
+    /// The owner and mode of a node made in `ds` (policy.rs). A directory
+    /// with a default ACL cuts the mode by it, and no umask applies
+    /// (`posix_acl_create`); otherwise the mount's umask and the caller's
+    /// ([`with_umask`]) do. The backend gives the node the inherited ACL
+    /// (a host file system does it itself).
     pub(super) fn new_owner(
         &self,
         ds: &InodeSnap,
         mode: u32,
         is_dir: bool,
-    ) -> (walkfs_fsapi::Owner, u32) {
-        let umask = self.inner().sw.umask.load(AtomicOrdering::Relaxed);
-        policy::new_owner(&self.creds, umask, ds, mode, is_dir)
+    ) -> Res<(walkfs_fsapi::Owner, u32)> {
+        let inner = self.inner();
+        let pair = if ds.flags & I_ACL_KNOWN == 0 || ds.flags & I_DEFACL != 0 {
+            Some(inner.acls(ds)?)
+        } else {
+            None
+        };
+        if let Some(default) = pair.as_ref().and_then(|p| p.default.as_ref()) {
+            let (owner, mode) = policy::new_owner(&self.creds, 0, ds, mode, is_dir);
+            let (perm, _) = default.inherit(mode & 0o777);
+            return Ok((owner, (mode & !0o777) | perm));
+        }
+        let umask = inner.sw.umask.load(AtomicOrdering::Relaxed) | CALLER_UMASK.with(|u| u.get());
+        Ok(policy::new_owner(&self.creds, umask, ds, mode, is_dir))
+    }
+
+    /// A node just made in `ds` by this vfs: when `ds` is known to have no
+    /// default ACL, the node is known to have no ACL either (no backend
+    /// question before the walk may pass it on the fast path).
+    fn born(&self, ds: &InodeSnap, c: Cur) {
+        if ds.flags & (I_ACL_KNOWN | I_DEFACL) == I_ACL_KNOWN {
+            let inner = self.inner();
+            inner
+                .writer()
+                .set_acl_state(&inner.dc, c.ino, Some((false, false)));
+        }
     }
 
     /// The create of `openat(O_CREAT)`: the new file's dentry, pinned for
@@ -133,16 +178,18 @@ impl Ctx {
         let _later = crate::writeback::SettleLater::new();
         self.check_writable()?;
         let ds = self.may_create(dir)?;
-        let (owner, mode) = self.new_owner(&ds, mode, false);
+        let (owner, mode) = self.new_owner(&ds, mode, false)?;
         let acc = OpenFlags(flags & O_ACCMODE);
-        self.modify(dir, name, true, |fs| {
+        let (c, fh) = self.modify(dir, name, true, |fs| {
             let what = Make::File { mode, flags: acc };
             if let Some(r) = self.make_behind(fs, &ds, dir, name, owner, what) {
                 let (e, fh) = r?;
                 return Ok((e, fh.ok_or(Errno::EIO)?));
             }
             fs.create(NodeId(ds.node), name, mode, owner, acc)
-        })
+        })?;
+        self.born(&ds, c);
+        Ok((c, fh))
     }
 
     /// `mkdirat(dirfd, path, mode)`: what it made.
@@ -159,7 +206,7 @@ impl Ctx {
             }
             self.check_writable()?;
             let ds = self.may_create(dir)?;
-            let (owner, mode) = self.new_owner(&ds, mode, true);
+            let (owner, mode) = self.new_owner(&ds, mode, true)?;
             let (c, ()) = self.modify(dir, &name, true, |fs| {
                 let what = Make::Dir { mode };
                 if let Some(r) = self.make_behind(fs, &ds, dir, &name, owner, what) {
@@ -167,6 +214,7 @@ impl Ctx {
                 }
                 Ok((fs.mkdir(NodeId(ds.node), &name, mode, owner)?, ()))
             })?;
+            self.born(&ds, c);
             // Made empty here: a miss in it needs no backend (until a
             // child is evicted or a change is reported).
             let inner = self.inner();
@@ -224,7 +272,8 @@ impl Ctx {
         self.run(|| {
             let (dir, name) = self.create_target(newdirfd, linkpath)?;
             let ds = self.may_create(dir)?;
-            let (owner, _) = self.new_owner(&ds, 0o777, false);
+            // A symlink takes no ACL and no umask.
+            let (owner, _) = policy::new_owner(&self.creds, 0, &ds, 0o777, false);
             let (c, ()) = self.modify(dir, &name, true, |fs| {
                 let what = Make::Symlink { target };
                 if let Some(r) = self.make_behind(fs, &ds, dir, &name, owner, what) {
@@ -232,6 +281,7 @@ impl Ctx {
                 }
                 Ok((fs.symlink(NodeId(ds.node), &name, target, owner)?, ()))
             })?;
+            self.born(&ds, c);
             Ok(Handle::adopt(&self.vfs.inner, c.d))
         })
         .and_then(|h| self.made(h))
@@ -265,7 +315,7 @@ impl Ctx {
             if is_dev && !self.creds.is_root() {
                 return Err(Errno::EPERM.into());
             }
-            let (owner, perm) = self.new_owner(&ds, mode, false);
+            let (owner, perm) = self.new_owner(&ds, mode, false)?;
             let rdev = if is_dev { dev } else { 0 };
             let (c, ()) = self.modify(dir, &name, true, |fs| {
                 let parent = NodeId(ds.node);
@@ -295,6 +345,7 @@ impl Ctx {
                 }
                 Ok((fs.mknod(parent, &name, kind | perm, rdev, owner)?, ()))
             })?;
+            self.born(&ds, c);
             Ok(Handle::adopt(&self.vfs.inner, c.d))
         })
         .and_then(|h| self.made(h))
@@ -324,7 +375,8 @@ impl Ctx {
             if os.sb() != ds.sb() {
                 return Err(Errno::EXDEV.into());
             }
-            policy::may_link(&self.creds, &os)?;
+            let acl = self.acl_for(&os)?;
+            policy::may_link(&self.creds, &os, acl::access(&acl))?;
             self.may_create(dir)?;
             if os.is_dir() {
                 return Err(Errno::EPERM.into());

@@ -338,7 +338,7 @@ impl Ctx {
             {
                 self.check_writable()?;
             }
-            Ok(perm::check(&self.creds, &s, mode as u32)?)
+            self.permission(&s, mode as u32)
         })
     }
 

@@ -17,13 +17,14 @@ mod create;
 mod fds;
 mod io;
 mod lock;
-pub use create::Made;
+pub use create::{with_umask, Made};
 pub use io::WriteAs;
 pub use lock::LockWait;
 mod lookup;
 mod open;
 mod remove;
 mod rename;
+mod xattr;
 
 /// What every ops file uses.
 mod prelude {
@@ -37,6 +38,7 @@ mod prelude {
     pub(super) use super::{
         check_at_flags, Ctx, DirEntryOut, FileAt, NameStep, AT_FDCWD, O_ACCMODE,
     };
+    pub(super) use crate::acl;
     pub(super) use crate::dcache::*;
     pub(super) use crate::file::NO_HANDLE;
     pub(super) use crate::handle::{At, Handle};
@@ -44,7 +46,7 @@ mod prelude {
         self, Cur, Last, Nameidata, Walked, LOOKUP_BENEATH, LOOKUP_FOLLOW, LOOKUP_NO_CROSS,
     };
     pub(super) use crate::pathcache::{self, Cached};
-    pub(super) use crate::perm::{self, MAY_READ, MAY_WRITE};
+    pub(super) use crate::perm::{MAY_READ, MAY_WRITE};
     pub(super) use crate::policy;
     pub(super) use crate::stat::Statx;
     pub(super) use crate::step::{Res, Step};
@@ -211,5 +213,31 @@ impl Ctx {
     /// Current time, for callers building `utimensat` arguments.
     pub fn now() -> Timespec {
         Timespec::now()
+    }
+}
+
+impl Ctx {
+    /// What the permission check of `s` needs of its ACLs: `None` when
+    /// the mode bits decide (acl.rs says when), else the inode's ACLs,
+    /// asked of the backend the first time.
+    pub(crate) fn acl_for(
+        &self,
+        s: &crate::dcache::InodeSnap,
+    ) -> Res<Option<Arc<crate::acl::Pair>>> {
+        if !crate::acl::needs_acl(&self.creds, s) {
+            return Ok(None);
+        }
+        Ok(Some(self.inner().acls(s)?))
+    }
+
+    /// `inode_permission` of `s` for `mask` (MAY_*), ACLs included.
+    pub(crate) fn permission(&self, s: &crate::dcache::InodeSnap, mask: u32) -> Res<()> {
+        let p = self.acl_for(s)?;
+        Ok(crate::perm::check(
+            &self.creds,
+            s,
+            crate::acl::access(&p),
+            mask,
+        )?)
     }
 }

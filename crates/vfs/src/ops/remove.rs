@@ -11,7 +11,8 @@ impl Ctx {
         let inner = self.inner();
         let ds = inner.dc.inode_snap(dir.ino).ok_or(Step::Restart)?;
         let vs = inner.dc.inode_snap(victim.ino).ok_or(Step::Restart)?;
-        policy::may_delete(&self.creds, &ds, &vs)?;
+        let acl = self.acl_for(&ds)?;
+        policy::may_delete(&self.creds, &ds, acl::access(&acl), &vs)?;
         if isdir {
             if !victim.is_dir() {
                 return Err(Errno::ENOTDIR.into());

@@ -105,12 +105,12 @@ impl Ctx {
             if odir.d != ndir.d {
                 let os = dc.inode_snap(old.ino).ok_or(Step::Restart)?;
                 if is_dir {
-                    perm::check(&self.creds, &os, MAY_WRITE)?;
+                    self.permission(&os, MAY_WRITE)?;
                 }
                 if let (true, Some(n)) = (exchange, new) {
                     if n.is_dir() {
                         let ns = dc.inode_snap(n.ino).ok_or(Step::Restart)?;
-                        perm::check(&self.creds, &ns, MAY_WRITE)?;
+                        self.permission(&ns, MAY_WRITE)?;
                     }
                 }
             }

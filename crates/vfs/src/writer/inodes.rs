@@ -161,8 +161,37 @@ impl Writer {
             i.seq.write_begin();
             self.drop_link_locked(dc, i);
             let f = i.flags.load(Relaxed);
-            i.flags
-                .store((f | I_STALE) & !crate::dcache::I_COMPLETE, Relaxed);
+            // An attribute change reported may be one of ACL: what was
+            // known of it goes (acl.rs), and with it the fast search.
+            let gone = crate::dcache::I_COMPLETE | I_ACL_KNOWN | I_FASTEXEC;
+            i.flags.store((f | I_STALE) & !gone, Relaxed);
+            i.seq.write_end();
+        }
+    }
+
+    /// Record what is known of an inode's ACLs (acl.rs): `Some((access,
+    /// default))` which it has, `None` nothing known.
+    pub fn set_acl_state(&mut self, dc: &Dcache, idx: IIdx, state: Option<(bool, bool)>) {
+        let Some(i) = dc.inode(idx) else { return };
+        let f = i.flags.load(Relaxed);
+        let mut n = f & !(I_ACL_KNOWN | I_ACL | I_DEFACL | I_FASTEXEC);
+        if let Some((access, default)) = state {
+            n |= I_ACL_KNOWN;
+            if access {
+                n |= I_ACL;
+            }
+            if default {
+                n |= I_DEFACL;
+            }
+        }
+        if fast_exec(n, i.mode.load(Relaxed)) {
+            n |= I_FASTEXEC;
+        }
+        // Learning or forgetting the facts changes no one's permission
+        // (a change of ACL itself dirties the caches: acl.rs).
+        if n != f {
+            i.seq.write_begin();
+            i.flags.store(n, Relaxed);
             i.seq.write_end();
         }
     }
