@@ -85,6 +85,12 @@ const ALLOWED: &[libc::c_long] = &[
     libc::SYS_flistxattr,
     libc::SYS_fsetxattr,
     libc::SYS_fremovexattr,
+    // Extended attributes of an `O_PATH` descriptor: `N` relative to
+    // /proc/self/fd (hostfs's sys.rs), as the inotify watches are added.
+    libc::SYS_getxattr,
+    libc::SYS_listxattr,
+    libc::SYS_setxattr,
+    libc::SYS_removexattr,
     libc::SYS_lgetxattr,
     libc::SYS_llistxattr,
     libc::SYS_lsetxattr,

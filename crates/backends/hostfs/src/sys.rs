@@ -438,14 +438,26 @@ pub fn handle_key(fsid: &[u8], kind: i32, data: &[u8]) -> Vec<u8> {
     k
 }
 
-/// `/proc/self/fd/N` as a C path: the xattr calls take a path, and this
-/// one reaches the very inode an `O_PATH` descriptor holds (a symlink
-/// itself, not what it points to).
-fn proc_path(fd: BorrowedFd) -> CString {
-    let mut p = b"/proc/self/fd/".to_vec();
-    p.extend_from_slice(&fd_name(fd.as_raw_fd()));
-    // A decimal number has no NUL in it.
-    CString::new(p).unwrap_or_default()
+/// The working directory is the process's: a call that takes a path
+/// relative to it (`/proc/self/fd/N` as `N`, after an `fchdir` to that
+/// directory) holds this. Nothing else in walkfs uses relative paths.
+pub static CWD: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
+/// Run `call` with the name of `fd` in `/proc/self/fd` (`proc_fd`) as a
+/// C path relative to the working directory, which is that directory
+/// meanwhile. The xattr calls take a path, and this one reaches the very
+/// inode an `O_PATH` descriptor holds (a symlink itself, not what it
+/// points to), also where `/proc` is not in the process's root (a
+/// confined server opened `proc_fd` before it confined itself).
+fn at_proc_name<T>(
+    proc_fd: BorrowedFd,
+    fd: BorrowedFd,
+    call: impl FnOnce(&std::ffi::CStr) -> Result<T>,
+) -> Result<T> {
+    let name = cstr(&fd_name(fd.as_raw_fd()))?;
+    let _cwd = CWD.lock();
+    fchdir(proc_fd)?;
+    call(&name)
 }
 
 /// Read a value the kernel sizes for us (`getxattr`, `listxattr`): ask the
@@ -470,36 +482,49 @@ fn sized(mut call: impl FnMut(*mut libc::c_void, usize) -> isize) -> Result<Vec<
     }
 }
 
-pub fn getxattr(fd: BorrowedFd, name: &[u8]) -> Result<Vec<u8>> {
-    let (p, n) = (proc_path(fd), cstr(name)?);
-    // SAFETY: valid C strings; the buffer pointer and size come from
-    // `sized`, which owns the buffer.
-    sized(|buf, size| unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf, size) })
+pub fn getxattr(proc_fd: BorrowedFd, fd: BorrowedFd, name: &[u8]) -> Result<Vec<u8>> {
+    let n = cstr(name)?;
+    at_proc_name(proc_fd, fd, |p| {
+        // SAFETY: valid C strings; the buffer pointer and size come from
+        // `sized`, which owns the buffer.
+        sized(|buf, size| unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf, size) })
+    })
 }
 
-pub fn listxattr(fd: BorrowedFd) -> Result<Vec<u8>> {
-    let p = proc_path(fd);
-    // SAFETY: as in `getxattr`.
-    sized(|buf, size| unsafe { libc::listxattr(p.as_ptr(), buf.cast(), size) })
+pub fn listxattr(proc_fd: BorrowedFd, fd: BorrowedFd) -> Result<Vec<u8>> {
+    at_proc_name(proc_fd, fd, |p| {
+        // SAFETY: as in `getxattr`.
+        sized(|buf, size| unsafe { libc::listxattr(p.as_ptr(), buf.cast(), size) })
+    })
 }
 
-pub fn setxattr(fd: BorrowedFd, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
-    let (p, n) = (proc_path(fd), cstr(name)?);
-    // SAFETY: valid C strings and a value slice with its length.
-    let r = unsafe {
-        libc::setxattr(
-            p.as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            flags,
-        )
-    };
-    Errno::result(r).map(drop)
+pub fn setxattr(
+    proc_fd: BorrowedFd,
+    fd: BorrowedFd,
+    name: &[u8],
+    value: &[u8],
+    flags: i32,
+) -> Result<()> {
+    let n = cstr(name)?;
+    at_proc_name(proc_fd, fd, |p| {
+        // SAFETY: valid C strings and a value slice with its length.
+        let r = unsafe {
+            libc::setxattr(
+                p.as_ptr(),
+                n.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                flags,
+            )
+        };
+        Errno::result(r).map(drop)
+    })
 }
 
-pub fn removexattr(fd: BorrowedFd, name: &[u8]) -> Result<()> {
-    let (p, n) = (proc_path(fd), cstr(name)?);
-    // SAFETY: valid C strings.
-    Errno::result(unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) }).map(drop)
+pub fn removexattr(proc_fd: BorrowedFd, fd: BorrowedFd, name: &[u8]) -> Result<()> {
+    let n = cstr(name)?;
+    at_proc_name(proc_fd, fd, |p| {
+        // SAFETY: valid C strings.
+        Errno::result(unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) }).map(drop)
+    })
 }

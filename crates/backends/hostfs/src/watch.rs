@@ -68,9 +68,8 @@ const FAN_ENTRY: u64 =
 const FAN_DATA: u64 = libc::FAN_MODIFY | libc::FAN_ATTRIB;
 
 /// Adding an inotify watch takes a path: `/proc/self/fd/N` relative to
-/// the working directory. The working directory is the process's, so
-/// additions are serialized (nothing else in walkfs uses relative paths).
-static CWD: Mutex<()> = Mutex::new(());
+/// the working directory, which is the process's ([`sys::CWD`]).
+use sys::CWD;
 
 /// What an event says about a name in a watched directory.
 #[derive(Clone, Copy)]

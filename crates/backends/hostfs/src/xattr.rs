@@ -1,6 +1,6 @@
 //! Extended attributes and POSIX ACLs: the host file's own, read and
 //! changed through `/proc/self/fd/N` of the node's `O_PATH` descriptor
-//! (the xattr calls take no descriptor of that kind). The host's file
+//! (the xattr calls take no descriptor of that kind; sys.rs). The host's file
 //! system keeps mode and ACL in step and makes new nodes inherit a
 //! default ACL, as it does for its own programs; the vfs has checked the
 //! caller.
@@ -14,20 +14,22 @@ use crate::{sys, HostFs};
 impl caps::Xattrs for HostFs {
     fn getxattr(&self, node: NodeId, name: &[u8]) -> Result<Vec<u8>> {
         self.behind.settle(&[node.0]);
-        sys::getxattr(self.fd(node)?.as_fd(), name)
+        sys::getxattr(self.proc_fd.as_fd(), self.fd(node)?.as_fd(), name)
     }
 
     fn listxattr(&self, node: NodeId) -> Result<Vec<u8>> {
         self.behind.settle(&[node.0]);
-        sys::listxattr(self.fd(node)?.as_fd())
+        sys::listxattr(self.proc_fd.as_fd(), self.fd(node)?.as_fd())
     }
 
     fn setxattr(&self, node: NodeId, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
-        self.changed_xattr(node, |fd| sys::setxattr(fd, name, value, flags))
+        self.changed_xattr(node, |fd| {
+            sys::setxattr(self.proc_fd.as_fd(), fd, name, value, flags)
+        })
     }
 
     fn removexattr(&self, node: NodeId, name: &[u8]) -> Result<()> {
-        self.changed_xattr(node, |fd| sys::removexattr(fd, name))
+        self.changed_xattr(node, |fd| sys::removexattr(self.proc_fd.as_fd(), fd, name))
     }
 }
 
