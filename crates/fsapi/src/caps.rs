@@ -14,6 +14,7 @@
 //! | [`Remote`] | – | – | RPCs, fids, open+read in one |
 //! | [`Locks`] | – (the vfs keeps them) | on the host file | at the server |
 //! | [`Xattrs`] | kept in memory | the host file's | the server's (`Txattrwalk`) |
+//! | [`Space`] | zeroes kept | the host file system's | the server's (extension) |
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -271,4 +272,18 @@ pub trait Xattrs: Send + Sync {
 
     /// Remove `name`; `ENODATA` when it has none.
     fn removexattr(&self, node: NodeId, name: &[u8]) -> Result<()>;
+}
+
+/// The space a file's data takes: `fallocate(2)` in the modes the
+/// backend's storage offers, and where data and holes are
+/// (`SEEK_DATA`/`SEEK_HOLE`). The vfs has checked the caller, the mode's
+/// form and the handle's access before it calls.
+pub trait Space: Send + Sync {
+    /// `fallocate(fh, mode, off, len)`; a mode the storage lacks is
+    /// `EOPNOTSUPP`.
+    fn fallocate(&self, node: NodeId, fh: FileHandle, mode: i32, off: u64, len: u64) -> Result<()>;
+
+    /// Where the first data (`SEEK_DATA`) or hole (`SEEK_HOLE`) at or
+    /// after `off` starts; `ENXIO` at or past the end.
+    fn seek_data(&self, node: NodeId, fh: FileHandle, off: u64, whence: i32) -> Result<u64>;
 }

@@ -813,4 +813,10 @@ pub trait FileSystem: Send + Sync {
     fn xattrs(&self) -> Option<&dyn caps::Xattrs> {
         None
     }
+
+    /// Allocation and holes ([`caps::Space`]); `None`: `fallocate` is
+    /// refused and a file is data from start to end.
+    fn space(&self) -> Option<&dyn caps::Space> {
+        None
+    }
 }

@@ -72,6 +72,8 @@ pub(crate) fn counted(op: &Operation<'_>) -> Option<Op> {
         Operation::Setlk { .. } => Op::Setlk,
         Operation::Setxattr { .. } => Op::Setxattr,
         Operation::Removexattr { .. } => Op::Removexattr,
+        Operation::Fallocate { .. } => Op::Fallocate,
+        Operation::Lseek { .. } => Op::Lseek,
         Operation::Interrupt { .. } | Operation::Destroy | Operation::Other(_) => return None,
     })
 }
@@ -245,6 +247,28 @@ impl Filesystem for WalkFuse {
                 let f = self.io_file(ino, fh, true)?;
                 let n = f.pwrite_by(data, offset, who)?;
                 reply.written(n as u32);
+                Ok(())
+            })(),
+            Operation::Fallocate {
+                fh,
+                offset,
+                length,
+                mode,
+            } => (|| {
+                let f = self.io_file(ino, fh, true)?;
+                let off = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+                let len = i64::try_from(length).map_err(|_| Errno::EINVAL)?;
+                f.fallocate(mode, off, len)?;
+                // Under passthrough the kernel keeps the size it saw.
+                if self.pt.backed(ino) {
+                    self.base.changed_outside(&self.node(ino)?)?;
+                }
+                Ok(())
+            })(),
+            Operation::Lseek { fh, offset, whence } => (|| {
+                let f = self.io_file(ino, fh, false)?;
+                let off = i64::try_from(offset).map_err(|_| Errno::ENXIO)?;
+                reply.lseek(f.lseek(off, whence)?);
                 Ok(())
             })(),
             Operation::Flush { fh, lock_owner } => self.flush(ino, fh, lock_owner),

@@ -70,11 +70,13 @@ pub enum Op {
     Setlk,
     Setxattr,
     Removexattr,
+    Fallocate,
+    Lseek,
 }
 
 /// The opcodes' names, in [`Op`] order (as the kernel's fuse.h spells
 /// them, lower case).
-pub const OP_NAMES: [&str; 33] = [
+pub const OP_NAMES: [&str; 35] = [
     "lookup",
     "forget",
     "getattr",
@@ -108,10 +110,12 @@ pub const OP_NAMES: [&str; 33] = [
     "setlk",
     "setxattr",
     "removexattr",
+    "fallocate",
+    "lseek",
 ];
 
 // Every Op has a name: the last variant is the last name.
-const _: () = assert!(Op::Removexattr as usize + 1 == OP_NAMES.len());
+const _: () = assert!(Op::Lseek as usize + 1 == OP_NAMES.len());
 
 /// What the kernel asked of the mount: requests by opcode and the time
 /// spent answering each kind (from the request's dispatch to the return

@@ -41,8 +41,10 @@ pub mod op {
     pub const DESTROY: u32 = 38;
     pub const IOCTL: u32 = 39;
     pub const BATCH_FORGET: u32 = 42;
+    pub const FALLOCATE: u32 = 43;
     pub const READDIRPLUS: u32 = 44;
     pub const RENAME2: u32 = 45;
+    pub const LSEEK: u32 = 46;
 }
 
 /// `fuse_init_in.flags` / `fuse_init_out.flags` bits (the low word; the
@@ -397,6 +399,10 @@ wire! {
     IoctlIn { fh: u64, flags: u32, cmd: u32, arg: u64, in_size: u32, out_size: u32 }
     IoctlOut { result: i32, flags: u32, in_iovs: u32, out_iovs: u32 }
     InterruptIn { unique: u64 }
+    FallocateIn { fh: u64, offset: u64, length: u64, mode: u32, padding: u32 }
+    /// LSEEK: only SEEK_DATA and SEEK_HOLE reach the server.
+    LseekIn { fh: u64, offset: u64, whence: u32, padding: u32 }
+    LseekOut { offset: u64 }
     /// GETLK, SETLK, SETLKW: the file, the lock's owner, the lock
     /// (`fuse_file_lock`: first and last byte, F_RDLCK/F_WRLCK/F_UNLCK,
     /// the caller's pid) and `LK_FLOCK` for a flock.

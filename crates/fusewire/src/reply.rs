@@ -109,6 +109,11 @@ impl<'a> Reply<'a> {
         Ok(())
     }
 
+    /// LSEEK: where the data or hole starts.
+    pub fn lseek(self, offset: u64) {
+        put(self.out, &abi::LseekOut { offset });
+    }
+
     /// GETLK: the lock in the way (`ty` F_UNLCK: none).
     pub fn lock(self, l: &abi::LkOut) {
         put(self.out, l);

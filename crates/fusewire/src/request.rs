@@ -193,6 +193,18 @@ pub enum Operation<'a> {
         in_data: &'a [u8],
         out_size: u32,
     },
+    Fallocate {
+        fh: u64,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    },
+    /// `SEEK_DATA` or `SEEK_HOLE` from `offset`.
+    Lseek {
+        fh: u64,
+        offset: u64,
+        whence: i32,
+    },
     /// The kernel gave up waiting for request `unique` (a signal): a
     /// request still waiting (SETLKW) should fail with EINTR.
     Interrupt {
@@ -231,6 +243,8 @@ pub fn op_header_size(opcode: u32) -> usize {
         op::RELEASE | op::RELEASEDIR | op::FLUSH => 24,
         op::GETLK | op::SETLK | op::SETLKW => size_of::<abi::LkIn>(),
         op::INTERRUPT => 8,
+        op::FALLOCATE => size_of::<abi::FallocateIn>(),
+        op::LSEEK => size_of::<abi::LseekIn>(),
         op::IOCTL => size_of::<abi::IoctlIn>(),
         op::READ | op::READDIR | op::READDIRPLUS => size_of::<abi::ReadIn>(),
         op::WRITE => size_of::<abi::WriteIn>(),
@@ -487,6 +501,23 @@ impl<'a> Operation<'a> {
                     cmd: i.cmd,
                     in_data: rest.get(..i.in_size as usize).ok_or(libc::EINVAL)?,
                     out_size: i.out_size,
+                }
+            }
+            op::FALLOCATE => {
+                let f = hdr::<abi::FallocateIn>(head)?;
+                Operation::Fallocate {
+                    fh: f.fh,
+                    offset: f.offset,
+                    length: f.length,
+                    mode: f.mode as i32,
+                }
+            }
+            op::LSEEK => {
+                let l = hdr::<abi::LseekIn>(head)?;
+                Operation::Lseek {
+                    fh: l.fh,
+                    offset: l.offset,
+                    whence: l.whence as i32,
                 }
             }
             op::INTERRUPT => Operation::Interrupt {

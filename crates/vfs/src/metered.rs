@@ -283,6 +283,10 @@ impl FileSystem for Metered {
         self.fs.xattrs()
     }
 
+    fn space(&self) -> Option<&dyn caps::Space> {
+        self.fs.space()
+    }
+
     /// Metered: an open with its first read is two calls.
     fn remote(&self) -> Option<&dyn caps::Remote> {
         self.fs.remote().map(|_| self as &dyn caps::Remote)

@@ -157,9 +157,14 @@ impl OpenFile {
         self.0.ctx.unlock_owner_at(self.at(), owner)
     }
 
-    /// `lseek(fd, off, whence)`.
+    /// `lseek(fd, off, whence)`, `SEEK_DATA`/`SEEK_HOLE` included.
     pub fn lseek(&self, off: i64, whence: i32) -> Result<u64> {
         self.0.ctx.lseek_at(self.at(), off, whence)
+    }
+
+    /// `fallocate(fd, mode, off, len)`: see [`Ctx::fallocate`].
+    pub fn fallocate(&self, mode: i32, off: i64, len: i64) -> Result<()> {
+        self.0.ctx.fallocate_at(self.at(), mode, off, len)
     }
 
     /// `getdents64(fd)`: see [`Ctx::getdents`].

@@ -21,6 +21,7 @@
 mod behind;
 mod locks;
 mod own;
+mod space;
 mod sys;
 mod table;
 mod watch;
@@ -801,6 +802,10 @@ impl FileSystem for HostFs {
     }
 
     fn xattrs(&self) -> Option<&dyn caps::Xattrs> {
+        Some(self)
+    }
+
+    fn space(&self) -> Option<&dyn caps::Space> {
         Some(self)
     }
 

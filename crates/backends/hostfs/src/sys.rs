@@ -528,3 +528,19 @@ pub fn removexattr(proc_fd: BorrowedFd, fd: BorrowedFd, name: &[u8]) -> Result<(
         Errno::result(unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) }).map(drop)
     })
 }
+
+pub fn fallocate(fd: BorrowedFd, mode: i32, off: u64, len: u64) -> Result<()> {
+    let off = i64::try_from(off).map_err(|_| Errno::EFBIG)?;
+    let len = i64::try_from(len).map_err(|_| Errno::EFBIG)?;
+    // SAFETY: plain syscall on a valid fd.
+    Errno::result(unsafe { libc::fallocate(fd.as_raw_fd(), mode, off, len) }).map(drop)
+}
+
+/// `lseek(fd, off, SEEK_DATA | SEEK_HOLE)`. The descriptor's position
+/// moves, which nothing of ours reads (all I/O is positioned).
+pub fn seek_data(fd: BorrowedFd, off: u64, whence: i32) -> Result<u64> {
+    let off = i64::try_from(off).map_err(|_| Errno::ENXIO)?;
+    // SAFETY: plain syscall on a valid fd.
+    let r = unsafe { libc::lseek(fd.as_raw_fd(), off, whence) };
+    Errno::result(r).map(|p| p as u64)
+}

@@ -344,6 +344,62 @@ impl caps::Xattrs for MemFs {
     }
 }
 
+/// Memory holds no holes: every byte up to the size is data. The modes
+/// are tmpfs's: allocate (growing the size unless `KEEP_SIZE`), punch a
+/// hole and zero a range (zeroes written); collapse and insert are
+/// refused.
+impl caps::Space for MemFs {
+    fn fallocate(
+        &self,
+        node: NodeId,
+        _fh: FileHandle,
+        mode: i32,
+        off: u64,
+        len: u64,
+    ) -> Result<()> {
+        let known =
+            libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
+        if mode & !known != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let mut t = self.tree.lock();
+        let n = t.node_mut(node.0)?;
+        let Body::File(data) = &mut n.body else {
+            return Err(Errno::ENODEV);
+        };
+        let start = usize::try_from(off).map_err(|_| Errno::EFBIG)?;
+        let end = start
+            .checked_add(usize::try_from(len).map_err(|_| Errno::EFBIG)?)
+            .ok_or(Errno::EFBIG)?;
+        let zero = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0;
+        if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > data.len() {
+            data.resize(end, 0);
+        }
+        if zero {
+            let stop = end.min(data.len());
+            if start < stop {
+                data[start..stop].fill(0);
+            }
+        }
+        n.attr.size = data.len() as u64;
+        n.attr.blocks = n.attr.size.div_ceil(512);
+        let now = Timespec::now();
+        if zero || mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
+            n.attr.mtime = now;
+        }
+        n.attr.ctime = now;
+        Ok(())
+    }
+
+    fn seek_data(&self, node: NodeId, _fh: FileHandle, off: u64, whence: i32) -> Result<u64> {
+        let size = self.tree.lock().node(node.0)?.attr.size;
+        if off >= size {
+            return Err(Errno::ENXIO);
+        }
+        Ok(if whence == libc::SEEK_HOLE { size } else { off })
+    }
+}
+
 fn now_or(t: TimeSet) -> Timespec {
     match t {
         TimeSet::Now => Timespec::now(),
@@ -703,6 +759,10 @@ impl FileSystem for MemFs {
     }
 
     fn xattrs(&self) -> Option<&dyn caps::Xattrs> {
+        Some(self)
+    }
+
+    fn space(&self) -> Option<&dyn caps::Space> {
         Some(self)
     }
 

@@ -302,6 +302,12 @@ impl Ctx {
                 pos = file.pos.lock();
                 size
             }
+            libc::SEEK_DATA | libc::SEEK_HOLE => {
+                drop(pos);
+                let to = self.seek_data_at(at, off, whence)?;
+                *file.pos.lock() = to;
+                return Ok(to);
+            }
             _ => return Err(Errno::EINVAL),
         };
         let new = base

@@ -24,6 +24,7 @@ mod lookup;
 mod open;
 mod remove;
 mod rename;
+mod space;
 mod xattr;
 
 /// What every ops file uses.
