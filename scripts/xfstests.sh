@@ -93,7 +93,9 @@ for m in "$work/test" "$work/scratch" "$work/disk"; do
 done
 rm -rf "$work" && mkdir -p "$work/disk" "$work/test" "$work/scratch"
 truncate -s 4G "$build/disk.img"
-mkfs.ext4 -q -F "$build/disk.img"
+# ea_inode: values and counts of extended attributes past one block, as
+# the suite expects of a file system with no limit of its own to declare.
+mkfs.ext4 -q -F -O ea_inode "$build/disk.img"
 mount -o loop "$build/disk.img" "$work/disk"
 mkdir -p "$work/disk/test" "$work/disk/scratch"
 server_pids=()
@@ -134,8 +136,8 @@ export SCRATCH_DEV=walkfs-scratch
 export SCRATCH_MNT=$work/scratch
 # dev,suid: what a root mount of ext4 has by default, so that the suite
 # sees the same kernel rules (walkfs mounts nodev,nosuid unless asked).
-export MOUNT_OPTIONS="-o source=$scratch_src,dev,suid${opts:+,$opts}"
-export TEST_FS_MOUNT_OPTS="-o source=$test_src,dev,suid${opts:+,$opts}"
+export MOUNT_OPTIONS="-o source=$scratch_src,dev,suid,allow_other${opts:+,$opts}"
+export TEST_FS_MOUNT_OPTS="-o source=$test_src,dev,suid,allow_other${opts:+,$opts}"
 export RESULT_BASE=$build/results
 EOF
 

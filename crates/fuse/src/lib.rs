@@ -456,8 +456,20 @@ impl WalkFuse {
 
     /// The GETATTR/SETATTR reply of attributes `a`, kept for the
     /// attribute timeout.
+    /// How long the kernel may keep node `ino`'s attributes: not at all
+    /// while it writes the host file itself (passthrough): a write
+    /// through a shared mapping moves the host file's times and nothing
+    /// tells the kernel's inode, so each stat asks.
+    fn attr_ttl_of(&self, ino: u64) -> Duration {
+        if self.pt.backed(ino) {
+            Duration::ZERO
+        } else {
+            self.attr_ttl()
+        }
+    }
+
     fn attr_out(&self, a: abi::Attr) -> abi::AttrOut {
-        let (attr_valid, attr_valid_nsec) = ttl(self.attr_ttl());
+        let (attr_valid, attr_valid_nsec) = ttl(self.attr_ttl_of(a.ino));
         abi::AttrOut {
             attr_valid,
             attr_valid_nsec,
@@ -469,7 +481,7 @@ impl WalkFuse {
     /// The entry the kernel is given for a node with attributes `a`.
     fn entry_out(&self, a: abi::Attr) -> abi::EntryOut {
         let (entry_valid, entry_valid_nsec) = ttl(self.entry_ttl());
-        let (attr_valid, attr_valid_nsec) = ttl(self.attr_ttl());
+        let (attr_valid, attr_valid_nsec) = ttl(self.attr_ttl_of(a.ino));
         let generation = self
             .nodes
             .read()

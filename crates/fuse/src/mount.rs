@@ -223,3 +223,10 @@ pub fn wake_waiter() {
         libc::kill(libc::getpid(), libc::SIGTERM);
     }
 }
+
+/// `mount -o remount,...`: change the flags of the mount on `mp` to what
+/// `opts` say (read-only or not, the generic flags); its daemon serves
+/// on.
+pub fn remount(mp: &Path, opts: &MountOptions) -> Result<(), String> {
+    walkfs_fusewire::kmount::remount(mp, opts.kernel_flags, opts.read_only)
+}

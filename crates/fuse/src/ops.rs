@@ -569,7 +569,18 @@ impl WalkFuse {
         }
         let file = f.host_file().ok().flatten();
         match self.pt.for_open(ino, file.as_deref()) {
-            Some(id) => (fopen::PASSTHROUGH | self.noflush(ino), id),
+            Some(id) => {
+                // From now on the kernel writes the host file itself, a
+                // shared mapping's writes included, which move its times
+                // unseen: what the kernel holds of them goes, and while
+                // it is backed each stat asks (attr_ttl_of).
+                if f.flags() & libc::O_ACCMODE != libc::O_RDONLY {
+                    if let Some(n) = self.kc.notifier.get() {
+                        let _ = n.inval_inode(ino, -1, 0);
+                    }
+                }
+                (fopen::PASSTHROUGH | self.noflush(ino), id)
+            }
             None => (self.fopen_flags(ino), 0),
         }
     }

@@ -57,6 +57,9 @@ pub struct MountOptions {
     /// default_permissions where the source keeps extended attributes;
     /// `noacl`: `system.posix_acl_*` are refused, mode bits alone decide).
     pub acl: bool,
+    /// `remount`: change the flags of the mount already there (ro/rw and
+    /// the generic flags), start no daemon.
+    pub remount: bool,
     /// The options of the vfs (switches, `cache`, `negtimeout`, ...) and
     /// of its backend (`msize`, `host_fds`, ...).
     pub source: SourceOptions,
@@ -95,6 +98,7 @@ struct Given {
     writeback_cache: bool,
     events: bool,
     acl: bool,
+    remount: bool,
     entry: Option<Duration>,
     attr: Option<Duration>,
 }
@@ -117,6 +121,7 @@ impl Default for Given {
             writeback_cache: true,
             events: true,
             acl: true,
+            remount: false,
             entry: None,
             attr: None,
         }
@@ -147,6 +152,14 @@ const MOUNT_OPTIONS: &[Opt<Given>] = &[
         live: false,
         set: |g, n, v| {
             g.acl = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["remount"],
+        live: false,
+        set: |g, n, v| {
+            g.remount = opt::flag(n, v)?;
             Ok(())
         },
     },
@@ -350,6 +363,16 @@ impl MountOptions {
             CachePolicy::None => (Duration::ZERO, Duration::ZERO),
             CachePolicy::Loose | CachePolicy::Coherent => (FOREVER, FOREVER),
         };
+        // A noatime mount's reads leave the host files' access times
+        // alone too (the kernel keeps none of its own to show).
+        source.backend.host_noatime = kernel_flags & libc::MS_NOATIME != 0;
+        // Passthrough reads through a file of the kernel's own making on
+        // the host file, which takes the mount's open flags, not
+        // O_NOATIME, and moves the host's access time: noatime holds only
+        // without it, unless passthrough is asked for by name.
+        if source.backend.host_noatime && !opt::items(text).any(|(k, _)| k == "passthrough") {
+            given.passthrough = false;
+        }
         let neg_ttl = match (cache, source.vfs.negative) {
             (CachePolicy::None, _) | (_, NegPolicy::Off) => Duration::ZERO,
             (_, NegPolicy::Forever) => FOREVER,
@@ -371,6 +394,7 @@ impl MountOptions {
             writeback_cache: given.writeback_cache,
             events: given.events,
             acl: given.acl,
+            remount: given.remount,
             source,
             text: text.to_string(),
             cache_given: opt::items(text).any(|(k, _)| k == "cache"),

@@ -126,6 +126,41 @@ fn mount_direct(mountpoint: &Path, spec: &Spec<'_>) -> Result<OwnedFd, String> {
     Ok(fd)
 }
 
+/// Change the flags of the mount on `mountpoint` (`mount -o remount`):
+/// read-only or not, and the generic flags of [`Spec::flags`]. The
+/// daemon serving it goes on as it is; root only (a user's mount is
+/// changed by unmounting it and mounting it again).
+pub fn remount(mountpoint: &Path, flags: u64, read_only: bool) -> Result<(), String> {
+    if !is_root() {
+        return Err("remount: only root may change a mount's flags".into());
+    }
+    let target = CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| "a NUL in the mount point".to_string())?;
+    let mut f = libc::MS_REMOUNT | flags;
+    if read_only {
+        f |= libc::MS_RDONLY;
+    }
+    // SAFETY: a valid C string that outlives the call; no source, type or
+    // data for a remount.
+    let r = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            target.as_ptr(),
+            std::ptr::null(),
+            f,
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(format!(
+            "remount of {}: {}",
+            mountpoint.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
 fn mount_fusermount(mountpoint: &Path, spec: &Spec<'_>) -> Result<OwnedFd, String> {
     let (ours, theirs) =
         std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;

@@ -123,6 +123,10 @@ pub struct BackendOptions {
     /// behind.rs). Off by default: on a machine with few cores the
     /// hand-over costs more than the host call it hides.
     pub host_behind: bool,
+    /// For a host directory: reads of its files leave their access times
+    /// alone (`O_NOATIME`): set by a mount with `noatime`, whose kernel
+    /// keeps no access times either.
+    pub host_noatime: bool,
     /// For a 9P source at an address: when the connection drops,
     /// reconnect and carry on, programs waiting at most this many
     /// seconds (`reconnect=SECONDS`; 0: fail at once, with `ENOTCONN`).
@@ -139,6 +143,7 @@ impl Default for BackendOptions {
             host_fds: walkfs_hostfs::DEFAULT_CACHED_FDS as u32,
             watch_queue_unlimited: false,
             host_behind: false,
+            host_noatime: false,
             reconnect_secs: walkfs_p9client::DEFAULT_RECONNECT.as_secs() as u32,
         }
     }
@@ -315,6 +320,7 @@ pub fn open_source(source: &Source, opts: &SourceOptions, start: bool) -> Result
             let host = walkfs_hostfs::HostFs::with_cached_fds(dir, opts.backend.host_fds as usize)?;
             host.set_watch_queue_unlimited(opts.backend.watch_queue_unlimited);
             host.set_changes_behind(opts.backend.host_behind);
+            host.set_noatime(opts.backend.host_noatime);
             let fs: Arc<dyn FileSystem> = Arc::new(host);
             if start {
                 Vfs::new(fs, &opts.vfs)

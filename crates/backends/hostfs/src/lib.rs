@@ -74,6 +74,8 @@ pub struct HostFs {
     /// (behind.rs).
     behind: Arc<Behind>,
     ordered: AtomicBool,
+    /// Files are opened for I/O with `O_NOATIME` ([`HostFs::set_noatime`]).
+    noatime: AtomicBool,
     /// Open handles whose host file the kernel writes directly (FUSE
     /// passthrough), and how many each node has: a change of times must
     /// not be overtaken by such a write, which never passes through us.
@@ -121,6 +123,7 @@ impl HostFs {
             egid: sys::getegid(),
             behind: Behind::new(),
             ordered: AtomicBool::new(false),
+            noatime: AtomicBool::new(false),
             direct: Mutex::new(Direct::default()),
             own: Arc::new(Own::default()),
             locks: locks::HostLocks::default(),
@@ -132,6 +135,14 @@ impl HostFs {
     /// default; set before the vfs is made).
     pub fn set_changes_behind(&self, on: bool) {
         self.ordered.store(on, Relaxed);
+    }
+
+    /// Open files for I/O with `O_NOATIME`, so that reads through walkfs
+    /// leave the host files' access times as they were (for a mount with
+    /// `noatime`). Where the host refuses it (a file of another owner,
+    /// without `CAP_FOWNER`), the file is opened without.
+    pub fn set_noatime(&self, on: bool) {
+        self.noatime.store(on, Relaxed);
     }
 
     /// Hold the changes queued behind callers (`true`) until released
@@ -239,6 +250,12 @@ impl HostFs {
     /// Re-open a held node for I/O, refusing anything but regular files and
     /// directories.
     fn reopen(&self, fd: &OwnedFd, flags: i32) -> Result<OwnedFd> {
+        if self.noatime.load(Relaxed) {
+            match reopen(&self.proc_fd, fd, flags | libc::O_NOATIME) {
+                Err(Errno::EPERM) => {}
+                r => return r,
+            }
+        }
         reopen(&self.proc_fd, fd, flags)
     }
 

@@ -107,18 +107,25 @@ pub fn mount_helper_args(args: Vec<String>) -> Vec<String> {
         return args;
     }
     let mut out = vec!["walkfs".to_string(), "mount".to_string()];
+    // mount(8) passes `nodev` and `nosuid` when they are asked for, and
+    // drops `dev` and `suid`, which it takes as every mount's default:
+    // so they are the default here (later options win; a user's mount
+    // through fusermount3 stays nodev,nosuid whatever is asked).
+    let mut opts = "dev,suid".to_string();
     let mut it = args.into_iter().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "-o" => {
-                out.push("-o".into());
-                out.push(it.next().unwrap_or_default());
+                opts.push(',');
+                opts.push_str(&it.next().unwrap_or_default());
             }
             // sloppy, fake, no-mtab, verbose: nothing to do for FUSE.
             "-s" | "-f" | "-n" | "-v" => {}
             _ => out.push(a),
         }
     }
+    out.push("-o".into());
+    out.push(opts);
     out
 }
 
@@ -155,14 +162,18 @@ fn mount_cmd(
     // xfstests gives as TEST_DEV and unmounts by).
     let (named, source, options) = split_source_option(source, options);
     let (source, options) = (source.as_str(), options.as_str());
-    let kind = walkfs_source::Source::parse(source).map_err(|e| format!("{source}: {e}"))?;
     let opts = walkfs_fuse::MountOptions::parse(options)
-        .map_err(|e| format!("bad options {options:?}: {e}"))?
-        .for_source(&kind);
+        .map_err(|e| format!("bad options {options:?}: {e}"))?;
     let mp = std::path::Path::new(mountpoint);
     if !mp.is_dir() {
         return Err(format!("{mountpoint}: not a directory"));
     }
+    // A remount changes the mount there; SOURCE is only its name.
+    if opts.remount {
+        return mount::remount(mp, &opts);
+    }
+    let kind = walkfs_source::Source::parse(source).map_err(|e| format!("{source}: {e}"))?;
+    let opts = opts.for_source(&kind);
     // Background: fork before any thread exists; the parent returns when
     // the child reports the mount up (or why it failed).
     let ready = if foreground {
@@ -207,4 +218,37 @@ fn mount_cmd(
         return m.unmount().or(Ok(()));
     }
     m.unmount()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mount_helper_args;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn mount_8s_helper_call_becomes_walkfs_mount_with_its_defaults() {
+        // mount(8) dropped `dev,suid` as defaults: they come back first, and
+        // what it passes (nodev, say) wins over them.
+        assert_eq!(
+            mount_helper_args(args(&[
+                "/sbin/mount.fuse.walkfs",
+                "t",
+                "/m",
+                "-o",
+                "rw,nodev",
+                "-n"
+            ])),
+            args(&["walkfs", "mount", "t", "/m", "-o", "dev,suid,rw,nodev"])
+        );
+        assert_eq!(
+            mount_helper_args(args(&["mount.walkfs", "/src", "/m"])),
+            args(&["walkfs", "mount", "/src", "/m", "-o", "dev,suid"])
+        );
+        // Any other name is the CLI itself.
+        let cli = args(&["walkfs", "mount", "/src", "/m"]);
+        assert_eq!(mount_helper_args(cli.clone()), cli);
+    }
 }

@@ -5,6 +5,10 @@
 use std::sync::Arc;
 
 use super::prelude::*;
+
+/// The kernel's `__FMODE_EXEC` among open flags: the open of a program
+/// for `execve` (FUSE passes the kernel's flags on).
+pub const FMODE_EXEC: i32 = 0x20;
 use crate::file::File;
 use crate::OpenFile;
 
@@ -212,6 +216,14 @@ impl Ctx {
             }
             let acc = flags & O_ACCMODE;
             let mut want = match acc {
+                // An exec's open of the program (`do_open_execat`): the
+                // right to execute it, not to read it.
+                libc::O_RDONLY if flags & FMODE_EXEC != 0 => {
+                    if !s.is_reg() {
+                        return Err(Errno::EACCES.into());
+                    }
+                    crate::perm::MAY_EXEC
+                }
                 libc::O_RDONLY => MAY_READ,
                 libc::O_WRONLY => MAY_WRITE,
                 _ => MAY_READ | MAY_WRITE,
