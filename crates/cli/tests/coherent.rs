@@ -764,6 +764,56 @@ fn a_coherent_local_mount_keeps_what_it_made_and_sees_the_host_undo_it() {
     );
 }
 
+/// generic/025: an exchange through the mount is reported back by the
+/// host as two moves; both are the mount's own. Replaying the second as
+/// another party's rename once left both names on one file in the
+/// kernel (a regular file and a symlink swapped, the inode numbers ext4
+/// had just reused).
+#[test]
+fn an_exchange_through_the_mount_shows_both_files_swapped() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (src, mnt) = (tmp.path().join("src"), tmp.path().join("mnt"));
+    for d in [&src, &mnt] {
+        std::fs::create_dir(d).expect("mkdir");
+    }
+    let _m = common::Mount::new(&src, &mnt, "");
+    let exchange = || {
+        let (a, b) = (
+            std::ffi::CString::new(mnt.join("a").into_os_string().into_encoded_bytes()).unwrap(),
+            std::ffi::CString::new(mnt.join("b").into_os_string().into_encoded_bytes()).unwrap(),
+        );
+        // SAFETY: two valid C strings.
+        let r = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                a.as_ptr(),
+                libc::AT_FDCWD,
+                b.as_ptr(),
+                libc::RENAME_EXCHANGE,
+            )
+        };
+        assert_eq!(r, 0, "exchange: {}", io::Error::last_os_error());
+    };
+    let kind = |n: &str| std::fs::symlink_metadata(mnt.join(n)).map(|m| m.file_type().is_symlink());
+    for _ in 0..5 {
+        std::fs::write(mnt.join("a"), "a").expect("write");
+        std::fs::write(mnt.join("b"), "b").expect("write");
+        exchange();
+        std::fs::remove_file(mnt.join("a")).expect("rm");
+        std::fs::remove_file(mnt.join("b")).expect("rm");
+        std::fs::write(mnt.join("a"), "a").expect("write");
+        std::os::unix::fs::symlink("t", mnt.join("b")).expect("symlink");
+        exchange();
+        // The reports come back meanwhile; the names stay swapped.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(kind("a").ok(), Some(true), "a is the symlink");
+        assert_eq!(kind("b").ok(), Some(false), "b is the file");
+        assert_eq!(std::fs::read_to_string(mnt.join("b")).expect("read"), "a");
+        std::fs::remove_file(mnt.join("a")).expect("rm");
+        std::fs::remove_file(mnt.join("b")).expect("rm");
+    }
+}
+
 /// Issue 38's ENOENT: a 9P client of `walkfs serve` makes a file; the host
 /// moves it away (the client is told, and learns the name is gone) and
 /// back, within the time the server remembers the client's own changes.

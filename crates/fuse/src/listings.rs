@@ -13,7 +13,7 @@
 //! Offsets: the kernel hands back the offset of the last entry it took,
 //! so each entry's offset must say where the next one is, across
 //! requests that carry no other state. Entry `i` of listing `id` has
-//! offset `id << 32 | (i + 1)`: a concurrent reader who starts over at
+//! offset `(i + 1) << 32 | id`: a concurrent reader who starts over at
 //! offset 0 makes a listing of its own and never moves another reader's
 //! place, and a name that stays in the directory is returned exactly
 //! once to each reader (POSIX leaves only names added or removed
@@ -30,7 +30,10 @@
 //! early (`ls | head`) leaves one behind, so at most [`MAX_LISTINGS`]
 //! are kept, the least recently used going first. An offset whose
 //! listing went is served from a fresh listing at the same position,
-//! which is right unless the directory changed meanwhile.
+//! which is right unless the directory changed meanwhile. The position
+//! is the high half, so offsets grow with it: any offset below the last
+//! one a reader was given names an entry (what `seekdir` to a position
+//! of its own making expects, as on a file system that hashes names).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -50,8 +53,9 @@ pub(crate) struct Slice {
     pub entries: Arc<Vec<DirEntryOut>>,
     /// The index of the first entry to return.
     pub start: usize,
-    /// Added to `index + 1` to make an entry's offset.
-    pub base: u64,
+    /// The listing's id in the low half of each entry's offset (0: plain
+    /// positions, a handle's listing).
+    pub tag: u64,
     /// The listing's id (0: a handle's listing, never dropped here).
     id: u32,
 }
@@ -59,7 +63,11 @@ pub(crate) struct Slice {
 impl Slice {
     /// The offset the kernel gets for entry `i`.
     pub fn offset(&self, i: usize) -> u64 {
-        self.base | (i as u64 + 1)
+        if self.tag == 0 {
+            i as u64 + 1
+        } else {
+            (i as u64 + 1) << 32 | self.tag
+        }
     }
 }
 
@@ -146,7 +154,7 @@ impl Listings {
         gen: u64,
         list: impl FnOnce() -> Result<Vec<DirEntryOut>, walkfs_vfs::Errno>,
     ) -> Result<Slice, walkfs_vfs::Errno> {
-        let (id, start) = ((offset >> 32) as u32, (offset & 0xffff_ffff) as usize);
+        let (id, start) = ((offset & 0xffff_ffff) as u32, (offset >> 32) as usize);
         {
             let mut g = self.inner.lock();
             let found = if offset != 0 {
@@ -166,7 +174,7 @@ impl Listings {
                 return Ok(Slice {
                     entries: Arc::clone(&l.entries),
                     start,
-                    base: u64::from(id) << 32,
+                    tag: u64::from(id),
                     id,
                 });
             }
@@ -175,7 +183,7 @@ impl Listings {
         Ok(Slice {
             entries,
             start,
-            base: u64::from(id) << 32,
+            tag: u64::from(id),
             id,
         })
     }
@@ -187,7 +195,7 @@ impl Listings {
         Some(Slice {
             entries: Arc::clone(&l.entries),
             start: usize::try_from(start).unwrap_or(usize::MAX),
-            base: 0,
+            tag: 0,
             id: 0,
         })
     }

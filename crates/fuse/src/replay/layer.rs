@@ -145,10 +145,16 @@ impl Replaying {
                 newdir,
                 name,
                 newname,
-                ..
+                flags,
             } => {
                 self.mine_entry(ino, name, MovedFrom);
                 self.mine_entry(newdir, newname, MovedTo);
+                // An exchange moves the other file the other way: the
+                // host reports both halves.
+                if flags & walkfs_vfs::RENAME_EXCHANGE != 0 {
+                    self.mine_entry(newdir, newname, MovedFrom);
+                    self.mine_entry(ino, name, MovedTo);
+                }
             }
             Operation::Write { .. } => self.mine_inode(ino, Modified),
             Operation::Setattr(ref a) => {
