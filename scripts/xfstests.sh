@@ -78,6 +78,7 @@ if [ ! -x "$src/check" ] || [ ! -e "$src/ltp/fsx" ]; then
 fi
 # The users the suite's tests switch to.
 getent passwd fsgqa >/dev/null || useradd -m fsgqa
+getent passwd fsgqa2 >/dev/null || useradd -m fsgqa2
 getent passwd 123456-fsgqa >/dev/null || useradd -m 123456-fsgqa 2>/dev/null || true
 getent group fsgqa >/dev/null || groupadd fsgqa
 

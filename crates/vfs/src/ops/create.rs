@@ -16,6 +16,13 @@ pub struct Made {
 }
 use walkfs_fsapi::Make;
 
+/// The host's `fs.protected_hardlinks`, read at each link (links are
+/// few; an administrator may change it at any time): on where it cannot
+/// be read, as Debian has it.
+fn protected_hardlinks() -> bool {
+    std::fs::read_to_string("/proc/sys/fs/protected_hardlinks").map_or(true, |v| v.trim() != "0")
+}
+
 thread_local! {
     /// The umask of the caller this thread acts for ([`with_umask`]).
     static CALLER_UMASK: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
@@ -375,8 +382,10 @@ impl Ctx {
             if os.sb() != ds.sb() {
                 return Err(Errno::EXDEV.into());
             }
-            let acl = self.acl_for(&os)?;
-            policy::may_link(&self.creds, &os, acl::access(&acl))?;
+            if protected_hardlinks() {
+                let acl = self.acl_for(&os)?;
+                policy::may_link(&self.creds, &os, acl::access(&acl))?;
+            }
             self.may_create(dir)?;
             if os.is_dir() {
                 return Err(Errno::EPERM.into());
