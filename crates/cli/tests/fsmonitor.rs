@@ -271,9 +271,15 @@ fn the_daemons_go_with_the_mount() {
                 .args(["fsmonitor", "--stop"]),
         );
         common::wait_until("the daemon stopped", || daemons(&mnt) == 0);
-        // A second daemon, and the mount unmounted lazily under it.
+        // A second daemon, and the mount unmounted lazily under it while
+        // a program works in it (the unmount is busy).
         let _ = t1.hook("");
         common::wait_until("the daemon started again", || daemons(&mnt) >= 1);
+        let mut busy = Command::new("sleep")
+            .arg("1")
+            .current_dir(mnt.join("repo"))
+            .spawn()
+            .expect("sleep");
         assert!(
             Command::new("umount")
                 .arg("-l")
@@ -284,6 +290,17 @@ fn the_daemons_go_with_the_mount() {
             "lazy unmount"
         );
         common::wait_until("the daemon went with its mount", || daemons(&mnt) == 0);
+        // Once the program is done, nothing holds the mount: its process
+        // goes within 5 s.
+        busy.wait().expect("sleep");
+        let t0 = std::time::Instant::now();
+        while common::mount_processes(&mnt) > 0 {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(5),
+                "the mount's process outlived its lazy unmount"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
 }
 
