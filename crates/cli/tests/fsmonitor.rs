@@ -328,3 +328,139 @@ fn on_a_mount_deaf_to_other_writers_every_answer_is_everything() {
     let (_, again) = t.hook(&t0);
     assert_eq!(again, ["/"], "a loose mount cannot know of the host's edit");
 }
+
+/// Issue 49's miss: host edits of every kind tools make, with no pause
+/// between them and git: atomic replace (a temporary file renamed over),
+/// an editor's save by rename (the old file moved to a backup, a new one
+/// written), one tracked file renamed over another, `git checkout` of a
+/// file, plain rewrites, appends, chmods, untracked files coming and
+/// going. After each of 100 rounds, `git status` through the mount with
+/// the hook equals the host's own `git status` of its copy.
+#[test]
+fn a_hundred_rounds_of_host_edits_of_every_kind_match_the_hosts_git_status() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some((src, mnt, run)) = setup(tmp.path()) else {
+        return;
+    };
+    let _m = common::Mount::new(&src, &mnt, "");
+    hundred_rounds(&src, &mnt, run);
+}
+
+/// The same through a mount of a separate `walkfs serve` of the copy.
+/// Not yet: the hook's cookie, made through the mount, is seen at once,
+/// while a host edit made before it travels the server's report, the
+/// mount's replay thread and the kernel's inotify, and may come after
+/// (round 1 missed a same-size rewrite). The fix is the barrier of
+/// docs/locks.md ("Not yet"): the server sends its pending reports before
+/// it answers, and the mount replays them before the answer goes on.
+#[test]
+#[ignore = "change reports are not yet ordered before replies over 9P (docs/locks.md)"]
+fn a_hundred_rounds_through_a_served_mount_match_the_hosts_git_status() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some((src, mnt, run)) = setup(tmp.path()) else {
+        return;
+    };
+    let sock = tmp.path().join("s.sock");
+    let _server = common::serve(&src, &sock);
+    let _m = common::Mount::new(Path::new(&format!("unix:{}", sock.display())), &mnt, "");
+    hundred_rounds(&src, &mnt, run);
+}
+
+fn hundred_rounds(src: &Path, mnt: &Path, run: PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let (src, mnt) = (src.to_path_buf(), mnt.to_path_buf());
+    let t = Tree {
+        dir: mnt.clone(),
+        run: run.clone(),
+    };
+    let _stop = StopDaemon(&t);
+    repo(&t);
+    let host = Tree {
+        dir: src.clone(),
+        run,
+    };
+    let host_status = || {
+        let o = common::run(
+            host.git()
+                .env("GIT_INDEX_FILE", src.join(".git/index.plain"))
+                .args(["-c", "core.fsmonitor=", "-c", "core.untrackedCache=false"])
+                .args(["status", "--porcelain=v2", "-uall"]),
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let files = ["a", "b", "d/x", "d/y", "d/e/z"];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    for round in 0..100 {
+        let f = files[next(files.len())];
+        let p = src.join(f);
+        let kind = next(8);
+        let what = match kind {
+            0 => {
+                let tmpf = p.with_extension("tmp~");
+                write(&tmpf, &format!("replaced {round}\n"));
+                std::fs::rename(&tmpf, &p).expect("replace");
+                "atomic replace"
+            }
+            1 => {
+                let bak = p.with_extension("bak~");
+                std::fs::rename(&p, &bak).expect("backup");
+                write(&p, &format!("saved {round}\n"));
+                std::fs::remove_file(&bak).expect("drop backup");
+                "save by rename"
+            }
+            2 => {
+                let other = src.join(
+                    files[(files.iter().position(|x| *x == f).unwrap_or(0) + 1) % files.len()],
+                );
+                std::fs::rename(&p, &other).expect("rename over");
+                write(&p, &format!("again {round}\n"));
+                "rename over another tracked file"
+            }
+            3 => {
+                common::run(
+                    host.git()
+                        .args(["-c", "core.fsmonitor=", "checkout", "-q", "--", f]),
+                );
+                "git checkout of a file"
+            }
+            4 => {
+                write(&p, &format!("{round}\n"));
+                "rewrite"
+            }
+            5 => {
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&p)
+                    .and_then(|mut h| std::io::Write::write_all(&mut h, b"more\n"))
+                    .expect("append");
+                "append"
+            }
+            6 => {
+                let mode = if next(2) == 0 { 0o755 } else { 0o644 };
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+                "chmod"
+            }
+            _ => {
+                let u = src.join(format!("u{}", next(4)));
+                if u.exists() {
+                    std::fs::remove_file(&u).expect("unlink");
+                } else {
+                    write(&u, "u\n");
+                }
+                "an untracked file"
+            }
+        };
+        let (with, _) = t.statuses();
+        assert_eq!(
+            with,
+            host_status(),
+            "round {round} ({what} of {f}): git status with the hook differs from the host's"
+        );
+    }
+}
