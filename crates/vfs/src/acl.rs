@@ -77,7 +77,13 @@ impl crate::Inner {
                 return Ok(Arc::clone(p));
             }
         }
-        self.fetch_acls(s)
+        match self.fetch_acls(s) {
+            // The node went (unlinked and forgotten meanwhile): whatever
+            // the caller does with it next fails on its own; the mode
+            // bits decide this check, and nothing is remembered.
+            Err(Errno::ESTALE) => Ok(Arc::default()),
+            r => r,
+        }
     }
 
     #[inline(never)]
