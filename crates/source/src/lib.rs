@@ -469,6 +469,7 @@ mod tests {
                 host_fds: 8,
                 watch_queue_unlimited: true,
                 host_behind: true,
+                host_noatime: false,
                 reconnect_secs: 5,
             }
         );

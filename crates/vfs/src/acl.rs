@@ -123,10 +123,38 @@ impl crate::Inner {
     /// permission check once they say it has none (slow path, once per
     /// directory).
     pub(crate) fn learn_acls(&self, s: &InodeSnap) {
-        if s.flags & I_ACL_KNOWN == 0 {
-            // A backend that cannot answer leaves the fact unknown: the
-            // walk keeps checking.
-            let _ = self.fetch_acls(s);
+        if s.flags & I_ACL_KNOWN != 0 {
+            return;
+        }
+        if self.server_decides(s) {
+            // Assumed, not asked: a round trip per directory would cost
+            // more than the check saves, and the server checks anyway
+            // (a refusal asks: `Ctx::permission`).
+            let mut w = self.writer();
+            if let Some(ino) = w.find_inode(&self.dc, s.sb(), s.node) {
+                w.set_acl_state(&self.dc, ino, Some((false, false)));
+            }
+            return;
+        }
+        // A backend that cannot answer leaves the fact unknown: the walk
+        // keeps checking.
+        let _ = self.fetch_acls(s);
+    }
+
+    /// Does a server decide every call on `s` with the caller's
+    /// credentials (a 9P source), so that the vfs's own check only
+    /// spares it calls it would refuse?
+    pub(crate) fn server_decides(&self, s: &InodeSnap) -> bool {
+        self.sb(s.sb()).is_ok_and(|fs| fs.remote().is_some())
+    }
+
+    /// The ACLs of `s` asked of the backend whatever is known (a
+    /// refusal by the mode bits on a server's file, which an ACL may
+    /// grant).
+    pub(crate) fn acls_asked(&self, s: &InodeSnap) -> Result<Arc<Pair>> {
+        match self.fetch_acls(s) {
+            Err(Errno::ESTALE) => Ok(Arc::default()),
+            r => r,
         }
     }
 

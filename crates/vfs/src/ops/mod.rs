@@ -228,17 +228,30 @@ impl Ctx {
         if !crate::acl::needs_acl(&self.creds, s) {
             return Ok(None);
         }
+        // A server's file is not asked about until the mode bits refuse
+        // (`permission`): the server checks every call itself.
+        if s.flags & crate::dcache::I_ACL_KNOWN == 0 && self.inner().server_decides(s) {
+            return Ok(None);
+        }
         Ok(Some(self.inner().acls(s)?))
     }
 
-    /// `inode_permission` of `s` for `mask` (MAY_*), ACLs included.
+    /// `inode_permission` of `s` for `mask` (MAY_*), ACLs included. On
+    /// a server's file the ACL is assumed absent until the mode bits
+    /// refuse (acl.rs `learn_acls`): then it is asked for.
     pub(crate) fn permission(&self, s: &crate::dcache::InodeSnap, mask: u32) -> Res<()> {
         let p = self.acl_for(s)?;
-        Ok(crate::perm::check(
-            &self.creds,
-            s,
-            crate::acl::access(&p),
-            mask,
-        )?)
+        match crate::perm::check(&self.creds, s, crate::acl::access(&p), mask) {
+            Err(Errno::EACCES) if p.is_none() && self.inner().server_decides(s) => {
+                let p = Some(self.inner().acls_asked(s)?);
+                Ok(crate::perm::check(
+                    &self.creds,
+                    s,
+                    crate::acl::access(&p),
+                    mask,
+                )?)
+            }
+            r => Ok(r?),
+        }
     }
 }
