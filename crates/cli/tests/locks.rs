@@ -255,3 +255,64 @@ fn a_mount_without_cache_option_sees_the_hosts_renames() {
         names == ["made", "new"]
     });
 }
+
+/// `cargo build` on the host and on the mount at once, in one target
+/// directory: the second waits for the first's build-directory lock, as
+/// on one machine ("Blocking waiting for file lock"), and both finish.
+#[test]
+fn cargo_on_both_sides_waits_for_the_others_build_lock() {
+    if !walkfs_testkit::need_fuse() || !walkfs_testkit::need_program("cargo", "--version", "cargo")
+    {
+        return;
+    }
+    let d = dirs();
+    let krate = d.src.join("k");
+    std::fs::create_dir_all(krate.join("src")).expect("mkdir");
+    std::fs::write(
+        krate.join("Cargo.toml"),
+        "[package]\nname = \"k\"\nversion = \"0.1.0\"\nedition = \"2021\"\nbuild = \"build.rs\"\n",
+    )
+    .expect("toml");
+    // The build script holds the build going for a while, the lock held.
+    std::fs::write(
+        krate.join("build.rs"),
+        "fn main() { std::thread::sleep(std::time::Duration::from_secs(3)); }\n",
+    )
+    .expect("build.rs");
+    std::fs::write(krate.join("src/main.rs"), "fn main() {}\n").expect("main");
+    let _m = Mount::new(&d.src, &d.mnt, "");
+    let cargo = |dir: &Path| {
+        Command::new("cargo")
+            .args(["build", "--offline"])
+            .current_dir(dir)
+            .env("CARGO_TARGET_DIR", dir.join("target"))
+            .env_remove("CARGO_BUILD_JOBS")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("cargo")
+    };
+    let host = cargo(&krate);
+    // The host's cargo has taken its lock (its target directory exists).
+    let t0 = Instant::now();
+    while !krate.join("target/debug/.cargo-lock").exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "host cargo never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mount = cargo(&d.mnt.join("k"));
+    let (h, m) = (
+        host.wait_with_output().expect("host cargo"),
+        mount.wait_with_output().expect("mount cargo"),
+    );
+    assert!(h.status.success() && m.status.success(), "{h:?} {m:?}");
+    let waited = String::from_utf8_lossy(&m.stderr);
+    assert!(
+        // (cargo's words for its target directory's lock: "build
+        // directory", lately "artifact directory"; not the package cache.)
+        waited.contains("file lock on build directory")
+            || waited.contains("file lock on artifact directory"),
+        "the mount's cargo did not wait for the host's: {waited}"
+    );
+}
