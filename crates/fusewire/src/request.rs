@@ -614,6 +614,60 @@ mod tests {
     }
 
     #[test]
+    fn xattr_fallocate_and_lseek_requests_come_out_as_sent() {
+        let x = abi::SetxattrIn { size: 3, flags: 1 };
+        let body = bytes(&x, b"user.a\0xyz");
+        let Ok(Operation::Setxattr { name, value, flags }) = parse(op::SETXATTR, &body) else {
+            panic!("a setxattr")
+        };
+        assert_eq!((name, value, flags), (&b"user.a"[..], &b"xyz"[..], 1));
+        // A value shorter than its size, a name without its NUL.
+        assert_eq!(
+            parse(op::SETXATTR, &bytes(&x, b"user.a\0xy")).err(),
+            Some(libc::EINVAL)
+        );
+        assert_eq!(parse(op::REMOVEXATTR, b"user.a").err(), Some(libc::EINVAL));
+        assert!(matches!(
+            parse(op::REMOVEXATTR, b"user.a\0"),
+            Ok(Operation::Removexattr { name: b"user.a" })
+        ));
+        let f = abi::FallocateIn {
+            fh: 7,
+            offset: 4096,
+            length: 8192,
+            mode: 3,
+            padding: 0,
+        };
+        assert!(matches!(
+            parse(op::FALLOCATE, f.as_bytes()),
+            Ok(Operation::Fallocate {
+                fh: 7,
+                offset: 4096,
+                length: 8192,
+                mode: 3
+            })
+        ));
+        assert_eq!(
+            parse(op::FALLOCATE, &f.as_bytes()[..20]).err(),
+            Some(libc::EINVAL)
+        );
+        let l = abi::LseekIn {
+            fh: 2,
+            offset: 10,
+            whence: libc::SEEK_HOLE as u32,
+            padding: 0,
+        };
+        assert!(matches!(
+            parse(op::LSEEK, l.as_bytes()),
+            Ok(Operation::Lseek {
+                fh: 2,
+                offset: 10,
+                whence: libc::SEEK_HOLE
+            })
+        ));
+    }
+
+    #[test]
     fn a_batch_forget_with_too_few_items_is_refused() {
         let h = abi::BatchForgetIn { count: 2, dummy: 0 };
         let one = abi::ForgetOne {
