@@ -77,7 +77,7 @@ impl Acl {
         if value.is_empty() {
             return Ok(None);
         }
-        if value.len() < HEADER || (value.len() - HEADER) % ENTRY != 0 {
+        if value.len() < HEADER || !(value.len() - HEADER).is_multiple_of(ENTRY) {
             return Err(Errno::EINVAL);
         }
         let word = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
