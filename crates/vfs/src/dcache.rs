@@ -132,6 +132,11 @@ pub(crate) const I_UNHASHED: u32 = 1 << 6;
 pub(crate) const I_ACL_KNOWN: u32 = 1 << 7;
 /// A directory with a default ACL, which its new nodes inherit.
 pub(crate) const I_DEFACL: u32 = 1 << 8;
+/// Known to have no `security.capability`: the kernel asks before each
+/// write and chown of a file it has not seen without one, and a file
+/// made here, or asked about once, is answered without the backend.
+/// Cleared by a change of its attributes, ours or reported.
+pub(crate) const I_NOCAP: u32 = 1 << 9;
 pub(crate) const SB_SHIFT: u32 = 16;
 
 #[derive(Default)]

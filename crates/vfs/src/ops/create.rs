@@ -161,15 +161,17 @@ impl Ctx {
         Ok(policy::new_owner(&self.creds, umask, ds, mode, is_dir))
     }
 
-    /// A node just made in `ds` by this vfs: when `ds` is known to have no
-    /// default ACL, the node is known to have no ACL either (no backend
-    /// question before the walk may pass it on the fast path).
+    /// A node just made in `ds` by this vfs: it has no capability; when
+    /// `ds` is known to have no default ACL, the node is known to have no
+    /// ACL either (no backend question before the walk may pass it on
+    /// the fast path).
     fn born(&self, ds: &InodeSnap, c: Cur) {
+        let inner = self.inner();
+        let mut w = inner.writer();
+        // Nothing gives a new node a capability.
+        w.set_nocap(&inner.dc, c.ino, true);
         if ds.flags & (I_ACL_KNOWN | I_DEFACL) == I_ACL_KNOWN {
-            let inner = self.inner();
-            inner
-                .writer()
-                .set_acl_state(&inner.dc, c.ino, Some((false, false)));
+            w.set_acl_state(&inner.dc, c.ino, Some((false, false)));
         }
     }
 

@@ -12,6 +12,9 @@ use walkfs_fsapi::acl::{self as facl, Acl};
 const XATTR_NAME_MAX: usize = 255;
 const XATTR_SIZE_MAX: usize = 65536;
 
+/// The file capability, which the kernel asks for before writes.
+const CAPABILITY: &[u8] = b"security.capability";
+
 /// The namespaces a name may be in; anything else is `EOPNOTSUPP`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Space {
@@ -96,11 +99,22 @@ impl Ctx {
     ) -> Result<Vec<u8>> {
         let dirfd = dirfd.into();
         let sp = space(name)?;
+        let cap = name == CAPABILITY;
         self.run(|| {
-            let (_, s, fs) = self.xattr_target(dirfd, path, flags)?;
+            let (c, s, fs) = self.xattr_target(dirfd, path, flags)?;
             self.xattr_permission(&s, sp, false)?;
+            if cap && s.flags & I_NOCAP != 0 {
+                return Err(Errno::ENODATA.into());
+            }
             let x = fs.xattrs().ok_or(Errno::EOPNOTSUPP)?;
-            Ok(x.getxattr(NodeId(s.node), name)?)
+            match x.getxattr(NodeId(s.node), name) {
+                Err(Errno::ENODATA) if cap => {
+                    let inner = self.inner();
+                    inner.writer().set_nocap(&inner.dc, c.ino, true);
+                    Err(Errno::ENODATA.into())
+                }
+                r => Ok(r?),
+            }
         })
     }
 
@@ -212,7 +226,12 @@ impl Ctx {
         if sp == Space::Acl {
             inner.forget_acls(c.ino);
         }
-        inner.writer().mark_stale(&inner.dc, c.ino);
+        let mut w = inner.writer();
+        w.mark_stale(&inner.dc, c.ino);
+        if sp == Space::Security {
+            w.set_nocap(&inner.dc, c.ino, false);
+        }
+        drop(w);
         if sp == Space::Acl
             && name == facl::ACCESS
             && !self.creds.is_root()
@@ -325,6 +344,33 @@ mod tests {
             .expect("remove");
         assert_eq!(
             owner.removexattrat(AT_FDCWD, b"/d/f", b"user.a", 0),
+            Err(Errno::ENODATA)
+        );
+    }
+
+    #[test]
+    fn a_capability_known_absent_is_answered_until_one_is_set() {
+        let vfs = mem_vfs("");
+        let root = with_dirs(&vfs, &["/d"]);
+        let fd = root
+            .openat(AT_FDCWD, b"/d/f", libc::O_CREAT | libc::O_WRONLY, 0o755)
+            .expect("create");
+        root.close(fd).expect("close");
+        let cap = &b"security.capability"[..];
+        assert_eq!(
+            root.getxattrat(AT_FDCWD, b"/d/f", cap, 0),
+            Err(Errno::ENODATA)
+        );
+        root.setxattrat(AT_FDCWD, b"/d/f", cap, b"\x01\0\0\x02", 0, 0)
+            .expect("setcap");
+        assert_eq!(
+            root.getxattrat(AT_FDCWD, b"/d/f", cap, 0),
+            Ok(b"\x01\0\0\x02".to_vec())
+        );
+        root.removexattrat(AT_FDCWD, b"/d/f", cap, 0)
+            .expect("remove");
+        assert_eq!(
+            root.getxattrat(AT_FDCWD, b"/d/f", cap, 0),
             Err(Errno::ENODATA)
         );
     }

@@ -163,7 +163,7 @@ impl Writer {
             let f = i.flags.load(Relaxed);
             // An attribute change reported may be one of ACL: what was
             // known of it goes (acl.rs), and with it the fast search.
-            let gone = crate::dcache::I_COMPLETE | I_ACL_KNOWN | I_FASTEXEC;
+            let gone = crate::dcache::I_COMPLETE | I_ACL_KNOWN | I_FASTEXEC | I_NOCAP;
             i.flags.store((f | I_STALE) & !gone, Relaxed);
             i.seq.write_end();
         }
@@ -194,6 +194,19 @@ impl Writer {
             i.flags.store(n, Relaxed);
             i.seq.write_end();
         }
+    }
+
+    /// Set or clear [`I_NOCAP`].
+    pub fn set_nocap(&mut self, dc: &Dcache, idx: IIdx, on: bool) {
+        let Some(i) = dc.inode(idx) else { return };
+        let f = i.flags.load(Relaxed);
+        if (f & I_NOCAP != 0) == on {
+            return;
+        }
+        i.seq.write_begin();
+        i.flags
+            .store(if on { f | I_NOCAP } else { f & !I_NOCAP }, Relaxed);
+        i.seq.write_end();
     }
 
     /// Set or clear [`I_COMPLETE`](crate::dcache::I_COMPLETE) on a
