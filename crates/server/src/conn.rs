@@ -643,8 +643,10 @@ fn auth_message(conn: &Conn, tag: u16, f: &Fcall<'_>) -> bool {
 /// switches per request — most of a metadata round trip. Anything that
 /// may move data or wait (read, write, readdir, open, create, fsync,
 /// lock) goes to the pool, so one slow request never holds up the
-/// connection's others. An injected reply delay is served by the delay
-/// line (link.rs), never by the thread that answered.
+/// connection's others. (The clunk of a fid after `Txattrcreate` sets
+/// its attribute: one short metadata call too.) An injected reply delay
+/// is served by the delay line (link.rs), never by the thread that
+/// answered.
 fn answers_from_cache(f: &Fcall<'_>) -> bool {
     matches!(
         f,

@@ -30,6 +30,10 @@ pub struct FidState {
     /// A lease fid's hold on its lease (lease.rs): given back when the
     /// fid goes.
     pub lease: Option<Arc<crate::lease::Hold>>,
+    /// After `Txattrcreate`: the attribute the fid sets at its clunk, and
+    /// the bytes written for it (handlers/xattr.rs). The fid then names
+    /// no file (`node` is `None`), so nothing else works on it.
+    pub xattr: Option<Arc<crate::handlers::xattr::Setting>>,
 }
 
 enum Status {

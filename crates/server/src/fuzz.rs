@@ -96,7 +96,7 @@ fn script(data: &[u8]) -> Vec<u8> {
     while !inp.0.is_empty() && steps < 256 {
         steps += 1;
         let tag = u16::from(inp.u8() % 32);
-        let kind = inp.u8() % 27;
+        let kind = inp.u8() % 28;
         let f = match kind {
             0 => {
                 let (fid, newfid) = (inp.fid(), inp.fid());
@@ -233,6 +233,19 @@ fn script(data: &[u8]) -> Vec<u8> {
                 mode: inp.u32(),
                 gid: 0,
                 ino: 0x7f00_0000_0000_0000 + u64::from(inp.u8() % 8),
+            },
+            // An attribute set: the fid turns into the attribute's, takes
+            // writes, sets at its clunk (handlers/xattr.rs). Sizes past
+            // the limit; names the vfs takes, and the dictionary's.
+            26 => Fcall::Txattrcreate {
+                fid: inp.fid(),
+                name: Str(match inp.u8() % 3 {
+                    0 => &b"user.a"[..],
+                    1 => b"system.posix_acl_access",
+                    _ => inp.name(),
+                }),
+                attr_size: inp.u64() % 70_000,
+                flags: inp.u32() % 4,
             },
             22 => Fcall::Tattach {
                 fid: inp.fid(),

@@ -415,6 +415,13 @@ impl FileSystem for P9Fs {
     fn locks(&self) -> Option<&dyn caps::Locks> {
         Some(self)
     }
+
+    /// Offered only where the server keeps them (probed at attach):
+    /// elsewhere the vfs answers `EOPNOTSUPP` itself, and a FUSE mount
+    /// asks its kernel for no ACLs it could not get.
+    fn xattrs(&self) -> Option<&dyn caps::Xattrs> {
+        self.xattrs.then_some(self as &dyn caps::Xattrs)
+    }
 }
 
 impl caps::Ordered for P9Fs {

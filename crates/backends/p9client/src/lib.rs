@@ -18,7 +18,8 @@
 //! (listing.rs), changes sent without waiting (submit.rs), inode-number
 //! grants and nodes made behind the caller (grant.rs), open and first
 //! read in one round trip (read.rs), new files' owners and removals
-//! (inode.rs), 9P <-> fsapi conversions (wire.rs), and the
+//! (inode.rs), extended attributes (xattr.rs), 9P <-> fsapi
+//! conversions (wire.rs), and the
 //! [`FileSystem`] implementation that ties them together (fs.rs).
 
 mod ahead;
@@ -38,6 +39,7 @@ mod rpc;
 mod session;
 mod submit;
 mod wire;
+mod xattr;
 
 use nodes::Nodes;
 
@@ -136,6 +138,9 @@ pub struct P9Fs {
     unlinkat_ok: std::sync::atomic::AtomicBool,
     /// The same for `Trenameat`.
     renameat_ok: std::sync::atomic::AtomicBool,
+    /// The server keeps extended attributes (it listed the root's at
+    /// attach): [`caps::Xattrs`] is offered (xattr.rs).
+    xattrs: bool,
     /// Inode numbers the server granted and this client has not spent
     /// (p9::inogrant): `next..end`. `None` for a server that grants none
     /// (any but `walkfs serve`, or one that stopped): then every node is

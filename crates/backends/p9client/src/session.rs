@@ -1,6 +1,7 @@
 //! Session setup and teardown (Linux's fs/9p/v9fs.c): authentication,
-//! attach, the order probe, the mount's construction over a stream (with
-//! its reconnect), its public accessors, and the drop that ends it.
+//! attach, the probe of what the server offers, the mount's construction
+//! over a stream (with its reconnect), its public accessors, and the
+//! drop that ends it.
 
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
@@ -76,25 +77,43 @@ pub(crate) fn attach(rpc: &rpc::Rpc, cfg: &Config) -> Result<u64> {
     attached
 }
 
-/// Does the server promise to run a connection's changes in order
-/// (p9::order)? Asked once, at attach.
-fn keeps_order(rpc: &rpc::Rpc) -> bool {
-    const PROBE_FID: u32 = u32::MAX - 3;
-    let r = rpc.call(
-        Fcall::Txattrwalk {
-            fid: ROOT_FID,
-            newfid: PROBE_FID,
-            name: Str(p9::order::NAME),
-        },
-        |r| match r {
-            Fcall::Rxattrwalk { size } => Ok(size),
-            r => Err(err_of(&r)),
-        },
-    );
-    if r.is_ok() {
-        rpc.send_forget(Fcall::Tclunk { fid: PROBE_FID });
+/// What the server offers, asked once at attach in one round trip: does
+/// it promise to run a connection's changes in order (p9::order), and
+/// does it keep extended attributes (it lists the root's)?
+fn probe(rpc: &rpc::Rpc) -> (bool, bool) {
+    const ORDER_FID: u32 = u32::MAX - 3;
+    const XATTR_FID: u32 = u32::MAX - 4;
+    let ask = |newfid, name| Fcall::Txattrwalk {
+        fid: ROOT_FID,
+        newfid,
+        name: Str(name),
+    };
+    let reqs = [ask(ORDER_FID, p9::order::NAME), ask(XATTR_FID, b"")];
+    let mut got = [Err(Errno::EPROTO), Err(Errno::EPROTO)];
+    let sent = rpc.call_many(&reqs, |i, r| {
+        if let Some(g) = got.get_mut(i) {
+            *g = match r {
+                Fcall::Rxattrwalk { size } => Ok(size),
+                r => Err(err_of(&r)),
+            };
+        }
+    });
+    if sent.is_err() {
+        return (false, false);
     }
-    r == Ok(p9::order::VERSION)
+    for (fid, g) in [ORDER_FID, XATTR_FID].into_iter().zip(&got) {
+        if g.is_ok() {
+            rpc.send_forget(Fcall::Tclunk { fid });
+        }
+    }
+    let ordered = got[0] == Ok(p9::order::VERSION);
+    // Any other refusal (EACCES, ...) is about the root, not the
+    // protocol: the attributes are there to be asked for.
+    let xattrs = !matches!(
+        got[1],
+        Err(Errno::EOPNOTSUPP | Errno::ENOSYS | Errno::EINVAL | Errno::EPROTO)
+    );
+    (ordered, xattrs)
 }
 
 impl P9Fs {
@@ -132,7 +151,10 @@ impl P9Fs {
         let iounit = rpc.msize - IOHDRSZ;
         // Changes go without waiting only to a server that promises to
         // keep their order (diod runs a connection's requests at once).
-        let ordered = keeps_order(&rpc);
+        let (ordered, xattrs) = probe(&rpc);
+        if !xattrs {
+            tracing::info!("9p server keeps no extended attributes: none offered");
+        }
         if !ordered {
             tracing::info!("9p server does not keep a connection's order: every change waits");
         }
@@ -146,6 +168,7 @@ impl P9Fs {
             dirplus: std::sync::atomic::AtomicBool::new(true),
             unlinkat_ok: std::sync::atomic::AtomicBool::new(false),
             renameat_ok: std::sync::atomic::AtomicBool::new(false),
+            xattrs,
             rpc,
             nodes: Arc::new(Mutex::new(Nodes::new(root_ino, ROOT_FID, cfg.node_fids))),
             root_ino,
