@@ -2,6 +2,8 @@
 //! served directory, mounts that clean up after themselves.
 #![allow(dead_code)]
 
+pub mod xattr;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
