@@ -42,7 +42,8 @@ XFSTESTS_SUBSET=(generic/001 generic/002 generic/005 generic/006 generic/007 gen
     generic/086 generic/097 generic/099 generic/103 generic/105 generic/117 generic/120
     generic/126 generic/184 generic/215 generic/236 generic/237 generic/245 generic/306
     generic/307 generic/309 generic/313 generic/318 generic/319 generic/337 generic/375
-    generic/377 generic/403 generic/444 generic/529 generic/597 generic/633 generic/676)
+    generic/377 generic/403 generic/444 generic/529 generic/597 generic/633 generic/676
+    generic/688)
 [ ${#tests[@]} -gt 0 ] || tests=("${XFSTESTS_SUBSET[@]}")
 
 tarball=$(ls ../shared/tools/xfstests-*.tar.gz 2>/dev/null | head -1 || true)

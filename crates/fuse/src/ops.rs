@@ -365,9 +365,17 @@ impl Filesystem for WalkFuse {
                 self.ctx(req)
                     .setxattrat(&h, b"", name, value, flags, XATTR_AT)
             }),
-            Operation::Removexattr { name } => self
-                .node(ino)
-                .and_then(|h| self.ctx(req).removexattrat(&h, b"", name, XATTR_AT)),
+            Operation::Removexattr { name } => self.node(ino).and_then(|h| {
+                // The kernel removes a file's capability itself when a
+                // user without CAP_FSETID writes or allocates it
+                // (`cap_inode_killpriv`, no permission asked), and refuses
+                // anyone else's removal before it reaches us: this one is
+                // made with the daemon's credentials.
+                if name == b"security.capability" {
+                    return self.base.removexattrat(&h, b"", name, XATTR_AT);
+                }
+                self.ctx(req).removexattrat(&h, b"", name, XATTR_AT)
+            }),
             Operation::Ioctl { cmd, out_size, .. } => self.ioctl(ino, cmd, out_size, reply),
             Operation::Access { mask } => self.node(ino).and_then(|h| {
                 self.ctx(req)
