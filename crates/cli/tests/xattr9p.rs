@@ -15,21 +15,14 @@ use std::path::Path;
 use std::process::Command;
 
 use common::xattr::{get, list, remove, set};
-use common::{dirs, run, serve, Dirs, Mount};
+use common::{dirs, dirs_of, run, serve, Dirs, Mount};
 
 /// [`dirs`] on tmpfs (`/dev/shm`) when there is one.
 fn shm_dirs() -> Dirs {
-    let Ok(t) = tempfile::tempdir_in("/dev/shm") else {
-        return dirs();
-    };
-    let (src, mnt, sock) = (
-        t.path().join("src"),
-        t.path().join("mnt"),
-        t.path().join("s.sock"),
-    );
-    std::fs::create_dir(&src).expect("mkdir");
-    std::fs::create_dir(&mnt).expect("mkdir");
-    Dirs { t, src, mnt, sock }
+    match tempfile::tempdir_in("/dev/shm") {
+        Ok(t) => dirs_of(t),
+        Err(_) => dirs(),
+    }
 }
 
 /// 10,000 bytes, not all alike: larger than a small message, so read

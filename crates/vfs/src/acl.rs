@@ -77,13 +77,7 @@ impl crate::Inner {
                 return Ok(Arc::clone(p));
             }
         }
-        match self.fetch_acls(s) {
-            // The node went (unlinked and forgotten meanwhile): whatever
-            // the caller does with it next fails on its own; the mode
-            // bits decide this check, and nothing is remembered.
-            Err(Errno::ESTALE) => Ok(Arc::default()),
-            r => r,
-        }
+        self.acls_asked(s)
     }
 
     #[inline(never)]
@@ -153,6 +147,9 @@ impl crate::Inner {
     /// grant).
     pub(crate) fn acls_asked(&self, s: &InodeSnap) -> Result<Arc<Pair>> {
         match self.fetch_acls(s) {
+            // The node went (unlinked and forgotten meanwhile): whatever
+            // the caller does with it next fails on its own; the mode
+            // bits decide this check, and nothing is remembered.
             Err(Errno::ESTALE) => Ok(Arc::default()),
             r => r,
         }

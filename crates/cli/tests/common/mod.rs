@@ -207,7 +207,11 @@ pub struct Dirs {
 
 #[allow(dead_code)]
 pub fn dirs() -> Dirs {
-    let t = tempfile::tempdir().expect("tempdir");
+    dirs_of(tempfile::tempdir().expect("tempdir"))
+}
+
+/// [`dirs`] in the temporary directory `t`.
+pub fn dirs_of(t: tempfile::TempDir) -> Dirs {
     let (src, mnt, sock) = (
         t.path().join("src"),
         t.path().join("mnt"),
