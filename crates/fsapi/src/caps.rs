@@ -287,3 +287,28 @@ pub trait Space: Send + Sync {
     /// after `off` starts; `ENXIO` at or past the end.
     fn seek_data(&self, node: NodeId, fh: FileHandle, off: u64, whence: i32) -> Result<u64>;
 }
+
+/// The longest file id ([`Export::file_id`]) a backend gives.
+pub const MAX_FILE_ID: usize = 64;
+
+/// Files found again by an identity that outlives the vfs's lookup
+/// references: what `name_to_handle_at`/`open_by_handle_at` and an NFS
+/// re-export need once a file's node was forgotten. The id is the
+/// backend's own (a host file handle, a node number with its
+/// generation), opaque to the vfs, at most [`MAX_FILE_ID`] bytes.
+pub trait Export: Send + Sync {
+    /// `node`'s id.
+    fn file_id(&self, node: NodeId) -> Result<Vec<u8>>;
+
+    /// The file `id` names, with a lookup reference as [`lookup`]
+    /// gives one; `ESTALE` when it is gone (removed, or its number now
+    /// another file's), and for an id this backend never gave.
+    ///
+    /// [`lookup`]: crate::FileSystem::lookup
+    fn open_id(&self, id: &[u8]) -> Result<crate::Entry>;
+
+    /// The names from the root to directory `node` (empty for the root),
+    /// so that the vfs can connect a directory found by its id to the
+    /// tree; `ESTALE` when it is no longer under the root.
+    fn path_of(&self, node: NodeId) -> Result<Vec<Vec<u8>>>;
+}

@@ -819,4 +819,11 @@ pub trait FileSystem: Send + Sync {
     fn space(&self) -> Option<&dyn caps::Space> {
         None
     }
+
+    /// Ids that find a file again after it was forgotten
+    /// ([`caps::Export`]); `None`: a forgotten file is found only by its
+    /// name (`open_by_handle_at` gives `ESTALE`).
+    fn export(&self) -> Option<&dyn caps::Export> {
+        None
+    }
 }

@@ -26,6 +26,7 @@
 
 mod bare;
 mod coherent;
+mod export;
 mod fds;
 mod listings;
 mod locks;
@@ -96,6 +97,10 @@ pub struct WalkFuse {
     /// (locks.rs).
     serves_locks: bool,
     interrupts: locks::Interrupts,
+    /// Files are found again by file handle (INIT's EXPORT_SUPPORT), and
+    /// the ids of the nodes forgotten (export.rs).
+    exports: std::sync::atomic::AtomicBool,
+    tombs: parking_lot::Mutex<export::Tombs>,
 }
 
 /// Split a timeout into the wire's seconds and nanoseconds.
@@ -207,6 +212,8 @@ impl WalkFuse {
         Ok(WalkFuse {
             serves_locks,
             interrupts: locks::Interrupts::default(),
+            exports: std::sync::atomic::AtomicBool::new(false),
+            tombs: parking_lot::Mutex::new(export::Tombs::default()),
             root,
             handles: fds::Handles::default(),
             vfs,
@@ -316,6 +323,14 @@ impl WalkFuse {
     /// existing node of the same inode gets one more lookup, and starts
     /// from `h` from now on (the name it was found by last).
     fn remember(&self, h: Handle, x: &Statx) -> u64 {
+        self.remember_as(h, x, None)
+    }
+
+    /// [`remember`](Self::remember), where a node made anew takes node
+    /// id and generation `want` when that id is free (a file found again
+    /// by its file id keeps the node id and generation the kernel's file
+    /// handle holds: export.rs).
+    fn remember_as(&self, h: Handle, x: &Statx, want: Option<(u64, u32)>) -> u64 {
         let key = key_of(x);
         let born = walkfs_vfs::generation_of(x.born());
         let mut nodes = self.nodes.write();
@@ -365,10 +380,10 @@ impl WalkFuse {
         // one number for both), so it is the backend's inode number when
         // that is free; a clash (two file systems under one vfs) takes a
         // number from a range no file system of ours hands out.
-        let id = if x.stx_ino > ROOT && !nodes.by_id.contains_key(&x.stx_ino) {
-            x.stx_ino
-        } else {
-            self.next_id.fetch_add(1, Relaxed)
+        let (id, sent) = match want {
+            Some((id, sent)) if id > ROOT && !nodes.by_id.contains_key(&id) => (id, sent),
+            _ if x.stx_ino > ROOT && !nodes.by_id.contains_key(&x.stx_ino) => (x.stx_ino, born),
+            _ => (self.next_id.fetch_add(1, Relaxed), born),
         };
         nodes.by_id.insert(
             id,
@@ -377,7 +392,7 @@ impl WalkFuse {
                 key,
                 handle: h,
                 born,
-                sent: born,
+                sent,
                 io: (None, None),
                 io_used: std::sync::atomic::AtomicBool::new(false),
                 backing: passthrough::Backed::No,
@@ -409,11 +424,23 @@ impl WalkFuse {
     /// Node `h` with attributes `x`, entered for the kernel: a new
     /// lookup count on its node, and its attributes.
     fn enter(&self, ctx: &Ctx, h: Handle, x: &Statx) -> Result<abi::Attr, Errno> {
+        self.enter_as(ctx, h, x, None)
+    }
+
+    /// [`enter`](Self::enter) with [`remember_as`](Self::remember_as)'s
+    /// `want`.
+    fn enter_as(
+        &self,
+        ctx: &Ctx,
+        h: Handle,
+        x: &Statx,
+        want: Option<(u64, u32)>,
+    ) -> Result<abi::Attr, Errno> {
         let x = *x;
         if self.pt.held() == 0 {
-            return Ok(attr_of(self.remember(h, &x), &x));
+            return Ok(attr_of(self.remember_as(h, &x, want), &x));
         }
-        let id = self.remember(h.clone(), &x);
+        let id = self.remember_as(h.clone(), &x, want);
         if self.pt.backed(id) {
             // Written by the kernel straight to the host file.
             ctx.changed_outside(&h)?;
@@ -646,6 +673,7 @@ impl WalkFuse {
             if let Some(n) = nodes.by_id.remove(&ino) {
                 nodes.keys.remove(n.key, ino);
                 drop(nodes);
+                self.bury(ino, &n);
                 if self.pt.forgotten(n.backing) {
                     // The vfs's copy of its attributes predates the
                     // kernel's writes to the host file.

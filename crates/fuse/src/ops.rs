@@ -99,6 +99,10 @@ impl Filesystem for WalkFuse {
         if self.opts.acl && self.opts.default_permissions && self.vfs.has_xattrs() {
             want |= init::POSIX_ACL | init::DONT_MASK;
         }
+        if self.init_export() {
+            // File handles of forgotten files open again (export.rs).
+            want |= init::EXPORT_SUPPORT;
+        }
         if self.serves_locks {
             // Locks are the backend's, where the host's programs and
             // other clients see them (locks.rs).
@@ -135,6 +139,7 @@ impl Filesystem for WalkFuse {
         if let Err(e) = self.vfs.sync() {
             tracing::warn!("unmount: a change sent without waiting failed: {e}");
         }
+        self.save_handle_map();
     }
 
     fn handle(&self, req: &Request, op: Operation<'_>, reply: Reply<'_>) -> Result<(), i32> {
@@ -409,6 +414,17 @@ impl WalkFuse {
         reply: Reply<'_>,
     ) -> Result<(), Errno> {
         let ctx = self.ctx(req);
+        if name == b"." || name == b".." {
+            // Only the kernel's export operations ask these (a file handle
+            // of a forgotten node, a directory's parent).
+            return match self.lookup_export(&ctx, parent, name) {
+                Ok(a) => {
+                    reply.entry(&self.entry_out(a));
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            };
+        }
         let r = Self::name(name).and_then(|n| self.lookup_node(&ctx, parent, n));
         let coherent = self.opts.cache == CachePolicy::Coherent;
         if let (true, Ok(_)) = (coherent, &r) {

@@ -57,6 +57,11 @@ pub struct MountOptions {
     /// default_permissions where the source keeps extended attributes;
     /// `noacl`: `system.posix_acl_*` are refused, mode bits alone decide).
     pub acl: bool,
+    /// File handles of the mount's files open again after the kernel
+    /// forgot them (`export`, the default where the source can find a
+    /// file by id; `noexport`: `open_by_handle_at` of a forgotten file is
+    /// `ESTALE`).
+    pub export: bool,
     /// `remount`: change the flags of the mount already there (ro/rw and
     /// the generic flags), start no daemon.
     pub remount: bool,
@@ -98,6 +103,7 @@ struct Given {
     writeback_cache: bool,
     events: bool,
     acl: bool,
+    export: bool,
     remount: bool,
     entry: Option<Duration>,
     attr: Option<Duration>,
@@ -121,6 +127,7 @@ impl Default for Given {
             writeback_cache: true,
             events: true,
             acl: true,
+            export: true,
             remount: false,
             entry: None,
             attr: None,
@@ -160,6 +167,22 @@ const MOUNT_OPTIONS: &[Opt<Given>] = &[
         live: false,
         set: |g, n, v| {
             g.remount = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["export"],
+        live: false,
+        set: |g, n, v| {
+            g.export = opt::flag(n, v)?;
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["noexport"],
+        live: false,
+        set: |g, n, v| {
+            g.export = !opt::flag(n, v)?;
             Ok(())
         },
     },
@@ -322,6 +345,7 @@ impl MountOptions {
     /// `default_permissions` (on unless `no_default_permissions`),
     /// `ro`/`rw`, `threads=N`, `io_fds=N`, `transport=auto|dev|uring`, `bare=0|1`,
     /// `passthrough=0|1`, `writeback_cache=0|1`, `events=0|1`, `acl`/`noacl`,
+    /// `export`/`noexport`,
     /// `entry_timeout=S`, `attr_timeout=S` (seconds; defaults follow the
     /// cache mode). Everything else is a vfs option (`cache`,
     /// `negtimeout`/`ndentrytmo`, `msize`, `fastpath`, ...). The generic
@@ -394,6 +418,7 @@ impl MountOptions {
             writeback_cache: given.writeback_cache,
             events: given.events,
             acl: given.acl,
+            export: given.export,
             remount: given.remount,
             source,
             text: text.to_string(),

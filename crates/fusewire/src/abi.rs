@@ -57,6 +57,8 @@ pub mod init {
     /// The kernel leaves the umask to the server (MKNOD, MKDIR, CREATE
     /// carry it apart from the mode): a directory's default ACL, not the
     /// umask, decides then.
+    /// LOOKUP of `.` and `..` for file handles of forgotten nodes.
+    pub const EXPORT_SUPPORT: u64 = 1 << 4;
     pub const DONT_MASK: u64 = 1 << 6;
     pub const BIG_WRITES: u64 = 1 << 5;
     /// `flock` locks are the server's too (SETLK with `LK_FLOCK`).

@@ -649,6 +649,17 @@ impl Vfs {
     /// Drop every unused cached dentry (what `echo 2 > drop_caches` does).
     pub fn drop_caches(&self) {
         let inner = &self.inner;
+        // Pins parked by closes are a cache too: they go first, so that
+        // what they held can be evicted.
+        let parked: Vec<_> = inner
+            .writer()
+            .parked
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        for pc in parked {
+            pc.drain(inner);
+        }
         let mut w = inner.writer();
         while w.evict(&inner.dc, 4096) > 0 {}
         // What is looked up again may differ (the host changed meanwhile):

@@ -287,6 +287,10 @@ impl FileSystem for Metered {
         self.fs.space()
     }
 
+    fn export(&self) -> Option<&dyn caps::Export> {
+        self.fs.export()
+    }
+
     /// Metered: an open with its first read is two calls.
     fn remote(&self) -> Option<&dyn caps::Remote> {
         self.fs.remote().map(|_| self as &dyn caps::Remote)

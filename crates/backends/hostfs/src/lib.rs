@@ -19,6 +19,7 @@
 //! [`NodeId`], as the [`FileSystem`] contract asks.
 
 mod behind;
+mod export;
 mod locks;
 mod own;
 mod space;
@@ -85,6 +86,9 @@ pub struct HostFs {
     own: Arc<Own>,
     /// File locks, taken on the host file for their owners (locks.rs).
     locks: locks::HostLocks,
+    /// Where files are opened by their host handle, when they can be
+    /// (export.rs).
+    export_fd: std::sync::OnceLock<Option<OwnedFd>>,
 }
 
 #[derive(Default)]
@@ -127,6 +131,7 @@ impl HostFs {
             direct: Mutex::new(Direct::default()),
             own: Arc::new(Own::default()),
             locks: locks::HostLocks::default(),
+            export_fd: std::sync::OnceLock::new(),
         })
     }
 
@@ -820,6 +825,10 @@ impl FileSystem for HostFs {
 
     fn xattrs(&self) -> Option<&dyn caps::Xattrs> {
         Some(self)
+    }
+
+    fn export(&self) -> Option<&dyn caps::Export> {
+        self.export_fd().map(|_| self as &dyn caps::Export)
     }
 
     fn space(&self) -> Option<&dyn caps::Space> {

@@ -394,39 +394,74 @@ pub fn fanotify_mark_filesystem(
     .map(drop)
 }
 
-/// The file handle of `fd` (an `O_PATH` descriptor) as fanotify reports
-/// it: file system id, handle type, handle bytes.
-pub fn handle_of(fd: BorrowedFd) -> Result<Vec<u8>> {
-    const MAX: usize = 128;
-    #[repr(C)]
-    struct Handle {
-        bytes: u32,
-        kind: i32,
-        data: [u8; MAX],
-    }
-    let mut h = Handle {
-        bytes: MAX as u32,
+/// The longest host file handle asked for.
+const MAX_HANDLE: usize = 128;
+
+#[repr(C)]
+struct RawHandle {
+    bytes: u32,
+    kind: i32,
+    data: [u8; MAX_HANDLE],
+}
+
+/// The host file handle of `fd` (an `O_PATH` descriptor): its type and
+/// bytes.
+pub fn file_handle(fd: BorrowedFd) -> Result<(i32, Vec<u8>)> {
+    let mut h = RawHandle {
+        bytes: MAX_HANDLE as u32,
         kind: 0,
-        data: [0; MAX],
+        data: [0; MAX_HANDLE],
     };
     let mut mount_id = 0;
-    // SAFETY: `h` is a file_handle with room for MAX bytes, as its
+    // SAFETY: `h` is a file_handle with room for MAX_HANDLE bytes, as its
     // `handle_bytes` says; the path is an empty C string.
     Errno::result(unsafe {
         libc::name_to_handle_at(
             fd.as_raw_fd(),
             c"".as_ptr(),
-            (&mut h as *mut Handle).cast(),
+            (&mut h as *mut RawHandle).cast(),
             &mut mount_id,
             libc::AT_EMPTY_PATH,
         )
     })?;
+    let n = (h.bytes as usize).min(MAX_HANDLE);
+    Ok((h.kind, h.data[..n].to_vec()))
+}
+
+/// Open the file of host handle (`kind`, `data`) on the file system of
+/// `mount_fd`, with `flags` (`CAP_DAC_READ_SEARCH` needed).
+pub fn open_by_handle(mount_fd: BorrowedFd, kind: i32, data: &[u8], flags: i32) -> Result<OwnedFd> {
+    if data.len() > MAX_HANDLE {
+        return Err(Errno::ESTALE);
+    }
+    let mut h = RawHandle {
+        bytes: data.len() as u32,
+        kind,
+        data: [0; MAX_HANDLE],
+    };
+    h.data[..data.len()].copy_from_slice(data);
+    // SAFETY: `h` is a file_handle whose `handle_bytes` bytes are set; the
+    // kernel only reads it.
+    let fd = Errno::result(unsafe {
+        libc::open_by_handle_at(
+            mount_fd.as_raw_fd(),
+            (&mut h as *mut RawHandle).cast(),
+            flags | libc::O_CLOEXEC,
+        )
+    })?;
+    // SAFETY: the call returned a new descriptor, ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The file handle of `fd` (an `O_PATH` descriptor) as fanotify reports
+/// it: file system id, handle type, handle bytes.
+pub fn handle_of(fd: BorrowedFd) -> Result<Vec<u8>> {
+    let (kind, data) = file_handle(fd)?;
     let st = fstatfs(fd)?;
     // SAFETY: fsid_t is two C ints (8 bytes, no padding), as fanotify
     // reports it.
     let fsid: [u8; 8] = unsafe { std::mem::transmute(st.f_fsid) };
-    let n = (h.bytes as usize).min(MAX);
-    Ok(handle_key(&fsid, h.kind, &h.data[..n]))
+    Ok(handle_key(&fsid, kind, &data))
 }
 
 /// The key a directory's handle is known by.

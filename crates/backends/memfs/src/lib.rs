@@ -766,6 +766,10 @@ impl FileSystem for MemFs {
         Some(self)
     }
 
+    fn export(&self) -> Option<&dyn caps::Export> {
+        Some(self)
+    }
+
     fn locks(&self) -> Option<&dyn caps::Locks> {
         Some(self)
     }
@@ -783,6 +787,56 @@ impl FileSystem for MemFs {
             ffree: (1u64 << 24).saturating_sub(t.nodes.len() as u64),
             namelen: walkfs_fsapi::NAME_MAX as u64,
         })
+    }
+}
+
+/// File ids: the node number and its birth time (numbers are never
+/// reused, the time makes an id of another memfs stale).
+impl caps::Export for MemFs {
+    fn file_id(&self, node: NodeId) -> Result<Vec<u8>> {
+        let t = self.tree.lock();
+        let born = t.node(node.0)?.attr.btime.as_nanos();
+        let mut id = node.0.to_le_bytes().to_vec();
+        id.extend_from_slice(&born.to_le_bytes());
+        Ok(id)
+    }
+
+    fn open_id(&self, id: &[u8]) -> Result<Entry> {
+        let (ino, born) = id.split_at_checked(8).ok_or(Errno::ESTALE)?;
+        let ino = u64::from_le_bytes(ino.try_into().map_err(|_| Errno::ESTALE)?);
+        let born = i64::from_le_bytes(born.try_into().map_err(|_| Errno::ESTALE)?);
+        let mut t = self.tree.lock();
+        let n = t.nodes.get_mut(&ino).ok_or(Errno::ESTALE)?;
+        if n.attr.nlink == 0 || n.attr.btime.as_nanos() != born {
+            return Err(Errno::ESTALE);
+        }
+        n.lookups += 1;
+        Ok(Entry {
+            node: NodeId(ino),
+            attr: n.attr,
+        })
+    }
+
+    /// A search from the root (memfs keeps no parent links; it is the
+    /// test backend, and directories found by id are rare).
+    fn path_of(&self, node: NodeId) -> Result<Vec<Vec<u8>>> {
+        let t = self.tree.lock();
+        let mut queue = std::collections::VecDeque::from([(ROOT, Vec::new())]);
+        while let Some((ino, path)) = queue.pop_front() {
+            if ino == node.0 {
+                return Ok(path);
+            }
+            if let Ok(d) = t.dir(ino) {
+                for (name, &child) in d {
+                    if matches!(t.node(child).map(|n| &n.body), Ok(Body::Dir(_))) {
+                        let mut p: Vec<Vec<u8>> = path.clone();
+                        p.push(name.clone());
+                        queue.push_back((child, p));
+                    }
+                }
+            }
+        }
+        Err(Errno::ESTALE)
     }
 }
 

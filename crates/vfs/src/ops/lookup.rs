@@ -294,6 +294,10 @@ impl Ctx {
             if d == self.inner().root || s.flags & D_MOUNTROOT != 0 {
                 return Err(Errno::EBUSY.into());
             }
+            if s.parent == d {
+                // Disconnected (found by file id): no name known here.
+                return Err(Errno::ESTALE.into());
+            }
             let name = dc.name_of(d);
             // A child pins its parent, so the parent index is live; the
             // name and parent belong together if no rename came between.

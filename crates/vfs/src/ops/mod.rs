@@ -14,6 +14,7 @@
 
 mod attr;
 mod create;
+mod export;
 mod fds;
 mod io;
 mod lock;

@@ -135,6 +135,29 @@ impl Writer {
         Some(idx)
     }
 
+    /// A dentry for `inode` found by its file id with no name known here
+    /// (Linux's disconnected dentry, for a non-directory only): its own
+    /// parent, hashed nowhere, no one's alias, and dead, so that it is
+    /// freed with the caller's reference (which it starts with) and no
+    /// name is ever made under it. Takes over the caller's inode
+    /// reference.
+    pub fn d_disconnected(&mut self, dc: &Dcache, inode: IIdx) -> Option<DIdx> {
+        let kind = self.type_flags(dc, inode);
+        let idx = self.alloc_dentry(dc)?;
+        let d = dc.dentry(idx)?;
+        d.seq.write_begin();
+        d.parent.store(idx.0, Relaxed);
+        d.hash.store(0, Relaxed);
+        d.target.store(inode.0, Relaxed);
+        d.refs.store(1, Relaxed);
+        for w in &d.name {
+            w.store(0, Relaxed);
+        }
+        d.flags.store(D_ALLOCATED | D_DEAD | kind, Relaxed);
+        d.seq.write_end();
+        Some(idx)
+    }
+
     /// Hash `idx` (its flags already set) under `parent`.
     fn hash_insert(&mut self, dc: &Dcache, idx: DIdx, parent: DIdx, hash: u32) {
         let b = &dc.buckets[bucket_of(parent, hash, dc.mask)];

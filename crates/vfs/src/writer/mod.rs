@@ -89,7 +89,7 @@ pub(crate) struct Writer {
     pub alias: HashMap<IIdx, DIdx>,
     /// Every context's table of parked pins, so that a name's removal
     /// takes back the pins parked on its dentry (see [`PinCache`]).
-    parked: Vec<Weak<PinCache>>,
+    pub(crate) parked: Vec<Weak<PinCache>>,
     /// Hashed positive children per dentry (no entry: none). Kept where
     /// dentries enter and leave the hash and turn positive in place, so
     /// that a directory known complete is known empty without a listing
