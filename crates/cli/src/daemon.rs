@@ -9,8 +9,17 @@ pub struct Ready(std::fs::File);
 impl Ready {
     pub fn ok(mut self) {
         let _ = self.0.write_all(b"ok");
-        // Detach stdio now that nothing more will be reported.
-        // SAFETY: opening /dev/null and dup2 onto the standard fds.
+        // Detach stdio now that nothing more will be reported; the log
+        // (standard error) goes to `WALKFS_LOG_FILE` when it is set.
+        let log = std::env::var_os("WALKFS_LOG_FILE").and_then(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .ok()
+        });
+        // SAFETY: opening /dev/null and dup2 onto the standard fds; `log`
+        // stays open until its descriptor is duplicated.
         unsafe {
             let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
             if null >= 0 {
@@ -18,6 +27,9 @@ impl Ready {
                     libc::dup2(null, fd);
                 }
                 libc::close(null);
+            }
+            if let Some(f) = &log {
+                libc::dup2(std::os::fd::AsRawFd::as_raw_fd(f), 2);
             }
         }
     }

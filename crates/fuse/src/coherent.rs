@@ -203,6 +203,7 @@ impl ChangeSink for KernelCache {
     fn changed(&self, changes: &[Change]) {
         let Some(n) = self.notifier.get() else { return };
         for c in changes {
+            tracing::debug!("kernel cache: {c:?}");
             match c {
                 // Made through this mount, as the kernel saw it made: its
                 // caches are right.

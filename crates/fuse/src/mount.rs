@@ -135,7 +135,7 @@ fn serve<F: Filesystem>(
         let _ = kc.notifier.set(session.notifier());
     }
     if let Some(r) = replayer {
-        r.start(mountpoint.to_path_buf());
+        r.start(mountpoint.to_path_buf(), session.notifier());
     }
     let ended = Arc::new(AtomicBool::new(false));
     let ended2 = Arc::clone(&ended);

@@ -156,6 +156,11 @@ pub(crate) struct Replayer {
     from: Mutex<Option<Pending>>,
     next_ghost: AtomicU64,
     warned: AtomicBool,
+    /// The session's notifier: the names a step touches are invalidated
+    /// in the kernel around it.
+    notifier: OnceLock<walkfs_fusewire::Notifier>,
+    /// The mount root's st_ino (FUSE's node 1), read at each step.
+    root_id: AtomicU64,
 }
 
 impl Replayer {
@@ -176,12 +181,15 @@ impl Replayer {
             from: Mutex::new(None),
             next_ghost: AtomicU64::new(GHOST_BASE),
             warned: AtomicBool::new(false),
+            notifier: OnceLock::new(),
+            root_id: AtomicU64::new(0),
         })
     }
 
     /// Start replaying on `mountpoint` (mounted, its session running).
-    pub fn start(self: &Arc<Self>, mountpoint: PathBuf) {
+    pub fn start(self: &Arc<Self>, mountpoint: PathBuf, notifier: walkfs_fusewire::Notifier) {
         let _ = self.mountpoint.set(mountpoint);
+        let _ = self.notifier.set(notifier);
         let (tx, rx) = sync_channel(QUEUE);
         *self.tx.lock() = Some(tx);
         let me = Arc::clone(self);
@@ -323,9 +331,18 @@ impl Replayer {
         for step in rx {
             // Opened for each step, never held: an idle replayer must not
             // keep the mount busy (umount would refuse).
-            let r = open_dir(None, mnt.as_os_str().as_bytes())
-                .and_then(|root| self.replay(&root, &step));
-            self.plan.lock().clear();
+            let r = open_dir(None, mnt.as_os_str().as_bytes()).and_then(|root| {
+                self.root_id.store(node_of(&root)?, Relaxed);
+                self.replay(&root, &step)
+            });
+            // The kernel's own call moved its cached names by what it
+            // held, which may be older than the plan (a name it had
+            // cached as the file the host put there since): its names
+            // the step touched go, and are looked up anew.
+            let touched: Vec<(u64, Vec<u8>)> = self.plan.lock().drain().map(|(k, _)| k).collect();
+            for (parent, name) in touched {
+                self.inval_entry(parent, &name);
+            }
             // A failure: the change was overtaken by another (the file
             // went, or the kernel already holds the name), nothing to show.
             if let Err(e) = r {
@@ -441,10 +458,26 @@ impl Replayer {
         Ok((open_dir(Some(root), dir)?, name))
     }
 
+    /// Plan what the lookup of `name` in `dir` finds, and drop the
+    /// kernel's cached entry of it, so that the kernel asks.
     fn expect(&self, dir: &OwnedFd, name: &[u8], e: Expect) -> Result<(), Errno> {
         let parent = node_of(dir)?;
         self.plan.lock().insert((parent, name.to_vec()), e);
+        self.inval_entry(parent, name);
         Ok(())
+    }
+
+    /// Invalidate the kernel's entry `name` in the directory whose st_ino
+    /// is `parent` (the root's is FUSE's node 1).
+    fn inval_entry(&self, parent: u64, name: &[u8]) {
+        let parent = if parent == self.root_id.load(Relaxed) {
+            crate::ROOT
+        } else {
+            parent
+        };
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_entry(parent, name);
+        }
     }
 
     /// The path, relative to the mount's root, of `name` in the directory
