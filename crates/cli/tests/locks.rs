@@ -213,15 +213,12 @@ fn sqlite_writers_on_the_host_and_on_the_mount_lose_no_update() {
     sqlite_writers(&d.mnt.join("db2"), &d.src.join("db2"), 500);
 }
 
-/// Known to fail about one run in seven (docs/locks.md, "Not yet"): a
-/// lock granted through the server is ordered after the other side's
-/// deletion of its journal, but the server's report of that deletion
-/// may not have reached this client's kernel yet, and SQLite then rolls
-/// the stale journal back. Run it with `--ignored` until the lock grant
-/// waits for the reports before it (a barrier through the notification
-/// channel).
+/// Two SQLite writers on two clients of one server. This failed about one
+/// run in seven before lock grants waited for the change reports queued
+/// before them (docs/locks.md, "A grant shows the holder's changes"):
+/// SQLite looked for a hot journal right after locking, found the other
+/// side's deleted one still cached, and rolled it back.
 #[test]
-#[ignore = "known race: change reports are not yet ordered before a lock grant over 9P"]
 fn sqlite_writers_on_two_clients_of_one_server_lose_no_update() {
     if !walkfs_testkit::need_fuse() || !walkfs_testkit::need_program("python3", "-V", "python3") {
         return;

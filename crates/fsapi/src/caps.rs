@@ -148,6 +148,13 @@ pub trait Watch: Send + Sync {
     fn start(&self) -> Result<()> {
         Ok(())
     }
+
+    /// Return once every change that happened before the call and is
+    /// reported at all has been reported to the sink (and the sink's
+    /// `changed` has returned): what a lock grant waits for, so that the
+    /// holder sees what the previous holder changed. Without a queue of
+    /// its own to drain, nothing to do.
+    fn barrier(&self) {}
 }
 
 /// A server at the other end of a link: calls travel, so the backend

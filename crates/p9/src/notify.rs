@@ -36,6 +36,18 @@ pub const VERSION_2: u64 = 2;
 const HEAD_V2: usize = 1 + 8 + 1 + 1 + 4 + 8 + 2;
 /// [`MIN_READ`] of version 2.
 pub const MIN_READ_V2: u32 = (HEAD_V2 + 255) as u32;
+/// The xattr name that opens a notification fid of version 3: version
+/// 2's records, and poll reads ([`POLL`]). A server without it answers
+/// with an error, and the client asks for [`NAME_V2`].
+pub const NAME_V3: &[u8] = b"walkfs.notify.3";
+/// Version 3, given as the `Rxattrwalk` size.
+pub const VERSION_3: u64 = 3;
+/// The `Tread` offset of a poll (version 3): the server first answers a
+/// read parked on the fid with what is queued, then this one at once
+/// with what is left, possibly nothing. Sent after a reply that must not
+/// overtake the reports queued before it (a lock grant): once it is
+/// answered, every such report has reached the client.
+pub const POLL: u64 = u64::MAX;
 /// `flags` bit of a version 2 record: the file is a directory.
 pub const IS_DIR: u8 = 1;
 

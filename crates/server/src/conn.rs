@@ -161,6 +161,10 @@ impl crate::notify::Peer for Conn {
         fids.contains_key(&fid) && !fids.contains_key(&newfid) && newfid != NOFID
     }
 
+    fn settle_reports(&self) {
+        self.server.vfs.settle_reports();
+    }
+
     fn coherent(&self) -> bool {
         self.server.vfs.is_coherent()
     }

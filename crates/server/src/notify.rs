@@ -17,7 +17,9 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use walkfs_p9::notify::{Record, IS_DIR, MIN_READ_V2, NAME_V2, VERSION_2};
+use walkfs_p9::notify::{
+    Record, IS_DIR, MIN_READ_V2, NAME_V2, NAME_V3, POLL, VERSION_2, VERSION_3,
+};
 use walkfs_p9::{Data, Fcall};
 use walkfs_vfs::{Change, ChangeSink, Errno, Seen};
 
@@ -65,6 +67,9 @@ pub(crate) trait Peer: Send + Sync {
     }
     /// The peer now reads reports: from now on its own changes are noted.
     fn subscribed_now(&self) {}
+    /// Report now every change the export's watcher has queued (a poll's
+    /// first step: what happened before it is in its answer).
+    fn settle_reports(&self) {}
 }
 
 /// The server's subscribers; listens to the vfs for changes.
@@ -264,6 +269,23 @@ pub(crate) fn message<P: Peer + 'static>(
             subscribe(hub, conn, tag, fid, newfid, VERSION_2);
             true
         }
+        Fcall::Txattrwalk { fid, newfid, name } if name.0 == NAME_V3 => {
+            subscribe(hub, conn, tag, fid, newfid, VERSION_3);
+            true
+        }
+        Fcall::Tread {
+            fid,
+            count,
+            offset: POLL,
+        } if conn
+            .slot()
+            .lock()
+            .as_ref()
+            .is_some_and(|s| s.fid == fid && s.version >= VERSION_3) =>
+        {
+            poll(&**conn, tag, count);
+            true
+        }
         Fcall::Tread { fid, count, .. } => {
             let mut n = conn.slot().lock();
             let Some(sub) = n.as_mut().filter(|s| s.fid == fid) else {
@@ -305,6 +327,34 @@ pub(crate) fn message<P: Peer + 'static>(
         }
         _ => false,
     }
+}
+
+/// A poll read (version 3): the host's queued events are reported first
+/// (so a change made before the poll is in its answer); then the parked
+/// read, if any, takes what is queued, and this one is answered at once
+/// with what is left. Both replies go out in that order.
+fn poll(conn: &dyn Peer, tag: u16, count: u32) {
+    conn.settle_reports();
+    let mut n = conn.slot().lock();
+    let Some(sub) = n.as_mut() else {
+        drop(n);
+        conn.error(tag, Errno::EBADF);
+        return;
+    };
+    if count < MIN_READ_V2 {
+        drop(n);
+        conn.error(tag, Errno::EINVAL);
+        return;
+    }
+    let parked = sub.ready();
+    let rest = sub.take(count);
+    // Sent under the slot's lock: no record queued meanwhile can go out
+    // in a parked read between the two.
+    if let Some((t, data)) = parked {
+        reply_read(conn, t, &data);
+    }
+    reply_read(conn, tag, &rest);
+    drop(n);
 }
 
 /// Queue a lease's recall (p9::lease) for `conn`: a record of kind
@@ -428,6 +478,83 @@ mod tests {
         s.push(&f);
         assert_eq!(s.take(4096), f);
         assert_eq!(s.queued, 0);
+    }
+
+    /// A peer that keeps what it is sent, in order.
+    struct Fake {
+        slot: Mutex<Option<Sub>>,
+        sent: Mutex<Vec<(u16, Vec<u8>)>>,
+        settled: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Peer for Fake {
+        fn slot(&self) -> &Mutex<Option<Sub>> {
+            &self.slot
+        }
+        fn send_msg(&self, tag: u16, f: Fcall<'_>) {
+            let data = match f {
+                Fcall::Rread { data } => data.0.to_vec(),
+                _ => b"other".to_vec(),
+            };
+            self.sent.lock().push((tag, data));
+        }
+        fn error(&self, tag: u16, _: Errno) {
+            self.sent.lock().push((tag, b"error".to_vec()));
+        }
+        fn may_subscribe(&self, _: u32, _: u32) -> bool {
+            true
+        }
+        fn coherent(&self) -> bool {
+            true
+        }
+        fn settle_reports(&self) {
+            self.settled
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// A poll (version 3) reports the host's queue first, then answers
+    /// the parked read with what is queued and itself with what is left
+    /// (nothing), in that order; of an older version it is a plain read.
+    #[test]
+    fn a_poll_answers_the_parked_read_first_then_itself() {
+        let fake = Arc::new(Fake {
+            slot: Mutex::new(Some(Sub {
+                version: VERSION_3,
+                ..sub()
+            })),
+            sent: Mutex::new(Vec::new()),
+            settled: Default::default(),
+        });
+        let hub = Hub::new(Arc::new(Inos::default()));
+        let read = |offset| Fcall::Tread {
+            fid: 1,
+            offset,
+            count: 4096,
+        };
+        assert!(message(&hub, &fake, 10, &read(0)));
+        assert!(fake.sent.lock().is_empty(), "a read waits for records");
+        let r = rec(7);
+        if let Some(s) = fake.slot.lock().as_mut() {
+            s.push(&r);
+        }
+        assert!(message(&hub, &fake, 11, &read(POLL)));
+        assert_eq!(*fake.sent.lock(), vec![(10, r.clone()), (11, Vec::new())]);
+        assert_eq!(fake.settled.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // Nothing parked: the poll takes what is queued.
+        if let Some(s) = fake.slot.lock().as_mut() {
+            s.push(&rec(8));
+        }
+        fake.sent.lock().clear();
+        assert!(message(&hub, &fake, 12, &read(POLL)));
+        assert_eq!(*fake.sent.lock(), vec![(12, rec(8))]);
+        // Version 2 knows no poll: the offset is ignored and it parks.
+        if let Some(s) = fake.slot.lock().as_mut() {
+            s.version = VERSION_2;
+        }
+        fake.sent.lock().clear();
+        assert!(message(&hub, &fake, 13, &read(POLL)));
+        assert!(fake.sent.lock().is_empty());
     }
 
     #[test]

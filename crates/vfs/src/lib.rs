@@ -646,6 +646,20 @@ impl Vfs {
         Ok(())
     }
 
+    /// Return once every change made behind the caches' back before the
+    /// call, and reported at all, has been applied and passed on to the
+    /// listeners ([`caps::Watch::barrier`] of each file system).
+    ///
+    /// [`caps::Watch::barrier`]: walkfs_fsapi::caps::Watch::barrier
+    pub fn settle_reports(&self) {
+        let sbs: Vec<_> = self.inner.sbs.read().iter().cloned().collect();
+        for fs in sbs {
+            if let Some(w) = fs.watch() {
+                w.barrier();
+            }
+        }
+    }
+
     /// Drop every unused cached dentry (what `echo 2 > drop_caches` does).
     pub fn drop_caches(&self) {
         let inner = &self.inner;

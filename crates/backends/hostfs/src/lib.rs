@@ -955,6 +955,14 @@ impl caps::Watch for HostFs {
             None => Err(Errno::EINVAL),
         }
     }
+
+    /// The host's queued events are read and reported now (watch.rs).
+    fn barrier(&self) {
+        let w = self.watcher.lock().clone();
+        if let Some(w) = w {
+            w.barrier();
+        }
+    }
 }
 
 #[cfg(test)]

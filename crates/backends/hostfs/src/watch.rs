@@ -156,6 +156,10 @@ pub(crate) struct Watcher {
     proc_fd: Arc<OwnedFd>,
     /// What hostfs's own calls left behind: their reports are marked.
     own: Arc<Own>,
+    /// Held from a read of the queues to the end of its report: a
+    /// [`Watcher::barrier`] that takes it knows every event read before
+    /// it was reported.
+    reading: Mutex<()>,
 }
 
 impl Watcher {
@@ -187,6 +191,7 @@ impl Watcher {
             table,
             proc_fd,
             own,
+            reading: Mutex::new(()),
         });
         let dirs: Vec<(u64, (u64, u64))> = w
             .table
@@ -317,21 +322,51 @@ impl Watcher {
                 if !ready[i] {
                     continue;
                 }
-                let n = match sys::read(*fd, &mut buf) {
-                    Ok(n) => n,
-                    Err(Errno::EAGAIN) | Err(Errno::EINTR) => continue,
+                let _reading = self.reading.lock();
+                match self.read_one(i, *fd, &mut buf) {
+                    Ok(_) | Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
                     Err(e) => {
                         tracing::error!("watch read: {e}");
                         return;
                     }
-                };
-                let changes = if i == 0 {
-                    self.inotify_changes(&buf[..n])
-                } else {
-                    self.fanotify_changes(&buf[..n])
-                };
-                if !changes.is_empty() {
-                    self.sink.changed(&changes);
+                }
+            }
+        }
+    }
+
+    /// Read queue `i` (0: inotify, 1: fanotify) once and report what it
+    /// held; whether there was anything.
+    fn read_one(&self, i: usize, fd: BorrowedFd, buf: &mut [u8]) -> Result<bool> {
+        let n = sys::read(fd, buf)?;
+        let changes = if i == 0 {
+            self.inotify_changes(&buf[..n])
+        } else {
+            self.fanotify_changes(&buf[..n])
+        };
+        if !changes.is_empty() {
+            self.sink.changed(&changes);
+        }
+        Ok(n > 0)
+    }
+
+    /// Report every event the host has queued now, on the caller's
+    /// thread: once this returns, each change made before the call has
+    /// been reported (the reporting thread's read in progress included:
+    /// it holds `reading` until its report is done).
+    pub fn barrier(&self) {
+        let _reading = self.reading.lock();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut fds: Vec<BorrowedFd> = vec![self.inotify.as_fd()];
+        if let Some(f) = &self.fan {
+            fds.push(f.fd.as_fd());
+        }
+        for (i, fd) in fds.into_iter().enumerate() {
+            // Bounded: a host writing without pause must not hold the
+            // caller for ever.
+            for _ in 0..64 {
+                match self.read_one(i, fd, &mut buf) {
+                    Ok(true) | Err(Errno::EINTR) => continue,
+                    _ => break,
                 }
             }
         }

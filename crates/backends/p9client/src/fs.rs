@@ -523,7 +523,7 @@ impl caps::Watch for P9Fs {
             return Err(Errno::EOPNOTSUPP);
         };
         *self.sink.lock() = Some(Arc::clone(&sink));
-        notify::start(
+        let n = notify::start(
             version,
             Arc::downgrade(&self.rpc),
             self.nodes.clone(),
@@ -533,7 +533,18 @@ impl caps::Watch for P9Fs {
                 leases: Arc::clone(&self.leases),
                 fids: Arc::clone(&self.fids),
             },
-        )
+        )?;
+        *self.notifier.lock() = Some(n);
+        Ok(())
+    }
+
+    /// Every report the server queued before now is applied (a poll of
+    /// the notification fid: notify.rs).
+    fn barrier(&self) {
+        let n = self.notifier.lock().clone();
+        if let Some(n) = n {
+            n.barrier();
+        }
     }
 }
 

@@ -155,6 +155,9 @@ pub struct P9Fs {
     /// Where changes go (set by `watch_changes`): told after a reconnect
     /// that anything may have changed.
     sink: Arc<Mutex<Option<Arc<dyn walkfs_fsapi::ChangeSink>>>>,
+    /// The subscription's reading thread's state, for barriers
+    /// (notify.rs).
+    notifier: Mutex<Option<Arc<notify::Notify>>>,
     /// Reconnects done.
     reconnects: Arc<std::sync::atomic::AtomicU64>,
 }

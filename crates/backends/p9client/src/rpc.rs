@@ -414,7 +414,7 @@ impl Rpc {
 
     /// Wait until the connection is up (at most the reconnect bound);
     /// `ENOTCONN` if it is closed or stays down.
-    fn wait_up(&self) -> Result<()> {
+    pub(crate) fn wait_up(&self) -> Result<()> {
         if !self.dead.load(Relaxed) {
             return Ok(());
         }

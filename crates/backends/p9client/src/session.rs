@@ -183,6 +183,7 @@ impl P9Fs {
             opens: Arc::default(),
             tickets: Arc::default(),
             sink: Arc::default(),
+            notifier: Mutex::new(None),
             reconnects: Arc::default(),
         };
         // Nodes are made behind the caller only where changes are

@@ -107,6 +107,12 @@ impl Ctx {
             }
         }
         if lock.kind != LockKind::Unlock {
+            // What the previous holder changed was reported before its
+            // unlock: the caches show it before the holder goes on (SQLite
+            // looks for a hot journal right after it locks).
+            if let Some(w) = fs.watch() {
+                w.barrier();
+            }
             if let Some(d) = self.file(at).ok().map(|f| f.inode.load(Relaxed)) {
                 inner.writer().mark_stale(&inner.dc, IIdx(d));
             }
