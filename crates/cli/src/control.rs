@@ -30,3 +30,12 @@ pub fn stats_json(mountpoint: &str) -> std::io::Result<Vec<u8>> {
     buf.truncate(n);
     Ok(buf)
 }
+
+/// Show on the mount at `mountpoint` every change made behind its back
+/// before the call (walkfs_fuse::SETTLE_IOCTL).
+pub fn settle(mountpoint: &std::path::Path) -> std::io::Result<()> {
+    let p = mountpoint
+        .to_str()
+        .ok_or(std::io::ErrorKind::InvalidInput)?;
+    mount_ioctl(p, walkfs_fuse::SETTLE_IOCTL, &mut []).map(drop)
+}

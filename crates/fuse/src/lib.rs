@@ -51,7 +51,9 @@ use walkfs_fusewire::{Request, TimeArg};
 use walkfs_vfs::{Creds, Ctx, Errno, Handle, OpenFile, Statx, TimeSet, Timespec, Vfs};
 
 pub use options::MountOptions;
-pub use stats::{FuseCounters, MountStats, Op, OP_NAMES, STATS_IOCTL, STATS_MAX, SYNC_IOCTL};
+pub use stats::{
+    FuseCounters, MountStats, Op, OP_NAMES, SETTLE_IOCTL, STATS_IOCTL, STATS_MAX, SYNC_IOCTL,
+};
 pub use walkfs_vfs::CachePolicy;
 
 /// FUSE's node id of the root.

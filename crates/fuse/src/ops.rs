@@ -14,7 +14,7 @@ use walkfs_vfs::{
     OpenFile, Statx, WriteAs, LOCK_EOF,
 };
 
-use crate::stats::{Op, STATS_IOCTL, SYNC_IOCTL};
+use crate::stats::{Op, SETTLE_IOCTL, STATS_IOCTL, SYNC_IOCTL};
 use crate::{attr_of, stat_of, time_set, WalkFuse, DEGRADED_TTL, ROOT};
 
 /// Would a write through open file `h` have to clear set-id bits (a
@@ -817,6 +817,12 @@ impl WalkFuse {
         let body = match cmd {
             SYNC_IOCTL => {
                 self.vfs.sync()?;
+                Vec::new()
+            }
+            SETTLE_IOCTL => {
+                // (The replay layer, where there is one, waits for its
+                // replays before this.)
+                self.vfs.settle_reports();
                 Vec::new()
             }
             STATS_IOCTL => {

@@ -33,6 +33,13 @@ pub const STATS_IOCTL: u32 = ioc(2, b'W', 1, STATS_MAX);
 /// a FUSE daemon).
 pub const SYNC_IOCTL: u32 = ioc(0, b'W', 2, 0);
 
+/// `_IO('W', 3)` on the mount's root directory: returns once every change
+/// made behind the mount's back before the call (on the host, through
+/// another client of its server) is shown: applied to the caches, the
+/// kernel's invalidated, and replayed to the mount's watchers. What the
+/// fsmonitor daemon does before it makes its cookie.
+pub const SETTLE_IOCTL: u32 = ioc(0, b'W', 3, 0);
+
 /// The requests the kernel sends, as counted: one slot per FUSE opcode the
 /// mount answers (`Op as usize`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

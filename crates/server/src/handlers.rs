@@ -108,7 +108,7 @@ fn listing_of(inos: &Inos, st: &FidState) -> Result<Vec<u8>> {
             dir,
             &e.name,
             libc::AT_SYMLINK_NOFOLLOW,
-            libc::STATX_BASIC_STATS,
+            libc::STATX_BASIC_STATS | libc::STATX_BTIME,
         ) {
             Ok(x) => x,
             Err(Errno::ENOENT) => continue,
@@ -138,7 +138,7 @@ fn fstatx(st: &FidState) -> Result<Statx> {
         node(st)?,
         b"",
         libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-        libc::STATX_BASIC_STATS,
+        libc::STATX_BASIC_STATS | libc::STATX_BTIME,
         &mut out,
     )?;
     Ok(out)
@@ -202,7 +202,7 @@ fn statx_at(ctx: &Ctx, dir: &Handle, name: &[u8]) -> Result<Statx> {
         dir,
         name,
         libc::AT_SYMLINK_NOFOLLOW,
-        libc::STATX_BASIC_STATS,
+        libc::STATX_BASIC_STATS | libc::STATX_BTIME,
         &mut st,
     )?;
     Ok(st)
@@ -648,7 +648,7 @@ impl Req<'_> {
         // Make `file` the fid's file (on an error it closes, unused).
         let adopt = |file: &OpenFile| -> Result<Statx> {
             let h = file.handle()?;
-            let x = file.statx(libc::STATX_BASIC_STATS)?;
+            let x = file.statx(libc::STATX_BASIC_STATS | libc::STATX_BTIME)?;
             self.fids[0].update(|s| {
                 s.node = Some(h);
                 s.open = Some(file.clone());

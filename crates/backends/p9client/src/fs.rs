@@ -36,7 +36,7 @@ impl FileSystem for P9Fs {
         self.rpc.call(
             Fcall::Tgetattr {
                 fid: pin.fid,
-                request_mask: p9::GETATTR_BASIC,
+                request_mask: p9::GETATTR_BASIC | p9::GETATTR_BTIME,
             },
             |r| match r {
                 Fcall::Rgetattr { st } => Ok(attr_of(&st)),

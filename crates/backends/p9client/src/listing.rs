@@ -58,7 +58,7 @@ pub(crate) fn decode_listing(
     released.extend(
         out.iter()
             .zip(moved)
-            .filter_map(|(p, m)| n.adopt_listed(p.entry.node.0, m)),
+            .filter_map(|(p, m)| n.adopt_listed(p.entry.node.0, m, p.entry.attr.generation())),
     );
     Ok(out)
 }

@@ -313,10 +313,30 @@ impl Nodes {
     /// not using (returned, to be clunked): it may name an earlier file of
     /// the same number (see [`Nodes::adopt`]); the next call walks to the
     /// file by its new name.
-    pub fn adopt_listed(&mut self, id: u64, moved: bool) -> Option<u32> {
+    ///
+    /// `born` is the listed file's generation (0: unknown). A node whose
+    /// file was of another generation (the host gave a deleted file's
+    /// number to a new one, under the same name or another) lets go of
+    /// its fid, which names the earlier file: unused, it is returned;
+    /// in use, it is retired (clunked when its users are done, see
+    /// [`Nodes::adopt`]). Either way the next call walks to the new file.
+    pub fn adopt_listed(&mut self, id: u64, moved: bool, born: u32) -> Option<u32> {
         let n = self.adopt_fidless(id)?;
-        if !moved || n.fid == NOFID || n.busy > 0 {
+        let another = born != 0 && n.born != 0 && born != n.born;
+        if born != 0 {
+            n.born = born;
+        }
+        if !(moved || another) || n.fid == NOFID {
             return None;
+        }
+        if n.busy > 0 {
+            if !another {
+                return None;
+            }
+            let old = std::mem::replace(&mut n.fid, NOFID);
+            let prev = std::mem::replace(&mut n.retired, old);
+            self.held -= 1;
+            return (prev != NOFID).then_some(prev);
         }
         let fid = std::mem::replace(&mut n.fid, NOFID);
         self.held -= 1;
@@ -536,5 +556,23 @@ mod tests {
         // Unknown generations never count as another file.
         let _ = n.pin_held(10);
         assert_eq!(n.adopt(10, 0, 103), Some(103));
+    }
+
+    /// A listing that shows a node's number for a file of another
+    /// generation (the host reused the number under the same name): the
+    /// node lets go of the fid of the earlier file, at once when unused,
+    /// else once its user is done, and holds none until a walk.
+    #[test]
+    fn a_listing_of_a_later_file_of_the_same_number_drops_the_earlier_fid() {
+        let mut n = Nodes::new(1, 0, 16);
+        assert_eq!(n.adopt(10, 7, 100), None);
+        assert_eq!(n.adopt_listed(10, false, 7), None, "the same file");
+        assert_eq!(n.adopt_listed(10, false, 9), Some(100));
+        assert_eq!(n.by_id[&10].fid, NOFID);
+        assert_eq!(n.adopt(10, 9, 101), None);
+        let _ = n.pin_held(10);
+        assert_eq!(n.adopt_listed(10, false, 11), None);
+        assert_eq!(n.by_id[&10].fid, NOFID);
+        assert_eq!(n.unpin(10), Some(101), "retired, clunked after its user");
     }
 }

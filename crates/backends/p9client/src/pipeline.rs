@@ -83,7 +83,7 @@ impl P9Fs {
                 },
                 Fcall::Tgetattr {
                     fid: nf,
-                    request_mask: p9::GETATTR_BASIC,
+                    request_mask: p9::GETATTR_BASIC | p9::GETATTR_BTIME,
                 },
             ],
             |r| match r {
@@ -150,7 +150,7 @@ impl P9Fs {
                 },
                 Fcall::Tgetattr {
                     fid: pf,
-                    request_mask: p9::GETATTR_BASIC,
+                    request_mask: p9::GETATTR_BASIC | p9::GETATTR_BTIME,
                 },
             ];
             let sent = self.rpc.call_many(&reqs, |i, r| match i {
@@ -221,7 +221,7 @@ impl P9Fs {
         let r = self.rpc.call(
             Fcall::Tgetattr {
                 fid: nf,
-                request_mask: p9::GETATTR_BASIC,
+                request_mask: p9::GETATTR_BASIC | p9::GETATTR_BTIME,
             },
             |r| match r {
                 Fcall::Rgetattr { st } => Ok(attr_of(&st)),

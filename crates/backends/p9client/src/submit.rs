@@ -203,7 +203,7 @@ impl P9Fs {
                 // to the new name adopts the node).
                 // Found under a name the vfs does not hold for it yet: a
                 // fid it holds unused is let go (see `adopt_listed`).
-                let old = self.nodes.lock().adopt_listed(node.0, true);
+                let old = self.nodes.lock().adopt_listed(node.0, true, 0);
                 if let Some(fid) = old {
                     self.fids.clunk(&self.rpc, fid);
                 }

@@ -167,6 +167,10 @@ struct Cookie {
     /// The git directory as the stream sees it (to make the cookie in
     /// when no host copy is known), and as the host has it.
     dirs: Option<(PathBuf, Option<PathBuf>)>,
+    /// The walkfs mount the tree is on: asked to show every change made
+    /// elsewhere before each cookie (a served mount's reports travel from
+    /// the server; a cookie made through the mount would overtake them).
+    mount: Option<PathBuf>,
     made: std::sync::atomic::AtomicU64,
 }
 
@@ -181,6 +185,7 @@ impl Cookie {
         });
         Cookie {
             dirs,
+            mount: walkfs_mount_of(tree).map(|(point, _)| point),
             made: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -191,6 +196,11 @@ impl Cookie {
         let Some((git, host)) = &self.dirs else {
             return false;
         };
+        if let Some(m) = &self.mount {
+            if let Err(e) = control::settle(m) {
+                tracing::debug!("settle {}: {e}", m.display());
+            }
+        }
         let n = self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("{COOKIE}{}-{n}", std::process::id());
         let at = host.as_ref().unwrap_or(git).join(&name);
@@ -215,9 +225,9 @@ impl Cookie {
     }
 }
 
-/// The host directory behind `tree` when `tree` is on a walkfs mount of
-/// a local directory (the mount's source, in /proc/self/mountinfo).
-fn host_copy(tree: &Path) -> Option<PathBuf> {
+/// The walkfs mount holding `tree`: its mount point, and its source as
+/// mountinfo gives it (a host directory, or `unix:...` of a server).
+fn walkfs_mount_of(tree: &Path) -> Option<(PathBuf, PathBuf)> {
     let tree = tree.canonicalize().ok()?;
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     // The innermost mount holding the tree is the last one listed.
@@ -227,12 +237,24 @@ fn host_copy(tree: &Path) -> Option<PathBuf> {
         let point = unescape(left.split(' ').nth(4)?);
         let mut r = right.split(' ');
         let (fstype, source) = (r.next()?, unescape(r.next()?));
-        if let Ok(rest) = tree.strip_prefix(&point) {
-            found = (fstype == "fuse.walkfs" && source.is_absolute() && source.is_dir())
-                .then(|| source.join(rest));
+        if tree.starts_with(&point) {
+            found = (fstype == "fuse.walkfs").then_some((point, source));
         }
     }
     found
+}
+
+/// The host directory behind `tree` when `tree` is on a walkfs mount of
+/// a local directory (the mount's source, in /proc/self/mountinfo).
+fn host_copy(tree: &Path) -> Option<PathBuf> {
+    let (point, source) = walkfs_mount_of(tree)?;
+    let rest = tree
+        .canonicalize()
+        .ok()?
+        .strip_prefix(&point)
+        .ok()?
+        .to_path_buf();
+    (source.is_absolute() && source.is_dir()).then(|| source.join(rest))
 }
 
 /// mountinfo's octal escapes (`\040` for a space).

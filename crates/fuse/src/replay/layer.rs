@@ -274,6 +274,16 @@ impl Filesystem for Replaying {
     }
 
     fn handle(&self, req: &Request, op: Operation<'_>, reply: Reply<'_>) -> Result<(), i32> {
+        if let Operation::Ioctl {
+            cmd: crate::SETTLE_IOCTL,
+            ..
+        } = op
+        {
+            // Every report before now applied (and its replay queued),
+            // then every replay queued before now carried out.
+            self.fs.vfs.settle_reports();
+            self.replayer().drain();
+        }
         let reply = match self.replayed(req, &op, reply) {
             ControlFlow::Break(r) => return r.map_err(|e| e.0),
             ControlFlow::Continue(reply) => reply,

@@ -161,7 +161,20 @@ pub(crate) struct Replayer {
     notifier: OnceLock<walkfs_fusewire::Notifier>,
     /// The mount root's st_ino (FUSE's node 1), read at each step.
     root_id: AtomicU64,
+    /// The source never reports this mount's own changes back (a walkfs
+    /// server leaves each client's own out: server own.rs): every report
+    /// is another writer's, however soon after a change of ours to the
+    /// same file, and none is matched against [`Replayer::mine`]'s
+    /// records.
+    no_echoes: bool,
+    /// Steps queued, and steps carried out (or failed): [`Replayer::drain`].
+    queued: AtomicU64,
+    done: Mutex<u64>,
+    done_cv: parking_lot::Condvar,
 }
+
+/// How long [`Replayer::drain`] waits at most.
+const DRAIN_WAIT: Duration = Duration::from_secs(5);
 
 impl Replayer {
     pub fn new(vfs: &Vfs, pt: Arc<crate::passthrough::Backings>) -> Result<Replayer, Errno> {
@@ -183,6 +196,10 @@ impl Replayer {
             warned: AtomicBool::new(false),
             notifier: OnceLock::new(),
             root_id: AtomicU64::new(0),
+            no_echoes: vfs.is_remote(),
+            queued: AtomicU64::new(0),
+            done: Mutex::new(0),
+            done_cv: parking_lot::Condvar::new(),
         })
     }
 
@@ -260,6 +277,9 @@ impl Replayer {
     /// change of the front end's own (module comment). A source that
     /// cannot tell the kind (`Unknown`) matches any.
     fn is_mine(&self, what: &Own, how: What) -> bool {
+        if self.no_echoes {
+            return false;
+        }
         let mut own = self.own.lock();
         let Some(v) = own.get_mut(what) else {
             return false;
@@ -310,8 +330,30 @@ impl Replayer {
     fn send(&self, s: Step) {
         let tx = self.tx.lock().clone();
         let Some(tx) = tx else { return };
+        self.queued.fetch_add(1, Relaxed);
         // Disconnected: the replay thread ended (the mount is going).
-        let _ = tx.send(s);
+        if tx.send(s).is_err() {
+            self.step_done();
+        }
+    }
+
+    fn step_done(&self) {
+        *self.done.lock() += 1;
+        self.done_cv.notify_all();
+    }
+
+    /// Return once every step queued before the call is carried out (at
+    /// most [`DRAIN_WAIT`]: a stuck replay must not hold the caller).
+    pub fn drain(&self) {
+        let upto = self.queued.load(Relaxed);
+        let deadline = Instant::now() + DRAIN_WAIT;
+        let mut done = self.done.lock();
+        while *done < upto {
+            if self.done_cv.wait_until(&mut done, deadline).timed_out() {
+                tracing::warn!("replay: steps still waiting after {DRAIN_WAIT:?}");
+                return;
+            }
+        }
     }
 
     fn flush_from(&self) {
@@ -343,6 +385,7 @@ impl Replayer {
             for (parent, name) in touched {
                 self.inval_entry(parent, &name);
             }
+            self.step_done();
             // A failure: the change was overtaken by another (the file
             // went, or the kernel already holds the name), nothing to show.
             if let Err(e) = r {
