@@ -161,6 +161,12 @@ fn locks_on_the_host_on_a_served_mount_and_between_two_clients() {
 /// `BEGIN IMMEDIATE` transactions: the counter must end at `2n` and
 /// the database pass its integrity check.
 fn sqlite_writers(a: &Path, b: &Path, n: u32) {
+    let o = sqlite_writers_cmd(a, b, n).output().expect("python3");
+    sqlite_result(&o, n);
+}
+
+/// The two writers' program: `a` made, then each path written `n` times.
+fn sqlite_writers_cmd(a: &Path, b: &Path, n: u32) -> Command {
     let script = r#"
 import sqlite3, sys, time, multiprocessing as mp
 def writer(path, n):
@@ -181,13 +187,13 @@ ps = [mp.Process(target=writer, args=(p, n)) for p in (a, b)]
 c = sqlite3.connect(a)
 print(c.execute('SELECT n FROM c').fetchone()[0], c.execute('PRAGMA integrity_check').fetchone()[0])
 "#;
-    let o = Command::new("python3")
-        .args(["-c", script])
-        .arg(a)
-        .arg(b)
-        .arg(n.to_string())
-        .output()
-        .expect("python3");
+    let mut c = Command::new("python3");
+    c.args(["-c", script]).arg(a).arg(b).arg(n.to_string());
+    c
+}
+
+/// The counter ends at `2 * n` and the database is whole.
+fn sqlite_result(o: &std::process::Output, n: u32) {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success(),
@@ -312,4 +318,133 @@ fn cargo_on_both_sides_waits_for_the_others_build_lock() {
             || waited.contains("file lock on artifact directory"),
         "the mount's cargo did not wait for the host's: {waited}"
     );
+}
+
+/// Two SQLite writers on two clients of one server, the server killed
+/// (SIGKILL) and restarted in the middle: the clients reconnect, the one
+/// that held the lock reclaims it in the restarted server's grace time
+/// (the other waits), and no update is lost (docs/locks.md, "A server
+/// restart").
+#[test]
+fn sqlite_writers_on_two_clients_ride_through_a_server_restart() {
+    if !walkfs_testkit::need_fuse() || !walkfs_testkit::need_program("python3", "-V", "python3") {
+        return;
+    }
+    let d = dirs();
+    let state = d.t.path().join("state");
+    let state_arg = state.to_str().expect("utf-8");
+    let mut server = common::serve_with(&d.src, &d.sock, &["--state-dir", state_arg]);
+    // The restarted server, dropped after the mounts.
+    let mut restarted = Vec::new();
+    let addr = format!("unix:{}", d.sock.display());
+    let mnt2 = d.t.path().join("mnt2");
+    std::fs::create_dir(&mnt2).expect("mkdir");
+    let _a = Mount::new(Path::new(&addr), &d.mnt, "");
+    let _b = Mount::new(Path::new(&addr), &mnt2, "");
+    let n = 300;
+    let run = sqlite_writers_cmd(&d.mnt.join("db"), &mnt2.join("db"), n)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    server.0.kill().expect("kill -9 the server");
+    let _ = server.0.wait();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    restarted.push(common::serve_with(
+        &d.src,
+        &d.sock,
+        &["--state-dir", state_arg],
+    ));
+    let o = run.wait_with_output().expect("python3");
+    sqlite_result(&o, n);
+}
+
+/// A lock that cannot be reclaimed after a restart (a host program took
+/// it while the server was down) is not silently gone: its holder's next
+/// I/O and lock call on that file fail with EIO (docs/locks.md).
+#[test]
+fn a_lock_taken_by_another_while_the_server_was_down_fails_its_holder() {
+    if !walkfs_testkit::need_fuse() || !walkfs_testkit::need_program("python3", "-V", "python3") {
+        return;
+    }
+    use std::io::{BufRead, Write};
+    let d = dirs();
+    std::fs::write(d.src.join("f"), b"data").expect("write");
+    let state = d.t.path().join("state");
+    let state_arg = state.to_str().expect("utf-8");
+    let mut server = common::serve_with(&d.src, &d.sock, &["--state-dir", state_arg]);
+    let mut restarted = Vec::new();
+    let addr = format!("unix:{}", d.sock.display());
+    let _m = Mount::new(Path::new(&addr), &d.mnt, "");
+    let prog = r#"
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print("locked", flush=True)
+sys.stdin.readline()
+for what, call in (("read", lambda: os.pread(fd, 1, 0)),
+                   ("lock", lambda: fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB))):
+    try:
+        call(); print(what, "ok", flush=True)
+    except OSError as e:
+        print(what, e.errno, flush=True)
+"#;
+    let mut holder = Command::new("python3")
+        .args(["-c", prog])
+        .arg(d.mnt.join("f"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut out = std::io::BufReader::new(holder.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "locked");
+    server.0.kill().expect("kill -9 the server");
+    let _ = server.0.wait();
+    // The host's own program takes the lock the server's death released.
+    let taker = r#"
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print("taken", flush=True)
+sys.stdin.readline()
+"#;
+    let mut other = Command::new("python3")
+        .args(["-c", taker])
+        .arg(d.src.join("f"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut oout = std::io::BufReader::new(other.stdout.take().expect("stdout"));
+    let mut l2 = String::new();
+    oout.read_line(&mut l2).expect("read");
+    assert_eq!(l2.trim(), "taken");
+    restarted.push(common::serve_with(
+        &d.src,
+        &d.sock,
+        &["--state-dir", state_arg],
+    ));
+    // The mount reconnects at its next call.
+    common::wait_until("the mount reconnected", || {
+        std::fs::metadata(d.mnt.join("f")).is_ok()
+    });
+    let mut stdin = holder.stdin.take().expect("stdin");
+    writeln!(stdin).expect("write");
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let mut l = String::new();
+        out.read_line(&mut l).expect("read");
+        got.push(l.trim().to_string());
+    }
+    assert_eq!(
+        got,
+        [format!("read {}", libc::EIO), format!("lock {}", libc::EIO)]
+    );
+    drop(stdin);
+    let _ = holder.wait();
+    drop(other.stdin.take());
+    let _ = other.wait();
 }

@@ -227,6 +227,14 @@ impl LockTable {
         self.held().remove(&node);
     }
 
+    /// Every lock held: (node, owner, lock).
+    pub fn all(&self) -> Vec<(NodeId, LockOwner, FileLock)> {
+        self.held()
+            .iter()
+            .flat_map(|(n, v)| v.iter().map(move |(o, l)| (*n, *o, *l)))
+            .collect()
+    }
+
     /// How many locks `node` has (tests).
     pub fn count(&self, node: NodeId) -> usize {
         self.held().get(&node).map_or(0, Vec::len)

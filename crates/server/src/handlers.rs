@@ -346,6 +346,14 @@ impl Req<'_> {
         &self.s.server.inos
     }
 
+    /// Is the server in its lock grace time (`Config::lock_grace`)?
+    fn in_grace(&self) -> bool {
+        self.s
+            .server
+            .grace_until
+            .is_some_and(|t| std::time::Instant::now() < t)
+    }
+
     /// Make `name` in `dir` with `make`, which returns what it made and
     /// its attributes: with `granted`, a number this connection was
     /// granted, the file is bound to it (inos.rs); the number is spent

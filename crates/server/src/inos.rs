@@ -100,6 +100,18 @@ impl Inos {
     /// Numbers kept in `state` (inostate.rs): the bindings that survived
     /// are shown from the start, and grants go on above every number a
     /// previous server may have granted.
+    /// Did the previous server of this state directory grant locks?
+    pub fn had_locks(&self) -> bool {
+        self.state.as_ref().is_some_and(InoState::had_locks)
+    }
+
+    /// A lock was granted (kept in the state directory, when there is one).
+    pub fn note_locks(&self) {
+        if let Some(s) = &self.state {
+            s.note_locks();
+        }
+    }
+
     pub fn with_state(state: InoState) -> Inos {
         let loaded = state.loaded.lock().take();
         let mut b = Bindings::default();

@@ -165,11 +165,41 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 /// The open journal.
 pub struct InoState {
     file: Mutex<File>,
-    /// Held (flock) for the server's life.
-    _lock: File,
+    /// Held (flock) for the server's life. Its content says whether the
+    /// server granted file locks: written at the first grant (the file is
+    /// open before the sandbox, which hides the directory), read by the
+    /// next server, which then gives their holders a grace time to
+    /// reclaim them ([`InoState::had_locks`]).
+    lock: File,
+    had_locks: bool,
+    noted_locks: std::sync::atomic::AtomicBool,
     pub(crate) dir: PathBuf,
     pub(crate) secret: [u8; 16],
     pub(crate) loaded: Mutex<Option<Loaded>>,
+}
+
+/// What the state directory's lock file holds once locks were granted.
+const LOCKS_MARK: &[u8] = b"locks granted\n";
+
+impl InoState {
+    /// Did the server before this one grant file locks (and so may have
+    /// stopped with clients holding some)?
+    pub fn had_locks(&self) -> bool {
+        self.had_locks
+    }
+
+    /// A lock was granted: the next server gives a grace time.
+    pub fn note_locks(&self) {
+        use std::os::unix::fs::FileExt;
+        if !self
+            .noted_locks
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            if let Err(e) = self.lock.write_all_at(LOCKS_MARK, 0) {
+                tracing::warn!("state dir {}: {e}", self.dir.display());
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for InoState {
@@ -221,6 +251,7 @@ impl InoState {
         // One server per state directory: a second would rewrite the
         // journal under the first.
         let lock = OpenOptions::new()
+            .read(true)
             .write(true)
             .create(true)
             .truncate(false)
@@ -239,6 +270,12 @@ impl InoState {
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+        let had_locks = {
+            let mut b = Vec::new();
+            (&lock).read_to_end(&mut b)?;
+            b.starts_with(LOCKS_MARK)
+        };
+        lock.set_len(0)?;
         let secret = secret_in(dir)?;
         let path = dir.join("inos");
         let mut old = Vec::new();
@@ -290,7 +327,9 @@ impl InoState {
             path.display()
         );
         Ok(InoState {
-            _lock: lock,
+            lock,
+            had_locks,
+            noted_locks: std::sync::atomic::AtomicBool::new(false),
             file: Mutex::new(file),
             dir: dir.to_path_buf(),
             secret,

@@ -85,6 +85,11 @@ pub struct Config {
     /// deterministic sessions for the fuzz target.
     #[doc(hidden)]
     pub inline_all: bool,
+    /// After a restart of a server that granted locks (its state
+    /// directory says so), only reclaims are granted for this long: the
+    /// clients that held locks get them back before anyone else can take
+    /// them (others are answered `GRACE`, and wait).
+    pub lock_grace: Duration,
 }
 
 impl Default for Config {
@@ -98,6 +103,7 @@ impl Default for Config {
             threads: (2 * cpus).max(4),
             reply_delay: Duration::ZERO,
             secret: None,
+            lock_grace: Duration::from_secs(5),
             max_pending_bytes: 16 << 20,
             reply_timeout: Duration::from_secs(30),
             trust_client_permissions: false,
@@ -131,6 +137,8 @@ pub struct Server {
     pub(crate) inos: Arc<inos::Inos>,
     /// Leases on directories, and the host guard behind them (lease.rs).
     pub(crate) leases: Arc<lease::Leases>,
+    /// Until when only lock reclaims are granted (`Config::lock_grace`).
+    pub(crate) grace_until: Option<std::time::Instant>,
     pub stats: Stats,
 }
 
@@ -156,9 +164,17 @@ impl Server {
         let hub = Arc::new(notify::Hub::new(Arc::clone(&inos)));
         vfs.add_change_listener(hub.clone());
         let link = (!cfg.reply_delay.is_zero()).then(|| link::Link::start(cfg.reply_delay));
+        let grace_until = (inos.had_locks() && !cfg.lock_grace.is_zero()).then(|| {
+            tracing::info!(
+                "the previous server granted locks: only reclaims for {:?}",
+                cfg.lock_grace
+            );
+            std::time::Instant::now() + cfg.lock_grace
+        });
         let server = Arc::new(Server {
             vfs,
             cfg,
+            grace_until,
             link,
             pool: tx,
             notify: hub,

@@ -114,6 +114,7 @@ impl FileSystem for P9Fs {
 
     fn read(&self, _node: NodeId, fh: FileHandle, off: u64, buf: &mut [u8]) -> Result<usize> {
         let fid = u32::try_from(fh.0).map_err(|_| Errno::EBADF)?;
+        self.locks_held.check(fid)?;
         let mut done = 0;
         while done < buf.len() {
             let want = (buf.len() - done).min(self.iounit as usize) as u32;
@@ -142,6 +143,7 @@ impl FileSystem for P9Fs {
 
     fn write(&self, _node: NodeId, fh: FileHandle, off: u64, data: &[u8]) -> Result<usize> {
         let fid = u32::try_from(fh.0).map_err(|_| Errno::EBADF)?;
+        self.locks_held.check(fid)?;
         let mut done = 0;
         while done < data.len() {
             let chunk = &data[done..(done + self.iounit as usize).min(data.len())];
@@ -167,6 +169,7 @@ impl FileSystem for P9Fs {
     fn release(&self, node: NodeId, fh: FileHandle) {
         if let Ok(fid) = u32::try_from(fh.0) {
             self.opens.lock().remove(&fid);
+            self.locks_held.closed(fid);
             self.clunk(fid);
         }
         // The pin `open` or `create` kept.

@@ -158,6 +158,9 @@ pub struct P9Fs {
     /// The subscription's reading thread's state, for barriers
     /// (notify.rs).
     notifier: Mutex<Option<Arc<notify::Notify>>>,
+    /// The locks held at the server, to reclaim after a reconnect
+    /// (locks.rs).
+    locks_held: Arc<locks::Ledger>,
     /// Reconnects done.
     reconnects: Arc<std::sync::atomic::AtomicU64>,
 }

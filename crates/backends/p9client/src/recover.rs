@@ -65,6 +65,10 @@ pub(crate) struct Recovery {
     pub nodes: Arc<Mutex<Nodes>>,
     pub fids: Arc<Fids>,
     pub opens: Opens,
+    /// The locks held, reclaimed once the open files are open again.
+    pub locks_held: Arc<crate::locks::Ledger>,
+    /// The server takes `flock` locks as such (p9::locks).
+    pub flock_ext: bool,
     /// Grants received (the last few: a replayed create may name one of
     /// an earlier range than the one being spent).
     pub tickets: Arc<Mutex<Vec<Grant>>>,
@@ -136,9 +140,26 @@ impl Recovery {
         tracing::debug!("9p: fids the unanswered changes make: {skip:?}");
         let (walked, dropped) = self.nodes_again(rpc, &skip)?;
         let (opened, stale) = self.opens_again(rpc, &skip)?;
+        let opens = Arc::clone(&self.opens);
+        let nodes = Arc::clone(&self.nodes);
+        let (reclaimed, lost) = self.locks_held.reclaim(
+            rpc,
+            self.flock_ext,
+            |fid| opens.lock().get(&fid).map(|o| o.0),
+            |node| match crate::nodes::path_from_root(&nodes, node) {
+                Some((names, _)) => {
+                    let names: Vec<String> = names
+                        .iter()
+                        .map(|n| String::from_utf8_lossy(n).into_owned())
+                        .collect();
+                    format!("/{}", names.join("/"))
+                }
+                None => format!("the file of node {node:#x}"),
+            },
+        );
         tracing::info!(
             "9p: {walked} fids walked again ({dropped} to walk later), {opened} files \
-             opened again ({stale} could not be)"
+             opened again ({stale} could not be), {reclaimed} locks reclaimed ({lost} lost)"
         );
         rpc.resume()
     }

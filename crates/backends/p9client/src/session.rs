@@ -184,6 +184,7 @@ impl P9Fs {
             tickets: Arc::default(),
             sink: Arc::default(),
             notifier: Mutex::new(None),
+            locks_held: Arc::default(),
             reconnects: Arc::default(),
         };
         // Nodes are made behind the caller only where changes are
@@ -200,6 +201,8 @@ impl P9Fs {
                 nodes: Arc::clone(&fs.nodes),
                 fids: Arc::clone(&fs.fids),
                 opens: Arc::clone(&fs.opens),
+                locks_held: Arc::clone(&fs.locks_held),
+                flock_ext: fs.ordered,
                 tickets: Arc::clone(&fs.tickets),
                 notify: fs.notify.is_some(),
                 leases: Arc::clone(&fs.leases),

@@ -71,6 +71,12 @@ pub struct Serve {
     /// this many seconds (it stopped reading).
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     reply_timeout_secs: u64,
+    /// After a restart of a server that granted file locks (its state
+    /// directory says so), grant only reclaims for this many seconds:
+    /// clients that held locks get them back before anyone else can take
+    /// them. 0: no grace time.
+    #[arg(long, default_value_t = 5, value_name = "SECS")]
+    lock_grace_secs: u64,
     /// Keep the server's state here: the inode numbers of files made
     /// through grants (so they keep them across restarts and
     /// crashes), and the key of the tickets reconnecting clients
@@ -102,6 +108,7 @@ impl Serve {
             reply_delay_us,
             max_pending_bytes,
             reply_timeout_secs,
+            lock_grace_secs,
             state_dir,
             options,
         } = self;
@@ -142,6 +149,7 @@ impl Serve {
             reply_delay: std::time::Duration::from_micros(reply_delay_us),
             max_pending_bytes,
             reply_timeout: std::time::Duration::from_secs(reply_timeout_secs.max(1)),
+            lock_grace: std::time::Duration::from_secs(lock_grace_secs),
             ..Default::default()
         };
         if let Some(t) = threads {

@@ -107,11 +107,24 @@ impl Req<'_> {
         if flags & locks::FLAG_FLOCK != 0 {
             lock = FileLock::whole(lock.kind, LockFlavor::Flock);
         }
+        // The grace time after a restart: the locks the previous server
+        // granted go back to their holders first.
+        if lock.kind != LockKind::Unlock && flags & locks::FLAG_RECLAIM == 0 && self.in_grace() {
+            return self.reply(
+                Fcall::Rlock {
+                    status: locks::GRACE,
+                },
+                out,
+            );
+        }
         let status = match file.setlk(owner, &lock, LockWait::No) {
             Ok(()) => locks::SUCCESS,
             Err(Errno::EAGAIN) => locks::BLOCKED,
             Err(e) => return Err(e),
         };
+        if status == locks::SUCCESS && lock.kind != LockKind::Unlock {
+            self.inos().note_locks();
+        }
         self.reply(Fcall::Rlock { status }, out)
     }
 
