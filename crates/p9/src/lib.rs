@@ -22,6 +22,7 @@ pub mod lease;
 pub mod locks;
 pub mod notify;
 pub mod order;
+pub mod space;
 pub mod transport;
 pub use transport::{read_secret_file, Addr, Listener, Stream};
 

@@ -310,6 +310,12 @@ pub(crate) fn handle(
             r.inoreclaim(&name.0[p9::inogrant::RECLAIM.len()..], out)
         }
         Fcall::Txattrwalk { name, newfid, .. } if name.0 == p9::lease::NAME => r.lease(newfid, out),
+        Fcall::Txattrwalk { name, .. } if name.0.starts_with(p9::space::FALLOCATE) => {
+            r.fallocate(&name.0[p9::space::FALLOCATE.len()..], out)
+        }
+        Fcall::Txattrwalk { name, .. } if name.0.starts_with(p9::space::SEEK) => {
+            r.seek_data(&name.0[p9::space::SEEK.len()..], out)
+        }
         Fcall::Txattrwalk { name, .. } => r.xattr_walk(name.0, out),
         Fcall::Txattrcreate {
             name,
@@ -994,6 +1000,48 @@ impl Req<'_> {
     }
 
     /// `Txattrwalk("walkfs.order")`: this server keeps a connection's order (conn.rs), and says so.
+    /// The fid a space call's `Txattrwalk` makes: it names nothing and
+    /// reads nothing (p9::space), and its reply.
+    fn space_reply(&self, st: &FidState, size: u64, out: &mut Vec<u8>) -> Result<()> {
+        self.newfid.ok_or(Errno::EINVAL)?.complete(FidState {
+            ctx: Arc::clone(&st.ctx),
+            node: None,
+            open: None,
+            listing: Some(Arc::new(Vec::new())),
+            lease: None,
+            xattr: None,
+        });
+        self.reply(Fcall::Rxattrwalk { size }, out)
+    }
+
+    /// `fallocate` on the fid's open file (p9::space).
+    fn fallocate(&self, args: &[u8], out: &mut Vec<u8>) -> Result<()> {
+        let (mode, off, len) = p9::space::parse_fallocate(args).ok_or(Errno::EINVAL)?;
+        let note = self.s.own.begin();
+        writable(self.s)?;
+        let st = self.fid(0)?;
+        let file = st.open.as_ref().ok_or(Errno::EBADF)?;
+        let off = i64::try_from(off).map_err(|_| Errno::EINVAL)?;
+        let len = i64::try_from(len).map_err(|_| Errno::EINVAL)?;
+        file.fallocate(mode, off, len)?;
+        if let Some(h) = &st.node {
+            note.inode(&st.ctx, h);
+        }
+        self.space_reply(&st, 0, out)
+    }
+
+    /// `SEEK_DATA`/`SEEK_HOLE` on the fid's open file (p9::space).
+    fn seek_data(&self, args: &[u8], out: &mut Vec<u8>) -> Result<()> {
+        let (whence, off) = p9::space::parse_seek(args).ok_or(Errno::EINVAL)?;
+        if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
+            return Err(Errno::EINVAL);
+        }
+        let st = self.fid(0)?;
+        let file = st.open.as_ref().ok_or(Errno::EBADF)?;
+        let at = file.lseek(i64::try_from(off).map_err(|_| Errno::ENXIO)?, whence)?;
+        self.space_reply(&st, at, out)
+    }
+
     fn order(&self, out: &mut Vec<u8>) -> Result<()> {
         // This server keeps a connection's order (self.s.rs): say so.
         let st = self.fid(0)?;

@@ -411,6 +411,11 @@ impl FileSystem for P9Fs {
         Some(self)
     }
 
+    /// The server's space extension, where it is `walkfs serve` (space.rs).
+    fn space(&self) -> Option<&dyn caps::Space> {
+        self.ordered.then_some(self as &dyn caps::Space)
+    }
+
     fn remote(&self) -> Option<&dyn caps::Remote> {
         Some(self)
     }

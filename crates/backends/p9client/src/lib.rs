@@ -37,6 +37,7 @@ mod read;
 mod recover;
 mod rpc;
 mod session;
+mod space;
 mod submit;
 mod wire;
 mod xattr;
