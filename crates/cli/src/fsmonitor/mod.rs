@@ -22,9 +22,11 @@
 //! - a change numbered `n` is listed by every query whose token is below
 //!   `n`; the log keeps at most [`MAX_PATHS`] names, and when it drops
 //!   them (or the stream lost changes) every token from before answers `/`;
-//! - before answering, the daemon makes a cookie file and waits until the
-//!   stream reports it: changes are reported in order, so every change
-//!   made before the query is then in the log. On a mount of a local
+//! - before answering, the daemon asks the mount to settle (SETTLE_IOCTL:
+//!   every change made elsewhere before it applied and replayed; over 9P
+//!   a poll of the server's notifications), then makes a cookie file and
+//!   waits until the stream reports it: changes are reported in order, so
+//!   every change made before the query is then in the log. On a mount of a local
 //!   directory the cookie is made beside the host's copy, so it queues
 //!   behind the host's own changes still being replayed, and the kernel's
 //!   caches of the mount have been invalidated for all of them (the
