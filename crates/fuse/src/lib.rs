@@ -28,6 +28,7 @@ mod bare;
 mod coherent;
 mod export;
 mod fds;
+mod fileattr;
 mod listings;
 mod locks;
 mod nodes;

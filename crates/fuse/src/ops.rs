@@ -381,6 +381,22 @@ impl Filesystem for WalkFuse {
                 }
                 self.ctx(req).removexattrat(&h, b"", name, XATTR_AT)
             }),
+            Operation::Ioctl {
+                fh,
+                cmd,
+                in_data,
+                out_size,
+            } if crate::fileattr::is_fileattr(cmd) => {
+                self.fileattr(ino, fh, cmd, in_data, out_size).map(|body| {
+                    reply.ioctl(
+                        &abi::IoctlOut {
+                            result: 0,
+                            ..Default::default()
+                        },
+                        &body,
+                    );
+                })
+            }
             Operation::Ioctl { cmd, out_size, .. } => self.ioctl(ino, cmd, out_size, reply),
             Operation::Access { mask } => self.node(ino).and_then(|h| {
                 self.ctx(req)

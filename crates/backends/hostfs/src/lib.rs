@@ -611,7 +611,9 @@ impl FileSystem for HostFs {
     fn open(&self, node: NodeId, flags: OpenFlags) -> Result<FileHandle> {
         self.behind.settle(&[node.0]);
         let fd = self.fd(node)?;
-        let keep = libc::O_ACCMODE | libc::O_TRUNC | libc::O_DIRECTORY;
+        // O_APPEND as asked: an append-only host file (chattr +a) opens
+        // for writing only with it, and its writes land at the host's end.
+        let keep = libc::O_ACCMODE | libc::O_TRUNC | libc::O_DIRECTORY | libc::O_APPEND;
         let file = self.reopen(&fd, flags.0 & keep)?;
         Ok(self.new_handle(file))
     }

@@ -259,7 +259,10 @@ impl Ctx {
                     // Gathered writes of another descriptor land first.
                     inner.flush_file(s.sb(), s.node)?;
                 }
-                let fh = fs.open(NodeId(s.node), OpenFlags(acc | trunc))?;
+                // O_APPEND goes to the backend too: a host file marked
+                // append-only (chattr +a) opens for writing only with it.
+                let append = flags & libc::O_APPEND;
+                let fh = fs.open(NodeId(s.node), OpenFlags(acc | trunc | append))?;
                 if trunc != 0 {
                     let mut w = inner.writer();
                     w.mark_stale(&inner.dc, c.ino);
