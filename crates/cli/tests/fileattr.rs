@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 
 use common::{dirs, Mount};
@@ -48,31 +47,15 @@ print("dir flags read", isinstance(flags(d), int))
 print("content", open(p).read().strip())
 "#;
 
-fn run(dir: &Path) -> String {
-    let o = Command::new("python3")
-        .args(["-c", SCRIPT])
-        .arg(dir)
-        .output()
-        .expect("python3");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 #[test]
 fn inode_flags_through_a_mount_are_the_host_files_own() {
     if !walkfs_testkit::need_fuse() || !walkfs_testkit::need_program("python3", "-V", "python3") {
         return;
     }
     let d = dirs();
-    let host = d.t.path().join("host");
-    std::fs::create_dir(&host).expect("mkdir");
-    let want = run(&host);
-    assert!(
-        want.contains("truncating open 1\n"),
-        "the host refuses: {want}"
-    );
+    let want = common::on_host(&d, SCRIPT, "truncating open 1\n");
     let _m = Mount::new(&d.src, &d.mnt, "");
-    assert_eq!(run(&d.mnt), want);
+    assert_eq!(common::python(SCRIPT, &[&d.mnt]), want);
     // Set through the mount, seen on the host.
     let o = Command::new("lsattr")
         .arg(d.src.join("f"))

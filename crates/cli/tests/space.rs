@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::{dirs, Mount};
 
@@ -45,35 +44,27 @@ r = libc.fallocate(ro, 0, 0, 10)
 print("fallocate on a read-only fd ->", ctypes.get_errno() if r else 0)
 "#;
 
-fn run(dir: &Path) -> String {
-    let o = Command::new("python3")
-        .args(["-c", SCRIPT])
-        .arg(dir)
-        .output()
-        .expect("python3");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 #[test]
 fn fallocate_and_holes_through_local_and_served_mounts_match_the_host() {
     if !walkfs_testkit::need_fuse() || !walkfs_testkit::need_program("python3", "-V", "python3") {
         return;
     }
     let d = dirs();
-    let host = d.t.path().join("host");
-    std::fs::create_dir(&host).expect("mkdir");
-    let want = run(&host);
-    assert!(
-        want.contains("fallocate 3 65536 65536 -> 0"),
-        "the host punches holes: {want}"
-    );
+    let want = common::on_host(&d, SCRIPT, "fallocate 3 65536 65536 -> 0");
     {
         let _m = Mount::new(&d.src, &d.mnt, "");
-        assert_eq!(run(&d.mnt), want, "through a local mount");
+        assert_eq!(
+            common::python(SCRIPT, &[&d.mnt]),
+            want,
+            "through a local mount"
+        );
     }
     std::fs::remove_file(d.src.join("f")).expect("rm");
     let _server = common::serve(&d.src, &d.sock);
     let _m = Mount::new(Path::new(&format!("unix:{}", d.sock.display())), &d.mnt, "");
-    assert_eq!(run(&d.mnt), want, "through a served mount");
+    assert_eq!(
+        common::python(SCRIPT, &[&d.mnt]),
+        want,
+        "through a served mount"
+    );
 }

@@ -1000,9 +1000,10 @@ impl Req<'_> {
     }
 
     /// `Txattrwalk("walkfs.order")`: this server keeps a connection's order (conn.rs), and says so.
-    /// The fid a space call's `Txattrwalk` makes: it names nothing and
-    /// reads nothing (p9::space), and its reply.
-    fn space_reply(&self, st: &FidState, size: u64, out: &mut Vec<u8>) -> Result<()> {
+    /// The reply `Rxattrwalk size` of a walkfs extension's `Txattrwalk`
+    /// whose new fid names nothing and reads nothing (p9::order,
+    /// p9::space).
+    fn nothing_fid_reply(&self, st: &FidState, size: u64, out: &mut Vec<u8>) -> Result<()> {
         self.newfid.ok_or(Errno::EINVAL)?.complete(FidState {
             ctx: Arc::clone(&st.ctx),
             node: None,
@@ -1027,7 +1028,7 @@ impl Req<'_> {
         if let Some(h) = &st.node {
             note.inode(&st.ctx, h);
         }
-        self.space_reply(&st, 0, out)
+        self.nothing_fid_reply(&st, 0, out)
     }
 
     /// `SEEK_DATA`/`SEEK_HOLE` on the fid's open file (p9::space).
@@ -1039,26 +1040,13 @@ impl Req<'_> {
         let st = self.fid(0)?;
         let file = st.open.as_ref().ok_or(Errno::EBADF)?;
         let at = file.lseek(i64::try_from(off).map_err(|_| Errno::ENXIO)?, whence)?;
-        self.space_reply(&st, at, out)
+        self.nothing_fid_reply(&st, at, out)
     }
 
     fn order(&self, out: &mut Vec<u8>) -> Result<()> {
         // This server keeps a connection's order (self.s.rs): say so.
         let st = self.fid(0)?;
-        self.newfid.ok_or(Errno::EINVAL)?.complete(FidState {
-            ctx: Arc::clone(&st.ctx),
-            node: None,
-            open: None,
-            listing: Some(Arc::new(Vec::new())),
-            lease: None,
-            xattr: None,
-        });
-        self.reply(
-            Fcall::Rxattrwalk {
-                size: p9::order::VERSION,
-            },
-            out,
-        )
+        self.nothing_fid_reply(&st, p9::order::VERSION, out)
     }
 
     /// `Tmknod`; `Tmknodi` with the granted number `ino`.

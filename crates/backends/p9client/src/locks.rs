@@ -76,27 +76,7 @@ impl Ledger {
         let (mut ok, mut lost) = (0, 0);
         for (fid, owner, lock) in self.held.all() {
             let fid = fid.0 as u32;
-            let flags = locks::FLAG_RECLAIM
-                | match lock.flavor {
-                    LockFlavor::Flock if flock_ext => locks::FLAG_FLOCK,
-                    _ => 0,
-                };
-            let id = client_id(owner);
-            let r = rpc.call(
-                Fcall::Tlock {
-                    fid,
-                    ty: type_of(lock.kind),
-                    flags,
-                    start: lock.start,
-                    length: lock.wire_len(),
-                    proc_id: owner.0 as u32,
-                    client_id: Str(id.as_bytes()),
-                },
-                |r| match r {
-                    Fcall::Rlock { status } => Ok(status),
-                    r => Err(err_of(&r)),
-                },
-            );
+            let r = tlock(rpc, fid, owner, &lock, flock_ext, locks::FLAG_RECLAIM);
             if let Ok(locks::SUCCESS) = r {
                 ok += 1;
                 continue;
@@ -125,6 +105,41 @@ fn type_of(kind: LockKind) -> u8 {
     }
 }
 
+/// `Tlock` of `lock` for `owner` through open fid `fid` with `flags`:
+/// the server's status. A flock lock is the server's flock where it
+/// speaks the extension (`flock_ext`: walkfs serve), else a whole-file
+/// record lock.
+fn tlock(
+    rpc: &Rpc,
+    fid: u32,
+    owner: LockOwner,
+    lock: &FileLock,
+    flock_ext: bool,
+    flags: u32,
+) -> Result<u8> {
+    let flags = flags
+        | match lock.flavor {
+            LockFlavor::Flock if flock_ext => locks::FLAG_FLOCK,
+            _ => 0,
+        };
+    let id = client_id(owner);
+    rpc.call(
+        Fcall::Tlock {
+            fid,
+            ty: type_of(lock.kind),
+            flags,
+            start: lock.start,
+            length: lock.wire_len(),
+            proc_id: owner.0 as u32,
+            client_id: Str(id.as_bytes()),
+        },
+        |r| match r {
+            Fcall::Rlock { status } => Ok(status),
+            r => Err(err_of(&r)),
+        },
+    )
+}
+
 /// The client id that names `owner` at the server.
 fn client_id(owner: LockOwner) -> String {
     format!("walkfs:{:016x}", owner.0)
@@ -146,28 +161,7 @@ impl caps::Locks for P9Fs {
     ) -> Result<()> {
         let fid = Self::lock_fid(fh)?;
         self.locks_held.check(fid)?;
-        // A flock lock is the server's flock where it speaks the
-        // extension (walkfs serve), else a whole-file record lock.
-        let flags = match lock.flavor {
-            LockFlavor::Flock if self.ordered => locks::FLAG_FLOCK,
-            _ => 0,
-        };
-        let id = client_id(owner);
-        let status = self.rpc.call(
-            Fcall::Tlock {
-                fid,
-                ty: type_of(lock.kind),
-                flags,
-                start: lock.start,
-                length: lock.wire_len(),
-                proc_id: owner.0 as u32,
-                client_id: Str(id.as_bytes()),
-            },
-            |r| match r {
-                Fcall::Rlock { status } => Ok(status),
-                r => Err(err_of(&r)),
-            },
-        )?;
+        let status = tlock(&self.rpc, fid, owner, lock, self.ordered, 0)?;
         match status {
             locks::SUCCESS => {
                 self.locks_held.took(fid, owner, lock);

@@ -221,3 +221,28 @@ pub fn dirs_of(t: tempfile::TempDir) -> Dirs {
     std::fs::create_dir(&mnt).expect("mkdir");
     Dirs { t, src, mnt, sock }
 }
+
+/// Run python program `script` with `args`: what it printed (it must
+/// succeed).
+#[allow(dead_code)]
+pub fn python(script: &str, args: &[&Path]) -> String {
+    let o = Command::new("python3")
+        .args(["-c", script])
+        .args(args)
+        .output()
+        .expect("python3");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// What python program `script` prints run in a fresh host directory
+/// beside `d`'s (the answers a mount must give): it must contain `must`,
+/// which shows the host did what the test is about.
+#[allow(dead_code)]
+pub fn on_host(d: &Dirs, script: &str, must: &str) -> String {
+    let host = d.t.path().join("host");
+    std::fs::create_dir(&host).expect("mkdir");
+    let want = python(script, &[&host]);
+    assert!(want.contains(must), "the host's own answers: {want}");
+    want
+}

@@ -119,18 +119,8 @@ impl Writer {
 
     /// The root dentry of a superblock: hashed nowhere, its own parent.
     pub fn d_make_root(&mut self, dc: &Dcache, inode: IIdx, extra: u32) -> Option<DIdx> {
-        let idx = self.alloc_dentry(dc)?;
-        let d = dc.dentry(idx)?;
-        d.seq.write_begin();
-        d.parent.store(idx.0, Relaxed);
-        d.hash.store(0, Relaxed);
-        d.target.store(inode.0, Relaxed);
-        d.refs.store(1, Relaxed); // never evicted
-        for w in &d.name {
-            w.store(0, Relaxed);
-        }
-        d.flags.store(D_ALLOCATED | D_DIR | extra, Relaxed);
-        d.seq.write_end();
+        // One reference, never dropped: never evicted.
+        let idx = self.d_alone(dc, inode, D_ALLOCATED | D_DIR | extra)?;
         self.alias.insert(inode, idx);
         Some(idx)
     }
@@ -143,6 +133,12 @@ impl Writer {
     /// reference.
     pub fn d_disconnected(&mut self, dc: &Dcache, inode: IIdx) -> Option<DIdx> {
         let kind = self.type_flags(dc, inode);
+        self.d_alone(dc, inode, D_ALLOCATED | D_DEAD | kind)
+    }
+
+    /// A new dentry of `inode` with `flags`, its own parent, nameless and
+    /// hashed nowhere, with one reference for the caller.
+    fn d_alone(&mut self, dc: &Dcache, inode: IIdx, flags: u32) -> Option<DIdx> {
         let idx = self.alloc_dentry(dc)?;
         let d = dc.dentry(idx)?;
         d.seq.write_begin();
@@ -153,7 +149,7 @@ impl Writer {
         for w in &d.name {
             w.store(0, Relaxed);
         }
-        d.flags.store(D_ALLOCATED | D_DEAD | kind, Relaxed);
+        d.flags.store(flags, Relaxed);
         d.seq.write_end();
         Some(idx)
     }
