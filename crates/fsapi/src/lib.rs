@@ -260,6 +260,9 @@ pub struct StatFs {
 /// `renameat2` flags the backends understand.
 pub const RENAME_NOREPLACE: u32 = 1;
 pub const RENAME_EXCHANGE: u32 = 2;
+/// `renameat2`'s `RENAME_WHITEOUT`: the old name is left a whiteout (a
+/// character device 0/0), for overlay file systems.
+pub const RENAME_WHITEOUT: u32 = 4;
 
 /// How open a file (the access mode and `O_TRUNC`/`O_APPEND` bits of
 /// `open(2)`; creation and path-resolution flags are the vfs's business).

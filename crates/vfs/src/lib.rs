@@ -77,7 +77,7 @@ pub use stat::{Statx, StatxTimestamp};
 pub use walkfs_fsapi::{
     caps, generation_of, Change, ChangeSink, Errno, FidStats, FileLock, FileSystem, FileType, How,
     LockFlavor, LockKind, LockOwner, Result, RpcStats, Seen, StatFs, TimeSet, Timespec, What,
-    LOCK_EOF, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE,
+    LOCK_EOF, NAME_MAX, PATH_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT,
 };
 pub use writeback::{SettleListener, WriteBackStats};
 

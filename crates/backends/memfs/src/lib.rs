@@ -695,6 +695,10 @@ impl FileSystem for MemFs {
         newname: &[u8],
         flags: u32,
     ) -> Result<()> {
+        if flags & walkfs_fsapi::RENAME_WHITEOUT != 0 {
+            // No whiteouts here (as tmpfs before 3.18): refused.
+            return Err(Errno::EINVAL);
+        }
         let mut t = self.tree.lock();
         let src = *t.dir(parent.0)?.get(name).ok_or(Errno::ENOENT)?;
         let dst = t.dir(newparent.0)?.get(newname).copied();

@@ -34,7 +34,7 @@ mod prelude {
 
     pub(super) use walkfs_fsapi::{
         DirEntry, Errno, FileHandle, FileType, NodeId, OpenFlags, Result, SetAttr, StatFs, TimeSet,
-        RENAME_EXCHANGE, RENAME_NOREPLACE,
+        RENAME_EXCHANGE, RENAME_NOREPLACE, RENAME_WHITEOUT,
     };
 
     pub(super) use super::{

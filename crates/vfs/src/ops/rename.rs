@@ -23,7 +23,9 @@ impl Ctx {
     }
 
     /// `renameat2(olddirfd, oldpath, newdirfd, newpath, flags)`; flags
-    /// `RENAME_NOREPLACE`, `RENAME_EXCHANGE`.
+    /// `RENAME_NOREPLACE`, `RENAME_EXCHANGE`, `RENAME_WHITEOUT` (root
+    /// only, `CAP_MKNOD`; the backend makes the whiteout, or refuses with
+    /// `EINVAL` as a file system without them does).
     pub fn renameat2<'a, 'b>(
         &self,
         olddirfd: impl Into<At<'a>>,
@@ -34,10 +36,14 @@ impl Ctx {
     ) -> Result<()> {
         let _later = crate::writeback::SettleLater::new();
         let (olddirfd, newdirfd) = (olddirfd.into(), newdirfd.into());
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
-            || flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0
+            || flags & RENAME_EXCHANGE != 0 && flags & (RENAME_NOREPLACE | RENAME_WHITEOUT) != 0
         {
             return Err(Errno::EINVAL);
+        }
+        let whiteout = flags & RENAME_WHITEOUT != 0;
+        if whiteout && !self.creds.is_root() {
+            return Err(Errno::EPERM);
         }
         let exchange = flags & RENAME_EXCHANGE != 0;
         self.run(|| {
@@ -196,7 +202,9 @@ impl Ctx {
                         w.d_kill(dc, n.d);
                     }
                     w.d_move(dc, old.d, ndir.d, &nname, nhash);
-                    if let Some(exp) = inner.neg_expiry() {
+                    // The old name is gone, or now a whiteout (found by
+                    // the next lookup).
+                    if let (Some(exp), false) = (inner.neg_expiry(), whiteout) {
                         let _ = w.d_add(dc, odir.d, &oname, ohash, IIdx::NONE, exp);
                     }
                 }
