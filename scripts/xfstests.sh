@@ -2,13 +2,14 @@
 # xfstests (fstests) through a walkfs mount, as every Linux file system is
 # held to it.
 #
-#   bash scripts/xfstests.sh [-o OPTS] [--serve] [TEST...]
+#   bash scripts/xfstests.sh [-o OPTS] [--serve | --native] [TEST...]
 #
 # TEST: tests or groups as ./check takes them (generic/001, -g quick);
 # default: the short subset CI runs (XFSTESTS_SUBSET below). -o: the
 # mount's options (default: none, the default mount). --serve: mount a
 # separate `walkfs serve` of the directories rather than the directories
-# themselves.
+# themselves. --native: no walkfs at all, the same tests on ext4 itself
+# (two loop devices), the anchor a walkfs run is read beside.
 #
 # Builds xfstests from ../shared/tools/xfstests-*.tar.gz into
 # target/xfstests (installing its Debian build dependencies) and says it
@@ -23,11 +24,13 @@ root=$PWD
 
 opts=""
 serve=0
+native=0
 tests=()
 while [ $# -gt 0 ]; do
     case "$1" in
     -o) opts="$2"; shift 2 ;;
     --serve) serve=1; shift ;;
+    --native) native=1; shift ;;
     *) tests+=("$1"); shift ;;
     esac
 done
@@ -107,11 +110,20 @@ mkfs.ext4 -q -F -O ea_inode "$build/disk.img"
 mount -o loop "$build/disk.img" "$work/disk"
 mkdir -p "$work/disk/test" "$work/disk/scratch"
 server_pids=()
+loops=()
+if [ "$native" = 1 ]; then
+    for d in test scratch; do
+        truncate -s 4G "$build/$d.img"
+        mkfs.ext4 -q -F "$build/$d.img"
+        loops+=("$(losetup -f --show "$build/$d.img")")
+    done
+fi
 cleanup() {
     for m in "$work/test" "$work/scratch"; do
         mountpoint -q "$m" 2>/dev/null && umount -l "$m"
     done
     for p in "${server_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for l in "${loops[@]}"; do losetup -d "$l" 2>/dev/null || true; done
     sleep 1
     umount "$work/disk" 2>/dev/null || umount -l "$work/disk" 2>/dev/null || true
 }
@@ -135,6 +147,16 @@ if [ "$serve" = 1 ]; then
     scratch_src=unix:$work/scratch.sock
 fi
 
+if [ "$native" = 1 ]; then
+    cat >"$src/local.config" <<EOF
+export FSTYP=ext4
+export TEST_DEV=${loops[0]}
+export TEST_DIR=$work/test
+export SCRATCH_DEV=${loops[1]}
+export SCRATCH_MNT=$work/scratch
+export RESULT_BASE=$build/results
+EOF
+else
 cat >"$src/local.config" <<EOF
 export FSTYP=fuse
 export FUSE_SUBTYP=.walkfs
@@ -148,6 +170,7 @@ export MOUNT_OPTIONS="-o source=$scratch_src,dev,suid,allow_other${opts:+,$opts}
 export TEST_FS_MOUNT_OPTS="-o source=$test_src,dev,suid,allow_other${opts:+,$opts}"
 export RESULT_BASE=$build/results
 EOF
+fi
 
 # The suite checks that TEST_DEV is mounted as type "$FSTYP" by the
 # second column of `df -T`, where the kernel shows the subtype too
@@ -157,7 +180,11 @@ printf '#!/bin/sh\n/usr/bin/df "$@" | sed "s/ fuse\\.walkfs / fuse /"\n' >"$buil
 chmod +x "$build/bin/df"
 export PATH="$build/bin:$PATH"
 
-echo "== xfstests through walkfs (${opts:-default options}$([ "$serve" = 1 ] && echo ', a separate walkfs serve')): ${tests[*]}"
+if [ "$native" = 1 ]; then
+    echo "== xfstests on ext4 itself (loop devices), the anchor: ${tests[*]}"
+else
+    echo "== xfstests through walkfs (${opts:-default options}$([ "$serve" = 1 ] && echo ', a separate walkfs serve')): ${tests[*]}"
+fi
 cd "$src"
 set +e
 ./check "${tests[@]}" 2>&1 | tee "$build/check.log"

@@ -176,6 +176,14 @@ fn an_acl_set_through_a_served_mount_is_the_host_file_s() {
     sh("setfacl -d -m u:1000:rwx d", &t.mnt);
     let d = sh("getfacl -p -n d", &t.src);
     assert!(d.contains("default:user:1000:rwx"), "{d}");
+    // A node made through the mount in a directory with a default ACL
+    // inherits it, with no umask, as one made on the host does (the
+    // client asks the directory's ACL before its first create there).
+    let make = "mkdir -p @ && setfacl -d -m u::rwx,g::rwx,o::-,u:1000:rwx @ && umask 022 \
+                && mkdir @/sub && touch @/new && getfacl -p -n @/sub @/new | sed 's|@/||'";
+    let on_host = sh(&make.replace('@', "h"), &t.src);
+    assert!(on_host.contains("group::rwx"), "{on_host}");
+    assert_eq!(sh(&make.replace('@', "m"), &t.mnt), on_host);
     sh("setfacl -k d && setfacl -b f", &t.mnt);
     assert!(!sh("getfacl -p -n d f", &t.src).contains("1000"));
     assert_eq!(

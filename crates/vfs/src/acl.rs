@@ -126,7 +126,7 @@ impl crate::Inner {
             // (a refusal asks: `Ctx::permission`).
             let mut w = self.writer();
             if let Some(ino) = w.find_inode(&self.dc, s.sb(), s.node) {
-                w.set_acl_state(&self.dc, ino, Some((false, false)));
+                w.set_acl_facts(&self.dc, ino, Some((false, false)), true);
             }
             return;
         }

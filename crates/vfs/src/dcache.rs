@@ -137,6 +137,10 @@ pub(crate) const I_DEFACL: u32 = 1 << 8;
 /// made here, or asked about once, is answered without the backend.
 /// Cleared by a change of its attributes, ours or reported.
 pub(crate) const I_NOCAP: u32 = 1 << 9;
+/// With `I_ACL_KNOWN`: "no ACL" assumed, not asked (a server's file,
+/// where the server decides: acl.rs). A create in such a directory asks
+/// first, since a default ACL decides the new node's mode and ACL.
+pub(crate) const I_ACL_ASSUMED: u32 = 1 << 10;
 pub(crate) const SB_SHIFT: u32 = 16;
 
 #[derive(Default)]

@@ -147,7 +147,12 @@ impl Ctx {
         is_dir: bool,
     ) -> Res<(walkfs_fsapi::Owner, u32)> {
         let inner = self.inner();
-        let pair = if ds.flags & I_ACL_KNOWN == 0 || ds.flags & I_DEFACL != 0 {
+        let pair = if ds.flags & I_ACL_ASSUMED != 0 {
+            // A server's directory whose "no ACL" is a guess: a default
+            // ACL there decides the new node's mode (asked once; the
+            // answer is then known).
+            Some(inner.acls_asked(ds)?)
+        } else if ds.flags & I_ACL_KNOWN == 0 || ds.flags & I_DEFACL != 0 {
             Some(inner.acls(ds)?)
         } else {
             None
@@ -170,7 +175,7 @@ impl Ctx {
         let mut w = inner.writer();
         // Nothing gives a new node a capability.
         w.set_nocap(&inner.dc, c.ino, true);
-        if ds.flags & (I_ACL_KNOWN | I_DEFACL) == I_ACL_KNOWN {
+        if ds.flags & (I_ACL_KNOWN | I_DEFACL | I_ACL_ASSUMED) == I_ACL_KNOWN {
             w.set_acl_state(&inner.dc, c.ino, Some((false, false)));
         }
     }

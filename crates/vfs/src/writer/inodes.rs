@@ -172,9 +172,24 @@ impl Writer {
     /// Record what is known of an inode's ACLs (acl.rs): `Some((access,
     /// default))` which it has, `None` nothing known.
     pub fn set_acl_state(&mut self, dc: &Dcache, idx: IIdx, state: Option<(bool, bool)>) {
+        self.set_acl_facts(dc, idx, state, false);
+    }
+
+    /// [`set_acl_state`](Self::set_acl_state), `assumed`: "none" is a
+    /// guess ([`I_ACL_ASSUMED`]).
+    pub fn set_acl_facts(
+        &mut self,
+        dc: &Dcache,
+        idx: IIdx,
+        state: Option<(bool, bool)>,
+        assumed: bool,
+    ) {
         let Some(i) = dc.inode(idx) else { return };
         let f = i.flags.load(Relaxed);
-        let mut n = f & !(I_ACL_KNOWN | I_ACL | I_DEFACL | I_FASTEXEC);
+        let mut n = f & !(I_ACL_KNOWN | I_ACL | I_DEFACL | I_FASTEXEC | I_ACL_ASSUMED);
+        if assumed && state.is_some() {
+            n |= I_ACL_ASSUMED;
+        }
         if let Some((access, default)) = state {
             n |= I_ACL_KNOWN;
             if access {
