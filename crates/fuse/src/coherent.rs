@@ -103,6 +103,15 @@ impl KernelCache {
         let _ = n.inval_inode(id, 0, 0);
     }
 
+    /// Node `id`'s attributes changed by a call whose reply does not
+    /// carry them (a fallocate that dropped set-id bits): the kernel's
+    /// copy goes.
+    pub fn node_attrs_changed(&self, id: u64) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_inode(id, -1, 0);
+        }
+    }
+
     /// The vfs replaced the attributes of inode `ino` with its backend's:
     /// the kernel's copy of them goes (not the page cache: the data is
     /// what it was).

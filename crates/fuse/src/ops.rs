@@ -268,6 +268,11 @@ impl Filesystem for WalkFuse {
                 if self.pt.backed(ino) {
                     self.base.changed_outside(&self.node(ino)?)?;
                 }
+                // The vfs may have dropped set-id bits (a writer without
+                // CAP_FSETID): the kernel keeps the mode it had, and no
+                // report tells it (a server leaves a client's own changes
+                // out of its reports).
+                self.kc.node_attrs_changed(ino);
                 Ok(())
             })(),
             Operation::Lseek { fh, offset, whence } => (|| {
