@@ -67,6 +67,17 @@ const FAN_ENTRY: u64 =
     libc::FAN_CREATE | libc::FAN_DELETE | libc::FAN_MOVED_FROM | libc::FAN_MOVED_TO;
 const FAN_DATA: u64 = libc::FAN_MODIFY | libc::FAN_ATTRIB;
 
+/// How long the reading thread lets a burst of events gather in the
+/// host's queue before it reads them. The host merges the events of one
+/// object while they wait (a file's create, writes and attribute changes
+/// become one or two), so each is checked once, after the burst: a file
+/// this mount is making is then found as its last change left it, ours,
+/// instead of halfway and foreign (which costs an invalidation and a
+/// re-read in the cache above). Reports reach the cache this much later;
+/// a caller that must see every change first (a lock grant, a settle) reads
+/// the queue itself ([`Watcher::barrier`]) and does not wait for it.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Adding an inotify watch takes a path: `/proc/self/fd/N` relative to
 /// the working directory, which is the process's ([`sys::CWD`]).
 use sys::CWD;
@@ -318,6 +329,9 @@ impl Watcher {
                     return;
                 }
             };
+            if ready.iter().any(|&r| r) {
+                std::thread::sleep(GATHER);
+            }
             for (i, fd) in fds.iter().enumerate() {
                 if !ready[i] {
                     continue;
