@@ -17,8 +17,8 @@
 //!   cached attributes are those the question was sent with): a later
 //!   change made the answer old, and that change's own completion asks
 //!   again;
-//! - no change of it is in flight and no write of it is gathered (the
-//!   backend's answer would lack it).
+//! - no change of it is in flight and no write of it is gathered, when
+//!   asked and when answered (the backend's answer would lack it).
 //!
 //! Listeners ([`crate::Vfs::on_settled`]: the FUSE front end, which drops
 //! the kernel's copy of the attributes) are told of each file whose
@@ -143,6 +143,13 @@ fn ask(inner: &Arc<Inner>, key: Key, tx: &mpsc::Sender<Msg>) {
         // The next stat asks anyway.
         return;
     }
+    if busy(inner, key) {
+        // A write gathered since the file went idle (its size already in
+        // `before`) would not be in the answer; were it sent and answered
+        // before the answer came, nothing in the cache would show that the
+        // answer is old. Its completion asks again.
+        return;
+    }
     let Ok(fs) = inner.sb(key.0) else { return };
     let tx = tx.clone();
     let asked = fs.ordered().is_some_and(|o| {
@@ -159,11 +166,11 @@ fn ask(inner: &Arc<Inner>, key: Key, tx: &mpsc::Sender<Msg>) {
 }
 
 fn answer(inner: &Arc<Inner>, key: Key, before: &InodeSnap, attr: &Attr) {
-    let wb = &inner.wb;
-    if wb.shared.ledger.pending(key) || wb.pieces.lock().by_key.contains_key(&key) {
+    if busy(inner, key) {
         // Its completion asks again.
         return;
     }
+    let wb = &inner.wb;
     let dc = &inner.dc;
     let mut w = inner.writer();
     let Some(idx) = w.find_inode(dc, key.0, key.1) else {
@@ -193,6 +200,13 @@ fn answer(inner: &Arc<Inner>, key: Key, before: &InodeSnap, attr: &Attr) {
     for l in wb.shared.settler.listeners.read().iter() {
         l(key.0, attr.ino);
     }
+}
+
+/// Is a change of `key` in flight, or a write of it gathered? The
+/// backend's attributes would lack it.
+fn busy(inner: &Inner, key: Key) -> bool {
+    let wb = &inner.wb;
+    wb.shared.ledger.pending(key) || wb.pieces.lock().by_key.contains_key(&key)
 }
 
 /// Nothing changed the cached attributes between `a` and `b`.
