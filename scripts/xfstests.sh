@@ -36,7 +36,8 @@ while [ $# -gt 0 ]; do
 done
 # What CI runs: quick tests of names, data, modes, links, times,
 # renames, extended attributes, ACLs, fallocate, seeks, mount options and
-# file handles (also across a remount: 477, 777) that pass through walkfs
+# file handles (also across a remount: 477, 777), O_TMPFILE (004, 389)
+# that pass through walkfs
 # today and must not regress. (Issue 49's list: 020 needs more
 # attributes than the backing ext4 keeps.)
 XFSTESTS_SUBSET=(generic/001 generic/002 generic/005 generic/006 generic/007 generic/008
@@ -46,7 +47,8 @@ XFSTESTS_SUBSET=(generic/001 generic/002 generic/005 generic/006 generic/007 gen
     generic/126 generic/184 generic/215 generic/236 generic/237 generic/245 generic/306
     generic/307 generic/309 generic/313 generic/318 generic/319 generic/337 generic/375
     generic/377 generic/403 generic/444 generic/529 generic/597 generic/633 generic/676
-    generic/688 generic/426 generic/467 generic/477 generic/756 generic/777)
+    generic/688 generic/426 generic/467 generic/477 generic/756 generic/777 generic/004
+    generic/389)
 [ ${#tests[@]} -gt 0 ] || tests=("${XFSTESTS_SUBSET[@]}")
 
 tarball=$(ls ../shared/tools/xfstests-*.tar.gz 2>/dev/null | head -1 || true)

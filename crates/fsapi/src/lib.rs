@@ -704,6 +704,22 @@ pub trait FileSystem: Send + Sync {
         Err(Errno::ENOSYS)
     }
 
+    /// Create and open a regular file with no name in directory `dir`
+    /// (`O_TMPFILE`), holding one lookup reference as `create`'s entry
+    /// does. [`FileSystem::link`] may give it a name later, unless `flags`
+    /// has `O_EXCL`; with no name it goes with its last reference.
+    /// `EOPNOTSUPP` where the backend has no such files (Linux's answer
+    /// for a file system without them).
+    fn tmpfile(
+        &self,
+        dir: NodeId,
+        mode: u32,
+        owner: Owner,
+        flags: OpenFlags,
+    ) -> Result<(Entry, FileHandle)> {
+        Err(Errno::EOPNOTSUPP)
+    }
+
     fn read(&self, node: NodeId, fh: FileHandle, off: u64, buf: &mut [u8]) -> Result<usize> {
         Err(Errno::ENOSYS)
     }

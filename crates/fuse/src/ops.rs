@@ -67,6 +67,7 @@ pub(crate) fn counted(op: &Operation<'_>) -> Option<Op> {
         Operation::Fsyncdir { .. } => Op::Fsyncdir,
         Operation::Access { .. } => Op::Access,
         Operation::Create { .. } => Op::Create,
+        Operation::Tmpfile { .. } => Op::Tmpfile,
         Operation::Ioctl { .. } => Op::Ioctl,
         Operation::Getlk(_) => Op::Getlk,
         Operation::Setlk { .. } => Op::Setlk,
@@ -414,6 +415,9 @@ impl Filesystem for WalkFuse {
                 umask,
             } => with_umask(umask, || {
                 self.create(req, ino, name, flags, mode & 0o7777, reply)
+            }),
+            Operation::Tmpfile { flags, mode, umask } => with_umask(umask, || {
+                self.tmpfile(req, ino, flags, mode & 0o7777, reply)
             }),
             Operation::Interrupt { unique } => {
                 self.interrupts.interrupt(unique);
@@ -898,6 +902,29 @@ impl WalkFuse {
             }
             r => (r?, f),
         };
+        self.created(file, used, reply)
+    }
+
+    /// `O_TMPFILE` in directory `parent`: opened as `flags` asks (the
+    /// kernel keeps the access mode and `O_EXCL`), answered as a create.
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: u64,
+        flags: i32,
+        mode: u32,
+        reply: Reply<'_>,
+    ) -> Result<(), Errno> {
+        let ctx = self.ctx(req);
+        let dir = self.node(parent)?;
+        let used = (flags & (libc::O_ACCMODE | libc::O_EXCL)) | libc::O_TMPFILE;
+        let file = ctx.open_file(&dir, b".", used, mode)?;
+        self.created(file, used, reply)
+    }
+
+    /// The answer to a CREATE (or TMPFILE) that opened `file` with the
+    /// open flags `used`: its entry and its open.
+    fn created(&self, file: OpenFile, used: i32, reply: Reply<'_>) -> Result<(), Errno> {
         // The node comes from what the create opened, not from a second
         // walk of the name.
         let node = file.handle()?;

@@ -79,11 +79,12 @@ pub enum Op {
     Removexattr,
     Fallocate,
     Lseek,
+    Tmpfile,
 }
 
 /// The opcodes' names, in [`Op`] order (as the kernel's fuse.h spells
 /// them, lower case).
-pub const OP_NAMES: [&str; 35] = [
+pub const OP_NAMES: [&str; 36] = [
     "lookup",
     "forget",
     "getattr",
@@ -119,10 +120,11 @@ pub const OP_NAMES: [&str; 35] = [
     "removexattr",
     "fallocate",
     "lseek",
+    "tmpfile",
 ];
 
 // Every Op has a name: the last variant is the last name.
-const _: () = assert!(Op::Lseek as usize + 1 == OP_NAMES.len());
+const _: () = assert!(Op::Tmpfile as usize + 1 == OP_NAMES.len());
 
 /// What the kernel asked of the mount: requests by opcode and the time
 /// spent answering each kind (from the request's dispatch to the return

@@ -45,6 +45,7 @@ pub mod op {
     pub const READDIRPLUS: u32 = 44;
     pub const RENAME2: u32 = 45;
     pub const LSEEK: u32 = 46;
+    pub const TMPFILE: u32 = 51;
 }
 
 /// `fuse_init_in.flags` / `fuse_init_out.flags` bits (the low word; the

@@ -187,6 +187,12 @@ pub enum Operation<'a> {
         mode: u32,
         umask: u32,
     },
+    /// `O_TMPFILE` in the directory: a regular file with no name, opened.
+    Tmpfile {
+        flags: i32,
+        mode: u32,
+        umask: u32,
+    },
     Ioctl {
         fh: u64,
         cmd: u32,
@@ -239,7 +245,7 @@ pub fn op_header_size(opcode: u32) -> usize {
         | op::SETXATTR
         | op::ACCESS => 8,
         op::GETATTR | op::FSYNC | op::FSYNCDIR => 16,
-        op::MKNOD | op::RENAME2 | op::CREATE => 16,
+        op::MKNOD | op::RENAME2 | op::CREATE | op::TMPFILE => 16,
         op::RELEASE | op::RELEASEDIR | op::FLUSH => 24,
         op::GETLK | op::SETLK | op::SETLKW => size_of::<abi::LkIn>(),
         op::INTERRUPT => 8,
@@ -488,6 +494,16 @@ impl<'a> Operation<'a> {
                 let rest = b;
                 Operation::Create {
                     name: cstr(rest)?.0,
+                    flags: c.flags as i32,
+                    mode: c.mode,
+                    umask: c.umask,
+                }
+            }
+            // A CREATE without a name to use (the kernel's is a
+            // placeholder): `O_TMPFILE`.
+            op::TMPFILE => {
+                let c = hdr::<abi::CreateIn>(head)?;
+                Operation::Tmpfile {
                     flags: c.flags as i32,
                     mode: c.mode,
                     umask: c.umask,

@@ -30,6 +30,7 @@ enum Op {
     Readlink,
     Open,
     Create,
+    Tmpfile,
     Read,
     Write,
     Release,
@@ -46,7 +47,7 @@ enum Op {
     Statfs,
 }
 
-const NAMES: [&str; 22] = [
+const NAMES: [&str; 23] = [
     "lookup",
     "forget",
     "getattr",
@@ -55,6 +56,7 @@ const NAMES: [&str; 22] = [
     "readlink",
     "open",
     "create",
+    "tmpfile",
     "read",
     "write",
     "release",
@@ -175,6 +177,17 @@ impl FileSystem for Metered {
     ) -> Result<(Entry, FileHandle)> {
         self.meter.count(Op::Create);
         self.fs.create(parent, name, mode, owner, flags)
+    }
+
+    fn tmpfile(
+        &self,
+        dir: NodeId,
+        mode: u32,
+        owner: Owner,
+        flags: OpenFlags,
+    ) -> Result<(Entry, FileHandle)> {
+        self.meter.count(Op::Tmpfile);
+        self.fs.tmpfile(dir, mode, owner, flags)
     }
 
     fn read(&self, node: NodeId, fh: FileHandle, off: u64, buf: &mut [u8]) -> Result<usize> {

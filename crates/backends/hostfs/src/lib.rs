@@ -643,6 +643,32 @@ impl FileSystem for HostFs {
         Ok((entry, self.new_handle(file)))
     }
 
+    fn tmpfile(
+        &self,
+        dir: NodeId,
+        mode: u32,
+        owner: Owner,
+        flags: OpenFlags,
+    ) -> Result<(Entry, FileHandle)> {
+        self.behind.settle(&[dir.0]);
+        let parent = self.fd(dir)?;
+        let _changing = self.own.changing();
+        // O_EXCL as asked: such a file may never be linked.
+        let how = libc::O_TMPFILE | (flags.0 & (libc::O_ACCMODE | libc::O_EXCL));
+        let file = sys::openat(parent.as_fd(), b".", how, mode & 0o7777)?;
+        let path = sys::openat(
+            self.proc_fd.as_fd(),
+            &sys::fd_name(file.as_raw_fd()),
+            libc::O_PATH,
+            0,
+        )?;
+        self.settle_new(&path, Some(mode & 0o7777), owner)?;
+        // No name to record: the node is known by its identity only.
+        let entry = self.register_as(sys::identify(path.as_fd())?, Some(path))?;
+        self.own.inode(entry.node.0, &entry.attr);
+        Ok((entry, self.new_handle(file)))
+    }
+
     fn read(&self, node: NodeId, fh: FileHandle, off: u64, buf: &mut [u8]) -> Result<usize> {
         self.behind.settle(&[node.0]);
         sys::pread(self.handle(fh)?.as_fd(), buf, off)

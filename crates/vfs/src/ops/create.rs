@@ -170,7 +170,7 @@ impl Ctx {
     /// `ds` is known to have no default ACL, the node is known to have no
     /// ACL either (no backend question before the walk may pass it on
     /// the fast path).
-    fn born(&self, ds: &InodeSnap, c: Cur) {
+    pub(super) fn born(&self, ds: &InodeSnap, c: Cur) {
         let inner = self.inner();
         let mut w = inner.writer();
         // Nothing gives a new node a capability.

@@ -79,6 +79,10 @@ impl Ctx {
     ) -> Result<i32> {
         let dirfd = dirfd.into();
         check_open_flags(flags)?;
+        if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+            let (c, fh) = self.make_tmpfile(dirfd, path, flags, mode)?;
+            return self.open_made::<ToTable>(c, flags, fh);
+        }
         self.run(|| {
             let (cur, created) = self.open_lookup(dirfd, path, flags, mode)?;
             self.open_cur::<ToTable>(cur, flags, created)
@@ -97,11 +101,83 @@ impl Ctx {
     ) -> Result<OpenFile> {
         let dirfd = dirfd.into();
         check_open_flags(flags)?;
-        self.run(|| {
-            let (cur, created) = self.open_lookup(dirfd, path, flags, mode)?;
-            self.open_cur::<ToObject>(cur, flags, created)
+        let file = if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+            let (c, fh) = self.make_tmpfile(dirfd, path, flags, mode)?;
+            self.open_made::<ToObject>(c, flags, fh)?
+        } else {
+            self.run(|| {
+                let (cur, created) = self.open_lookup(dirfd, path, flags, mode)?;
+                self.open_cur::<ToObject>(cur, flags, created)
+            })?
+        };
+        Ok(OpenFile::new(file, Arc::clone(self)))
+    }
+
+    /// `O_TMPFILE`: a regular file with no name in the directory `path`
+    /// names, made by the backend and held by a disconnected dentry (the
+    /// reference returned, for the descriptor to take). `linkat` of the
+    /// descriptor may name it later (not with `O_EXCL`); its last close
+    /// lets it go.
+    fn make_tmpfile(
+        &self,
+        dirfd: At<'_>,
+        path: &[u8],
+        flags: i32,
+        mode: u32,
+    ) -> Result<(Cur, FileHandle)> {
+        let acc = flags & O_ACCMODE;
+        if acc != libc::O_WRONLY && acc != libc::O_RDWR {
+            return Err(Errno::EINVAL);
+        }
+        let (ds, owner, mode) = self.run(|| {
+            let dir = self.lookup_at(dirfd, path, flags & libc::O_NOFOLLOW == 0, false)?;
+            let ds = self.inner().dc.inode_snap(dir.ino).ok_or(Step::Restart)?;
+            if !ds.is_dir() {
+                return Err(Errno::ENOTDIR.into());
+            }
+            self.check_writable()?;
+            let ds = self.may_create(dir)?;
+            let (owner, mode) = self.new_owner(&ds, mode, false)?;
+            Ok((ds, owner, mode))
+        })?;
+        let inner = self.inner();
+        let fs = inner.sb(ds.sb())?;
+        let asked = OpenFlags(flags & (O_ACCMODE | libc::O_EXCL));
+        let (entry, fh) = fs.tmpfile(NodeId(ds.node), mode, owner, asked)?;
+        let undo = |e: Errno| {
+            fs.release(entry.node, fh);
+            inner.writer().forgets.push((ds.sb(), entry.node.0));
+            e
+        };
+        let mut w = inner.writer();
+        let Some(ino) = w.iget(&inner.dc, ds.sb(), &entry, true) else {
+            drop(w);
+            return Err(undo(Errno::ENOMEM));
+        };
+        let Some(d) = w.d_disconnected(&inner.dc, ino) else {
+            w.put_inode(&inner.dc, ino);
+            drop(w);
+            fs.release(entry.node, fh);
+            return Err(Errno::ENOMEM);
+        };
+        drop(w);
+        let Ok(c) = Cur::of(&inner.dc, d) else {
+            inner.unpin(d);
+            fs.release(entry.node, fh);
+            return Err(Errno::EAGAIN);
+        };
+        self.born(&ds, c);
+        Ok((c, fh))
+    }
+
+    /// Open what a make returned (`c`, its reference and the backend's
+    /// handle `fh`), once: a failure gives both back.
+    fn open_made<I: Install>(&self, c: Cur, flags: i32, fh: FileHandle) -> Result<I::Out> {
+        let mut once = Some(fh);
+        self.run(|| match once.take() {
+            Some(fh) => self.open_cur::<I>(c, flags, Some(fh)),
+            None => Err(Errno::EAGAIN.into()),
         })
-        .map(|file| OpenFile::new(file, Arc::clone(self)))
     }
 
     /// Find (or create) what `openat` opens. Returns the dentry and, if it
