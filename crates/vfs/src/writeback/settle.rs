@@ -17,8 +17,10 @@
 //!   cached attributes are those the question was sent with): a later
 //!   change made the answer old, and that change's own completion asks
 //!   again;
-//! - no change of it is in flight and no write of it is gathered, when
-//!   asked and when answered (the backend's answer would lack it).
+//! - no change of it is in flight and no write of it is gathered (the
+//!   backend's answer would lack it), and the answer does not shrink a
+//!   file the cache knows bigger (a write gathered when it was asked,
+//!   landed before it came back).
 //!
 //! Listeners ([`crate::Vfs::on_settled`]: the FUSE front end, which drops
 //! the kernel's copy of the attributes) are told of each file whose
@@ -143,13 +145,6 @@ fn ask(inner: &Arc<Inner>, key: Key, tx: &mpsc::Sender<Msg>) {
         // The next stat asks anyway.
         return;
     }
-    if busy(inner, key) {
-        // A write gathered since the file went idle (its size already in
-        // `before`) would not be in the answer; were it sent and answered
-        // before the answer came, nothing in the cache would show that the
-        // answer is old. Its completion asks again.
-        return;
-    }
     let Ok(fs) = inner.sb(key.0) else { return };
     let tx = tx.clone();
     let asked = fs.ordered().is_some_and(|o| {
@@ -166,11 +161,11 @@ fn ask(inner: &Arc<Inner>, key: Key, tx: &mpsc::Sender<Msg>) {
 }
 
 fn answer(inner: &Arc<Inner>, key: Key, before: &InodeSnap, attr: &Attr) {
-    if busy(inner, key) {
+    let wb = &inner.wb;
+    if wb.shared.ledger.pending(key) || wb.pieces.lock().by_key.contains_key(&key) {
         // Its completion asks again.
         return;
     }
-    let wb = &inner.wb;
     let dc = &inner.dc;
     let mut w = inner.writer();
     let Some(idx) = w.find_inode(dc, key.0, key.1) else {
@@ -180,6 +175,14 @@ fn answer(inner: &Arc<Inner>, key: Key, before: &InodeSnap, attr: &Attr) {
         return;
     };
     if !unchanged(before, &now) || now.flags & I_STALE != 0 || !differs(&now, attr) {
+        return;
+    }
+    if now.is_reg() && attr.size < now.size {
+        // Asked while a write past the answer's end was still gathered,
+        // which was then sent and answered before this answer came: the
+        // cache, which counted the write, is newer. (A smaller size set
+        // by anyone else comes as a report, which marks the file stale
+        // and asks again.)
         return;
     }
     let born = attr.btime.as_nanos();
@@ -200,13 +203,6 @@ fn answer(inner: &Arc<Inner>, key: Key, before: &InodeSnap, attr: &Attr) {
     for l in wb.shared.settler.listeners.read().iter() {
         l(key.0, attr.ino);
     }
-}
-
-/// Is a change of `key` in flight, or a write of it gathered? The
-/// backend's attributes would lack it.
-fn busy(inner: &Inner, key: Key) -> bool {
-    let wb = &inner.wb;
-    wb.shared.ledger.pending(key) || wb.pieces.lock().by_key.contains_key(&key)
 }
 
 /// Nothing changed the cached attributes between `a` and `b`.
