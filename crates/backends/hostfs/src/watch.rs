@@ -579,8 +579,15 @@ impl Watcher {
                 })
             }
             None => {
-                self.own.forget_entry(node, name);
-                out.push(entry(false))
+                // Gone since (read after a burst gathered, a file this
+                // mount made and then moved or removed): the event of its
+                // going is in the queue too. Ours when our last change of
+                // the name left it absent.
+                let own = node != 0 && dfd.is_some() && self.own.entry_is(node, name, None);
+                if !own {
+                    self.own.forget_entry(node, name);
+                }
+                out.push(entry(own))
             }
         }
     }

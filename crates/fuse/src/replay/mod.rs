@@ -624,9 +624,14 @@ impl ChangeSink for Replayer {
                                 was,
                             });
                         }
+                        // A name's data or attributes changed, and the
+                        // name was gone when the source read the event (a
+                        // burst read late): the event of its going follows,
+                        // and is what is replayed.
+                        What::Modified | What::Attrib => {}
                         // A source that cannot tell (9P): the name is there
                         // now or it is not.
-                        _ => {
+                        What::Unknown => {
                             self.flush_from();
                             match self.host_stat(&path) {
                                 Ok(x) => self.send(Step::Create {
