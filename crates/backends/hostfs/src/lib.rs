@@ -422,7 +422,9 @@ impl Core {
         // The moved files, known by identity for their reports (the vfs
         // moves their names).
         let to = self.moved(&nd, newname);
-        let from = if flags & walkfs_fsapi::RENAME_EXCHANGE != 0 {
+        // The old name names the other file after an exchange, and the
+        // whiteout after a whiteout rename.
+        let from = if flags & (walkfs_fsapi::RENAME_EXCHANGE | walkfs_fsapi::RENAME_WHITEOUT) != 0 {
             self.moved(&od, name)
         } else {
             None

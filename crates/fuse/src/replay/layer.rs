@@ -155,6 +155,10 @@ impl Replaying {
                     self.mine_entry(newdir, newname, MovedFrom);
                     self.mine_entry(ino, name, MovedTo);
                 }
+                // A whiteout takes the old name: the host reports it made.
+                if flags & walkfs_vfs::RENAME_WHITEOUT != 0 {
+                    self.mine_entry(ino, name, Created);
+                }
             }
             Operation::Write { .. } => self.mine_inode(ino, Modified),
             Operation::Setattr(ref a) => {

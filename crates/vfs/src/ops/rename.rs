@@ -200,6 +200,15 @@ impl Ctx {
                             w.mark_stale(dc, n.ino);
                         }
                         w.d_kill(dc, n.d);
+                    } else if let Some(neg) = w.d_find(dc, ndir.d, &nname, nhash) {
+                        // The negative entry the victim's lookup found goes:
+                        // the moved dentry takes the name, and a stale one
+                        // left beside it would answer for the name once the
+                        // file moves on (a whiteout leaves no negative entry
+                        // of its own to cover it).
+                        if neg != old.d {
+                            w.d_kill(dc, neg);
+                        }
                     }
                     w.d_move(dc, old.d, ndir.d, &nname, nhash);
                     // The old name is gone, or now a whiteout (found by
