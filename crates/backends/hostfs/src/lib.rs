@@ -278,6 +278,17 @@ impl HostFs {
 
     /// Give a new node its owner and exact mode. The kernel applied our
     /// umask and our own ids; the vfs decided others.
+    /// An `O_PATH` descriptor of the file `file` has open (through its
+    /// /proc link: the file may have no name).
+    fn path_of(&self, file: &OwnedFd) -> Result<OwnedFd> {
+        sys::openat(
+            self.proc_fd.as_fd(),
+            &sys::fd_name(file.as_raw_fd()),
+            libc::O_PATH,
+            0,
+        )
+    }
+
     fn settle_new(&self, fd: &OwnedFd, mode: Option<u32>, owner: Owner) -> Result<()> {
         if owner.uid != self.euid || owner.gid != self.egid {
             sys::fchownat_empty(fd.as_fd(), owner.uid, owner.gid)?;
@@ -634,12 +645,7 @@ impl FileSystem for HostFs {
         let _changing = self.own.changing();
         let how = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | (flags.0 & libc::O_ACCMODE);
         let file = sys::openat2(dir.as_fd(), name, how, mode & 0o7777, RESOLVE)?;
-        let path = sys::openat(
-            self.proc_fd.as_fd(),
-            &sys::fd_name(file.as_raw_fd()),
-            libc::O_PATH,
-            0,
-        )?;
+        let path = self.path_of(&file)?;
         self.settle_new(&path, Some(mode & 0o7777), owner)?;
         let entry = self.register_made(parent, name, path)?;
         Ok((entry, self.new_handle(file)))
@@ -658,12 +664,7 @@ impl FileSystem for HostFs {
         // O_EXCL as asked: such a file may never be linked.
         let how = libc::O_TMPFILE | (flags.0 & (libc::O_ACCMODE | libc::O_EXCL));
         let file = sys::openat(parent.as_fd(), b".", how, mode & 0o7777)?;
-        let path = sys::openat(
-            self.proc_fd.as_fd(),
-            &sys::fd_name(file.as_raw_fd()),
-            libc::O_PATH,
-            0,
-        )?;
+        let path = self.path_of(&file)?;
         self.settle_new(&path, Some(mode & 0o7777), owner)?;
         // No name to record: the node is known by its identity only.
         let entry = self.register_as(sys::identify(path.as_fd())?, Some(path))?;
