@@ -36,9 +36,10 @@ pub fn open_source(source: &str, opts: &MountOptions, via_9p: bool) -> Result<Vf
     match kind {
         Ok(Source::Mem) => {}
         Ok(Source::Host(dir)) if dir.is_dir() => {}
+        Ok(Source::Ceph(_)) => {}
         _ => {
             return Err(format!(
-                "{source}: not a directory, mem:, unix:PATH, tcp:HOST:PORT or vsock:CID:PORT"
+                "{source}: not a directory, mem:, ceph:[/DIR], unix:PATH, tcp:HOST:PORT or vsock:CID:PORT"
             ))
         }
     }

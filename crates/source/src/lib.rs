@@ -6,6 +6,9 @@
 //! - `mem:`: an empty in-memory tree (memfs);
 //! - `unix:PATH`, `tcp:HOST:PORT` or `vsock:CID:PORT`: the export of a
 //!   9P2000.L server (`walkfs serve`, diod), through the 9P client;
+//! - `ceph:` or `ceph:/DIR`: a CephFS (its root, or a directory in it),
+//!   through libcephfs, loaded when the source is opened (options
+//!   `ceph_conf`, `ceph_id`, `ceph_fs`, `ceph_set`);
 //! - anything else: a host directory (hostfs).
 //!
 //! Options are given as one `name=value,...` string
@@ -57,6 +60,9 @@ pub enum Source {
     Mem,
     /// `unix:PATH`, `tcp:HOST:PORT` or `vsock:CID:PORT`: a 9P2000.L server.
     P9(Addr),
+    /// `ceph:` or `ceph:/DIR`: a CephFS, from the directory `DIR` of it
+    /// (empty: its root).
+    Ceph(String),
     /// Anything else: a host directory.
     Host(PathBuf),
 }
@@ -67,6 +73,12 @@ impl Source {
     pub fn parse(source: &str) -> Result<Source> {
         if source == "mem:" {
             Ok(Source::Mem)
+        } else if let Some(dir) = source.strip_prefix("ceph:") {
+            match dir {
+                "" => Ok(Source::Ceph(String::new())),
+                d if d.starts_with('/') => Ok(Source::Ceph(d.to_string())),
+                _ => Err(Errno::EINVAL),
+            }
         } else if Addr::claims(source) {
             Addr::parse(source).map(Source::P9).ok_or(Errno::EINVAL)
         } else {
@@ -88,6 +100,7 @@ impl std::fmt::Display for Source {
         match self {
             Source::Mem => f.write_str("mem:"),
             Source::P9(a) => a.fmt(f),
+            Source::Ceph(d) => write!(f, "ceph:{d}"),
             Source::Host(p) => p.display().fmt(f),
         }
     }
@@ -131,6 +144,18 @@ pub struct BackendOptions {
     /// reconnect and carry on, programs waiting at most this many
     /// seconds (`reconnect=SECONDS`; 0: fail at once, with `ENOTCONN`).
     pub reconnect_secs: u32,
+    /// For a CephFS: the cluster's configuration file (`ceph_conf=`;
+    /// unset: libcephfs's search path, `$CEPH_CONF` first).
+    pub ceph_conf: Option<PathBuf>,
+    /// For a CephFS: the client's id (`ceph_id=admin` for
+    /// `client.admin`).
+    pub ceph_id: Option<String>,
+    /// For a CephFS: the file system's name, where the cluster has more
+    /// than one (`ceph_fs=`).
+    pub ceph_fs: Option<String>,
+    /// For a CephFS: client options set after the configuration file is
+    /// read (`ceph_set=NAME:VALUE`, repeatable).
+    pub ceph_set: Vec<(String, String)>,
 }
 
 impl Default for BackendOptions {
@@ -145,6 +170,10 @@ impl Default for BackendOptions {
             host_behind: false,
             host_noatime: false,
             reconnect_secs: walkfs_p9client::DEFAULT_RECONNECT.as_secs() as u32,
+            ceph_conf: None,
+            ceph_id: None,
+            ceph_fs: None,
+            ceph_set: Vec::new(),
         }
     }
 }
@@ -209,6 +238,50 @@ pub const BACKEND_OPTIONS: &[Opt<BackendOptions>] = &[
         set: |o, n, v| {
             o.host_behind = opt::flag(n, v)?;
             Ok(())
+        },
+    },
+    Opt {
+        names: &["ceph_conf"],
+        live: false,
+        set: |o, n, v| {
+            if v.is_empty() {
+                return Err(OptError::bad(n, v, "expected the path of a ceph.conf"));
+            }
+            o.ceph_conf = Some(PathBuf::from(v));
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["ceph_id"],
+        live: false,
+        set: |o, n, v| {
+            if v.is_empty() {
+                return Err(OptError::bad(n, v, "expected a client id"));
+            }
+            o.ceph_id = Some(v.to_string());
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["ceph_fs"],
+        live: false,
+        set: |o, n, v| {
+            if v.is_empty() {
+                return Err(OptError::bad(n, v, "expected a file system name"));
+            }
+            o.ceph_fs = Some(v.to_string());
+            Ok(())
+        },
+    },
+    Opt {
+        names: &["ceph_set"],
+        live: false,
+        set: |o, n, v| match v.split_once(':') {
+            Some((k, val)) if !k.is_empty() => {
+                o.ceph_set.push((k.to_string(), val.to_string()));
+                Ok(())
+            }
+            _ => Err(OptError::bad(n, v, "expected NAME:VALUE")),
         },
     },
     Opt {
@@ -316,6 +389,18 @@ pub fn open_source(source: &Source, opts: &SourceOptions, start: bool) -> Result
     match source {
         Source::Mem => Vfs::new(Arc::new(walkfs_memfs::MemFs::new()), &opts.vfs),
         Source::P9(addr) => open_9p_at(&addr.to_string(), opts),
+        Source::Ceph(dir) => {
+            let b = &opts.backend;
+            let cfg = walkfs_cephfs::Config {
+                conf: b.ceph_conf.clone(),
+                id: b.ceph_id.clone(),
+                fs_name: b.ceph_fs.clone(),
+                root: dir.clone(),
+                options: b.ceph_set.clone(),
+            };
+            let fs: Arc<dyn FileSystem> = Arc::new(walkfs_cephfs::CephFs::mount(&cfg)?);
+            Vfs::new(fs, &opts.vfs)
+        }
         Source::Host(dir) => {
             let host = walkfs_hostfs::HostFs::with_cached_fds(dir, opts.backend.host_fds as usize)?;
             host.set_watch_queue_unlimited(opts.backend.watch_queue_unlimited);
@@ -378,6 +463,10 @@ fn p9_config(opts: &SourceOptions) -> Result<walkfs_p9client::Config> {
 pub fn serve_in_process(source: &str, opts: &SourceOptions, cfg: ServerConfig) -> Result<Stream> {
     let mut served = SourceOptions::served(opts.vfs.cache == CachePolicy::Coherent);
     served.backend.host_fds = opts.backend.host_fds;
+    served.backend.ceph_conf = opts.backend.ceph_conf.clone();
+    served.backend.ceph_id = opts.backend.ceph_id.clone();
+    served.backend.ceph_fs = opts.backend.ceph_fs.clone();
+    served.backend.ceph_set = opts.backend.ceph_set.clone();
     let vfs = open(source, &served)?;
     // A host directory's files keep the numbers they were made with
     // across mounts (the server's state: walkfs_server::inostate).

@@ -1,0 +1,307 @@
+//! The capabilities a CephFS mount answers beyond the core calls.
+
+use std::ffi::{c_char, c_void};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use walkfs_fsapi::{
+    caps, Change, ChangeSink, DirPlus, Errno, FileHandle, FileLock, How, LockFlavor, LockKind,
+    LockOwner, NodeId, Result, RpcStats, What, LOCK_EOF,
+};
+
+use crate::ffi::{self, CallbackArgs, VInodeNo};
+use crate::{check, cname, CephFs};
+
+impl caps::Listings for CephFs {
+    fn readdir_plus(&self, node: NodeId) -> Option<Result<Vec<DirPlus>>> {
+        let mut out = Vec::new();
+        let r = self.list(node, true, |de, stx, inode| {
+            if inode.is_null() {
+                return Ok(());
+            }
+            // A snapshot's entry is skipped (its reference given back).
+            if let Ok(entry) = self.entry_listed(inode, stx) {
+                out.push(DirPlus {
+                    name: crate::dirent_name(de).to_vec(),
+                    entry,
+                    link: None,
+                });
+            }
+            Ok(())
+        });
+        Some(match r {
+            Ok(()) => Ok(out),
+            Err(e) => {
+                // Entries listed before the failure were counted.
+                for d in out {
+                    walkfs_fsapi::FileSystem::forget(self, d.entry.node, 1);
+                }
+                Err(e)
+            }
+        })
+    }
+}
+
+/// What libcephfs's callbacks reach: where changes are reported. Boxed
+/// at mount, so its address (the callbacks' handle) never moves; freed
+/// only after `ceph_unmount`, which stops the callbacks.
+#[derive(Default)]
+pub struct Hooks {
+    sink: Mutex<Option<Arc<dyn ChangeSink>>>,
+}
+
+impl Hooks {
+    /// Register the callbacks of the mount `cm` with `self` as handle.
+    pub(crate) fn register(&self, api: &ffi::Api, cm: *mut ffi::MountInfo) {
+        let mut args = CallbackArgs {
+            handle: self as *const Hooks as *mut c_void,
+            ino_cb: Some(ino_invalidated),
+            dentry_cb: Some(dentry_invalidated),
+            switch_intr_cb: None,
+            remount_cb: None,
+            umask_cb: Some(no_umask),
+            ino_release_cb: Some(ino_release),
+        };
+        // SAFETY: `args` is read during the call; the handle outlives the
+        // mount (see the type's comment).
+        unsafe { (api.ceph_ll_register_callbacks)(cm, &mut args) };
+    }
+
+    fn report(&self, changes: &[Change]) {
+        let sink = self.sink.lock().clone();
+        if let Some(s) = sink {
+            s.changed(changes);
+        }
+    }
+}
+
+/// # Safety
+/// `handle` is the `Hooks` registered, alive until `ceph_unmount`
+/// returns, after which the library calls no callback.
+unsafe fn hooks<'a>(handle: *mut c_void) -> &'a Hooks {
+    // SAFETY: the caller's contract.
+    unsafe { &*(handle as *const Hooks) }
+}
+
+/// The vfs applied the caller's umask before the call: the client, which
+/// keeps ACLs, must not apply one of its own (its default took the group's
+/// execute bit).
+extern "C" fn no_umask(_handle: *mut c_void) -> libc::mode_t {
+    0
+}
+
+/// libcephfs's inode invalidation: another client changed a file whose
+/// data or attributes this client cached (its caps were recalled).
+extern "C" fn ino_invalidated(handle: *mut c_void, ino: VInodeNo, _off: i64, _len: i64) {
+    if ino.snapid != ffi::NOSNAP {
+        return;
+    }
+    // SAFETY: the registered handle, called before unmount.
+    let h = unsafe { hooks(handle) };
+    h.report(&[Change::Inode {
+        node: NodeId(ino.ino),
+        ino: ino.ino,
+        how: How::of(What::Unknown),
+        at: None,
+    }]);
+}
+
+/// libcephfs's dentry invalidation: a name this client cached in a
+/// directory changed elsewhere (the MDS revoked its lease).
+extern "C" fn dentry_invalidated(
+    handle: *mut c_void,
+    dir: VInodeNo,
+    _ino: VInodeNo,
+    name: *const c_char,
+    len: usize,
+) {
+    if dir.snapid != ffi::NOSNAP || name.is_null() {
+        return;
+    }
+    // SAFETY: the registered handle, called before unmount.
+    let h = unsafe { hooks(handle) };
+    // SAFETY: the library passes `len` readable bytes of the name.
+    let name = unsafe { std::slice::from_raw_parts(name.cast::<u8>(), len) }.to_vec();
+    h.report(&[Change::Entry {
+        dir: NodeId(dir.ino),
+        dir_ino: dir.ino,
+        name,
+        how: How::of(What::Unknown),
+    }]);
+}
+
+/// The MDS asks the client to hold fewer inodes. The vfs's own cache
+/// bound decides what it forgets; this is only logged.
+extern "C" fn ino_release(_handle: *mut c_void, ino: VInodeNo) {
+    tracing::trace!("cephfs: the MDS asks to release inode {:#x}", ino.ino);
+}
+
+impl caps::Watch for CephFs {
+    fn watch_changes(&self, sink: Arc<dyn ChangeSink>) -> Result<()> {
+        *self.hooks.sink.lock() = Some(sink);
+        Ok(())
+    }
+}
+
+impl caps::Remote for CephFs {
+    fn rpc_stats(&self) -> RpcStats {
+        self.calls.stats()
+    }
+
+    fn reset_stats(&self) {
+        self.calls.reset();
+    }
+}
+
+fn flock64(lock: &FileLock) -> libc::flock64 {
+    // SAFETY: all-zero is a valid flock64.
+    let mut fl: libc::flock64 = unsafe { std::mem::zeroed() };
+    fl.l_type = lock.kind.fcntl() as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = lock.start as i64;
+    fl.l_len = lock.wire_len() as i64;
+    fl.l_pid = lock.pid as i32;
+    fl
+}
+
+impl caps::Locks for CephFs {
+    fn setlk(&self, node: NodeId, fh: FileHandle, owner: LockOwner, lock: &FileLock) -> Result<()> {
+        match lock.flavor {
+            LockFlavor::Posix => {
+                let f = self.files.get(fh)?;
+                let mut fl = flock64(lock);
+                let _t = self.calls.time("ll_setlk");
+                // SAFETY: `f` open; `fl` valid; sleep 0: a conflict is
+                // EAGAIN (the vfs retries a blocking request).
+                check(unsafe { (self.api.ceph_ll_setlk)(self.cm, f, &mut fl, owner.0, 0) }).map(drop)
+            }
+            LockFlavor::Flock => {
+                let fd = self.files.flock_fd(fh, || {
+                    let path = self.path_of(node)?;
+                    // SAFETY: NUL-terminated path from the mount's root.
+                    check(unsafe { (self.api.ceph_open)(self.cm, path.as_ptr(), libc::O_RDONLY, 0) })
+                })?;
+                let op = match lock.kind {
+                    LockKind::Read => libc::LOCK_SH,
+                    LockKind::Write => libc::LOCK_EX,
+                    LockKind::Unlock => libc::LOCK_UN,
+                } | libc::LOCK_NB;
+                let _t = self.calls.time("flock");
+                // SAFETY: `fd` a descriptor of this mount's.
+                check(unsafe { (self.api.ceph_flock)(self.cm, fd, op, owner.0) }).map(drop)
+            }
+        }
+    }
+
+    fn getlk(&self, _node: NodeId, fh: FileHandle, owner: LockOwner, lock: &FileLock) -> Result<Option<FileLock>> {
+        if lock.flavor == LockFlavor::Flock {
+            // flock has no query.
+            return Ok(None);
+        }
+        let f = self.files.get(fh)?;
+        let mut fl = flock64(lock);
+        let _t = self.calls.time("ll_getlk");
+        // SAFETY: `f` open; `fl` valid in and out.
+        check(unsafe { (self.api.ceph_ll_getlk)(self.cm, f, &mut fl, owner.0) })?;
+        let Some(kind) = LockKind::from_fcntl(fl.l_type as u32) else {
+            return Err(Errno::EIO);
+        };
+        if kind == LockKind::Unlock {
+            return Ok(None);
+        }
+        let mut found = FileLock::from_len(kind, fl.l_start as u64, fl.l_len as u64)?;
+        found.pid = fl.l_pid as u32;
+        Ok(Some(found))
+    }
+
+    fn unlock_owner(&self, _node: NodeId, fh: FileHandle, owner: LockOwner) {
+        let Ok(f) = self.files.get(fh) else { return };
+        let mut fl = flock64(&FileLock {
+            kind: LockKind::Unlock,
+            flavor: LockFlavor::Posix,
+            start: 0,
+            end: LOCK_EOF,
+            pid: 0,
+        });
+        let _t = self.calls.time("ll_setlk");
+        // SAFETY: `f` open; `fl` valid.
+        unsafe { (self.api.ceph_ll_setlk)(self.cm, f, &mut fl, owner.0, 0) };
+    }
+}
+
+impl caps::Xattrs for CephFs {
+    fn getxattr(&self, node: NodeId, name: &[u8]) -> Result<Vec<u8>> {
+        let i = self.nodes.get(node)?;
+        let c = cname(name)?;
+        let _t = self.calls.time("ll_getxattr");
+        let mut size = 256usize;
+        loop {
+            let mut buf = vec![0u8; size];
+            // SAFETY: `i` held; `buf` writable for `size` bytes.
+            match check(unsafe { (self.api.ceph_ll_getxattr)(self.cm, i, c.as_ptr(), buf.as_mut_ptr().cast(), size, self.perm) }) {
+                Ok(n) => {
+                    buf.truncate(n as usize);
+                    return Ok(buf);
+                }
+                Err(Errno::ERANGE) if size < 1 << 20 => size *= 4,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn listxattr(&self, node: NodeId) -> Result<Vec<u8>> {
+        let i = self.nodes.get(node)?;
+        let _t = self.calls.time("ll_listxattr");
+        let mut size = 1024usize;
+        loop {
+            let mut buf = vec![0u8; size];
+            let mut used = 0usize;
+            // SAFETY: `i` held; `buf` writable for `size` bytes.
+            match check(unsafe { (self.api.ceph_ll_listxattr)(self.cm, i, buf.as_mut_ptr().cast(), size, &mut used, self.perm) }) {
+                Ok(_) => {
+                    buf.truncate(used.min(size));
+                    return Ok(buf);
+                }
+                Err(Errno::ERANGE) if size < 1 << 20 => size *= 4,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn setxattr(&self, node: NodeId, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+        let i = self.nodes.get(node)?;
+        let c = cname(name)?;
+        let _t = self.calls.time("ll_setxattr");
+        // SAFETY: `i` held; `value` readable for its length.
+        check(unsafe { (self.api.ceph_ll_setxattr)(self.cm, i, c.as_ptr(), value.as_ptr().cast(), value.len(), flags, self.perm) }).map(drop)
+    }
+
+    fn removexattr(&self, node: NodeId, name: &[u8]) -> Result<()> {
+        let i = self.nodes.get(node)?;
+        let c = cname(name)?;
+        let _t = self.calls.time("ll_removexattr");
+        // SAFETY: `i` held.
+        check(unsafe { (self.api.ceph_ll_removexattr)(self.cm, i, c.as_ptr(), self.perm) }).map(drop)
+    }
+}
+
+impl caps::Space for CephFs {
+    fn fallocate(&self, _node: NodeId, fh: FileHandle, mode: i32, off: u64, len: u64) -> Result<()> {
+        let f = self.files.get(fh)?;
+        let _t = self.calls.time("ll_fallocate");
+        // SAFETY: `f` open.
+        check(unsafe { (self.api.ceph_ll_fallocate)(self.cm, f, mode, off as i64, len as i64) }).map(drop)
+    }
+
+    fn seek_data(&self, _node: NodeId, fh: FileHandle, off: u64, whence: i32) -> Result<u64> {
+        let f = self.files.get(fh)?;
+        let _t = self.calls.time("ll_lseek");
+        // SAFETY: `f` open.
+        let r = unsafe { (self.api.ceph_ll_lseek)(self.cm, f, off as i64, whence) };
+        if r < 0 {
+            Err(Errno(-r as i32))
+        } else {
+            Ok(r as u64)
+        }
+    }
+}
