@@ -141,6 +141,16 @@ impl caps::Watch for CephFs {
         *self.hooks.sink.lock() = Some(sink);
         Ok(())
     }
+
+    fn start(&self) -> Result<()> {
+        // Other clients' changes reach no callback (libcephfs invalidates
+        // only cached file data, and dentries under leases it rarely
+        // holds): until a channel reports them, every cached answer is
+        // checked with the client, which answers from what its caps keep
+        // current and asks the MDS otherwise.
+        self.hooks.report(&[Change::Degraded]);
+        Ok(())
+    }
 }
 
 impl caps::Remote for CephFs {
@@ -173,13 +183,16 @@ impl caps::Locks for CephFs {
                 let _t = self.calls.time("ll_setlk");
                 // SAFETY: `f` open; `fl` valid; sleep 0: a conflict is
                 // EAGAIN (the vfs retries a blocking request).
-                check(unsafe { (self.api.ceph_ll_setlk)(self.cm, f, &mut fl, owner.0, 0) }).map(drop)
+                check(unsafe { (self.api.ceph_ll_setlk)(self.cm, f, &mut fl, owner.0, 0) })
+                    .map(drop)
             }
             LockFlavor::Flock => {
                 let fd = self.files.flock_fd(fh, || {
                     let path = self.path_of(node)?;
                     // SAFETY: NUL-terminated path from the mount's root.
-                    check(unsafe { (self.api.ceph_open)(self.cm, path.as_ptr(), libc::O_RDONLY, 0) })
+                    check(unsafe {
+                        (self.api.ceph_open)(self.cm, path.as_ptr(), libc::O_RDONLY, 0)
+                    })
                 })?;
                 let op = match lock.kind {
                     LockKind::Read => libc::LOCK_SH,
@@ -193,7 +206,13 @@ impl caps::Locks for CephFs {
         }
     }
 
-    fn getlk(&self, _node: NodeId, fh: FileHandle, owner: LockOwner, lock: &FileLock) -> Result<Option<FileLock>> {
+    fn getlk(
+        &self,
+        _node: NodeId,
+        fh: FileHandle,
+        owner: LockOwner,
+        lock: &FileLock,
+    ) -> Result<Option<FileLock>> {
         if lock.flavor == LockFlavor::Flock {
             // flock has no query.
             return Ok(None);
@@ -238,7 +257,16 @@ impl caps::Xattrs for CephFs {
         loop {
             let mut buf = vec![0u8; size];
             // SAFETY: `i` held; `buf` writable for `size` bytes.
-            match check(unsafe { (self.api.ceph_ll_getxattr)(self.cm, i, c.as_ptr(), buf.as_mut_ptr().cast(), size, self.perm) }) {
+            match check(unsafe {
+                (self.api.ceph_ll_getxattr)(
+                    self.cm,
+                    i,
+                    c.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    size,
+                    self.perm,
+                )
+            }) {
                 Ok(n) => {
                     buf.truncate(n as usize);
                     return Ok(buf);
@@ -257,7 +285,16 @@ impl caps::Xattrs for CephFs {
             let mut buf = vec![0u8; size];
             let mut used = 0usize;
             // SAFETY: `i` held; `buf` writable for `size` bytes.
-            match check(unsafe { (self.api.ceph_ll_listxattr)(self.cm, i, buf.as_mut_ptr().cast(), size, &mut used, self.perm) }) {
+            match check(unsafe {
+                (self.api.ceph_ll_listxattr)(
+                    self.cm,
+                    i,
+                    buf.as_mut_ptr().cast(),
+                    size,
+                    &mut used,
+                    self.perm,
+                )
+            }) {
                 Ok(_) => {
                     buf.truncate(used.min(size));
                     return Ok(buf);
@@ -273,7 +310,18 @@ impl caps::Xattrs for CephFs {
         let c = cname(name)?;
         let _t = self.calls.time("ll_setxattr");
         // SAFETY: `i` held; `value` readable for its length.
-        check(unsafe { (self.api.ceph_ll_setxattr)(self.cm, i, c.as_ptr(), value.as_ptr().cast(), value.len(), flags, self.perm) }).map(drop)
+        check(unsafe {
+            (self.api.ceph_ll_setxattr)(
+                self.cm,
+                i,
+                c.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                flags,
+                self.perm,
+            )
+        })
+        .map(drop)
     }
 
     fn removexattr(&self, node: NodeId, name: &[u8]) -> Result<()> {
@@ -281,16 +329,25 @@ impl caps::Xattrs for CephFs {
         let c = cname(name)?;
         let _t = self.calls.time("ll_removexattr");
         // SAFETY: `i` held.
-        check(unsafe { (self.api.ceph_ll_removexattr)(self.cm, i, c.as_ptr(), self.perm) }).map(drop)
+        check(unsafe { (self.api.ceph_ll_removexattr)(self.cm, i, c.as_ptr(), self.perm) })
+            .map(drop)
     }
 }
 
 impl caps::Space for CephFs {
-    fn fallocate(&self, _node: NodeId, fh: FileHandle, mode: i32, off: u64, len: u64) -> Result<()> {
+    fn fallocate(
+        &self,
+        _node: NodeId,
+        fh: FileHandle,
+        mode: i32,
+        off: u64,
+        len: u64,
+    ) -> Result<()> {
         let f = self.files.get(fh)?;
         let _t = self.calls.time("ll_fallocate");
         // SAFETY: `f` open.
-        check(unsafe { (self.api.ceph_ll_fallocate)(self.cm, f, mode, off as i64, len as i64) }).map(drop)
+        check(unsafe { (self.api.ceph_ll_fallocate)(self.cm, f, mode, off as i64, len as i64) })
+            .map(drop)
     }
 
     fn seek_data(&self, _node: NodeId, fh: FileHandle, off: u64, whence: i32) -> Result<u64> {

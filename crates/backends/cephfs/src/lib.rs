@@ -43,6 +43,7 @@ use walkfs_fsapi::{
 mod calls;
 mod capsimpl;
 pub mod ffi;
+mod live;
 mod nodes;
 
 use calls::Calls;
@@ -152,7 +153,12 @@ impl CephFs {
         let mut cm: *mut MountInfo = std::ptr::null_mut();
         // SAFETY: `cm` is written by the call; `id` is NUL-terminated or
         // null (libcephfs's default id).
-        check(unsafe { (api.ceph_create)(&mut cm, id.as_ref().map_or(std::ptr::null(), |c| c.as_ptr())) })?;
+        check(unsafe {
+            (api.ceph_create)(
+                &mut cm,
+                id.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            )
+        })?;
         let fs = CephFs {
             api,
             cm,
@@ -178,9 +184,15 @@ impl CephFs {
         };
         // SAFETY: `cm` is a created mount; the path is NUL-terminated or
         // null (the default search path).
-        let r = unsafe { (api.ceph_conf_read_file)(cm, conf.as_ref().map_or(std::ptr::null(), |c| c.as_ptr())) };
+        let r = unsafe {
+            (api.ceph_conf_read_file)(cm, conf.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()))
+        };
         if r < 0 {
-            tracing::error!("cephfs: reading the configuration {:?}: {}", cfg.conf, Errno(-r));
+            tracing::error!(
+                "cephfs: reading the configuration {:?}: {}",
+                cfg.conf,
+                Errno(-r)
+            );
             return Err(Errno(-r));
         }
         // The vfs checks permissions with its callers' credentials; ACLs
@@ -201,19 +213,25 @@ impl CephFs {
             }
         }
         // SAFETY: `cm` configured, not yet initialised.
-        check(unsafe { (api.ceph_init)(cm) }).inspect_err(|e| tracing::error!("cephfs: init: {e}"))?;
+        check(unsafe { (api.ceph_init)(cm) })
+            .inspect_err(|e| tracing::error!("cephfs: init: {e}"))?;
         if let Some(name) = &cfg.fs_name {
             let c = cname(name.as_bytes())?;
             // SAFETY: initialised, not mounted; NUL-terminated name.
             check(unsafe { (api.ceph_select_filesystem)(cm, c.as_ptr()) })
                 .inspect_err(|e| tracing::error!("cephfs: file system {name}: {e}"))?;
         }
-        let root = if cfg.root.is_empty() { "/" } else { cfg.root.as_str() };
+        let root = if cfg.root.is_empty() {
+            "/"
+        } else {
+            cfg.root.as_str()
+        };
         let croot = cname(root.as_bytes())?;
         // SAFETY: initialised; NUL-terminated root path.
         check(unsafe { (api.ceph_mount)(cm, croot.as_ptr()) })
             .inspect_err(|e| tracing::error!("cephfs: mounting {root}: {e}"))?;
         self.hooks.register(api, cm);
+        live::add(cm);
         // SAFETY: mounted; the result is owned by the mount.
         self.perm = unsafe { (api.ceph_mount_perms)(cm) };
         let mut rin: *mut Inode = std::ptr::null_mut();
@@ -235,7 +253,9 @@ impl CephFs {
         let p = owners.entry((owner.uid, owner.gid)).or_insert_with(|| {
             // SAFETY: no group list (null with a count of 0), which the
             // UserPerm would otherwise borrow.
-            unsafe { (self.api.ceph_userperm_new)(owner.uid, owner.gid, 0, std::ptr::null_mut()) as usize }
+            unsafe {
+                (self.api.ceph_userperm_new)(owner.uid, owner.gid, 0, std::ptr::null_mut()) as usize
+            }
         });
         *p as *const UserPerm
     }
@@ -301,6 +321,11 @@ impl CephFs {
 impl Drop for CephFs {
     fn drop(&mut self) {
         let api = self.api;
+        let was_live = live::remove(self.cm);
+        if !was_live && self.root != NodeId(0) {
+            // Mounted, and unmounted already: the process is exiting.
+            return;
+        }
         for o in self.files.drain() {
             // SAFETY: handles this mount opened and the vfs no longer uses.
             unsafe { (api.ceph_ll_close)(self.cm, o.fh) };
@@ -341,7 +366,18 @@ impl FileSystem for CephFs {
         let mut stx = Statx::default();
         let _t = self.calls.time("ll_lookup");
         // SAFETY: `p` held by the table; `out`/`stx` valid out-pointers.
-        let r = unsafe { (self.api.ceph_ll_lookup)(self.cm, p, c.as_ptr(), &mut out, &mut stx, ffi::STATX_WANT, 0, self.perm) };
+        let r = unsafe {
+            (self.api.ceph_ll_lookup)(
+                self.cm,
+                p,
+                c.as_ptr(),
+                &mut out,
+                &mut stx,
+                ffi::STATX_WANT,
+                0,
+                self.perm,
+            )
+        };
         self.made(r, out, &stx)
     }
 
@@ -360,7 +396,16 @@ impl FileSystem for CephFs {
         let _t = self.calls.time("ll_getattr");
         // SAFETY: `i` held; `stx` a valid out-structure. With the caps for
         // the attributes held, the client answers without the MDS.
-        check(unsafe { (self.api.ceph_ll_getattr)(self.cm, i, &mut stx, ffi::STATX_WANT, libc::AT_SYMLINK_NOFOLLOW as u32, self.perm) })?;
+        check(unsafe {
+            (self.api.ceph_ll_getattr)(
+                self.cm,
+                i,
+                &mut stx,
+                ffi::STATX_WANT,
+                libc::AT_SYMLINK_NOFOLLOW as u32,
+                self.perm,
+            )
+        })?;
         Ok(attr_of(&stx))
     }
 
@@ -411,7 +456,9 @@ impl FileSystem for CephFs {
         let mut buf = vec![0u8; walkfs_fsapi::PATH_MAX];
         let _t = self.calls.time("ll_readlink");
         // SAFETY: `i` held; `buf` writable for its length.
-        let n = check(unsafe { (self.api.ceph_ll_readlink)(self.cm, i, buf.as_mut_ptr().cast(), buf.len(), self.perm) })?;
+        let n = check(unsafe {
+            (self.api.ceph_ll_readlink)(self.cm, i, buf.as_mut_ptr().cast(), buf.len(), self.perm)
+        })?;
         buf.truncate(n as usize);
         Ok(buf)
     }
@@ -426,7 +473,9 @@ impl FileSystem for CephFs {
         let mut fh = std::ptr::null_mut();
         let _t = self.calls.time("ll_open");
         // SAFETY: `i` held; `fh` written on success.
-        match check(unsafe { (self.api.ceph_ll_open)(self.cm, i, flags.0 & keep, &mut fh, self.perm) }) {
+        match check(unsafe {
+            (self.api.ceph_ll_open)(self.cm, i, flags.0 & keep, &mut fh, self.perm)
+        }) {
             Ok(_) => Ok(self.files.add(fh)),
             // A directory opened without O_DIRECTORY (the vfs's opendir).
             Err(Errno::EISDIR) => Ok(DIR_HANDLE),
@@ -452,7 +501,19 @@ impl FileSystem for CephFs {
         // SAFETY: `p` held; out-pointers valid; the owner's perm lives as
         // long as the mount.
         let r = unsafe {
-            (self.api.ceph_ll_create)(self.cm, p, c.as_ptr(), (mode & 0o7777) as libc::mode_t, oflags, &mut out, &mut fh, &mut stx, ffi::STATX_WANT, 0, self.perm_for(owner))
+            (self.api.ceph_ll_create)(
+                self.cm,
+                p,
+                c.as_ptr(),
+                (mode & 0o7777) as libc::mode_t,
+                oflags,
+                &mut out,
+                &mut fh,
+                &mut stx,
+                ffi::STATX_WANT,
+                0,
+                self.perm_for(owner),
+            )
         };
         let e = self.made(r, out, &stx)?;
         Ok((e, self.files.add(fh)))
@@ -462,15 +523,31 @@ impl FileSystem for CephFs {
         let f = self.files.get(fh)?;
         let _t = self.calls.time("ll_read");
         // SAFETY: `f` an open handle; `buf` writable for its length.
-        let n = check(unsafe { (self.api.ceph_ll_read)(self.cm, f, off as i64, buf.len() as u64, buf.as_mut_ptr().cast()) })?;
+        let n = check(unsafe {
+            (self.api.ceph_ll_read)(
+                self.cm,
+                f,
+                off as i64,
+                buf.len() as u64,
+                buf.as_mut_ptr().cast(),
+            )
+        })?;
         Ok(n as usize)
     }
 
     fn write(&self, _node: NodeId, fh: FileHandle, off: u64, data: &[u8]) -> Result<usize> {
-        let f = self.files.get(fh)?;
+        let f = self.files.get_written(fh)?;
         let _t = self.calls.time("ll_write");
         // SAFETY: `f` an open handle; `data` readable for its length.
-        let n = check(unsafe { (self.api.ceph_ll_write)(self.cm, f, off as i64, data.len() as u64, data.as_ptr().cast()) })?;
+        let n = check(unsafe {
+            (self.api.ceph_ll_write)(
+                self.cm,
+                f,
+                off as i64,
+                data.len() as u64,
+                data.as_ptr().cast(),
+            )
+        })?;
         Ok(n as usize)
     }
 
@@ -481,6 +558,16 @@ impl FileSystem for CephFs {
                 // SAFETY: the descriptor this handle's flock locks went
                 // through; closing it drops them, as a last close does.
                 unsafe { (self.api.ceph_close)(self.cm, fd) };
+            }
+            if o.written {
+                // Close-to-open: what was written through this handle is
+                // at the OSDs before the close returns. The client would
+                // otherwise keep it dirty for up to
+                // client_oc_max_dirty_age (5 s), and another client's
+                // open would wait that long for the cap it holds.
+                let _t = self.calls.time("ll_fsync");
+                // SAFETY: an open handle.
+                unsafe { (self.api.ceph_ll_fsync)(self.cm, o.fh, 1) };
             }
             // SAFETY: an open handle, not used again.
             unsafe { (self.api.ceph_ll_close)(self.cm, o.fh) };
@@ -494,7 +581,19 @@ impl FileSystem for CephFs {
         let mut stx = Statx::default();
         let _t = self.calls.time("ll_mkdir");
         // SAFETY: as for create.
-        let r = unsafe { (self.api.ceph_ll_mkdir)(self.cm, p, c.as_ptr(), (mode & 0o7777) as libc::mode_t, &mut out, &mut stx, ffi::STATX_WANT, 0, self.perm_for(owner)) };
+        let r = unsafe {
+            (self.api.ceph_ll_mkdir)(
+                self.cm,
+                p,
+                c.as_ptr(),
+                (mode & 0o7777) as libc::mode_t,
+                &mut out,
+                &mut stx,
+                ffi::STATX_WANT,
+                0,
+                self.perm_for(owner),
+            )
+        };
         self.made(r, out, &stx)
     }
 
@@ -505,18 +604,50 @@ impl FileSystem for CephFs {
         let mut stx = Statx::default();
         let _t = self.calls.time("ll_symlink");
         // SAFETY: as for create.
-        let r = unsafe { (self.api.ceph_ll_symlink)(self.cm, p, c.as_ptr(), t.as_ptr(), &mut out, &mut stx, ffi::STATX_WANT, 0, self.perm_for(owner)) };
+        let r = unsafe {
+            (self.api.ceph_ll_symlink)(
+                self.cm,
+                p,
+                c.as_ptr(),
+                t.as_ptr(),
+                &mut out,
+                &mut stx,
+                ffi::STATX_WANT,
+                0,
+                self.perm_for(owner),
+            )
+        };
         self.made(r, out, &stx)
     }
 
-    fn mknod(&self, parent: NodeId, name: &[u8], mode: u32, rdev: u64, owner: Owner) -> Result<Entry> {
+    fn mknod(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        owner: Owner,
+    ) -> Result<Entry> {
         let p = self.node(parent)?;
         let c = cname(name)?;
         let mut out = std::ptr::null_mut();
         let mut stx = Statx::default();
         let _t = self.calls.time("ll_mknod");
         // SAFETY: as for create.
-        let r = unsafe { (self.api.ceph_ll_mknod)(self.cm, p, c.as_ptr(), mode as libc::mode_t, rdev, &mut out, &mut stx, ffi::STATX_WANT, 0, self.perm_for(owner)) };
+        let r = unsafe {
+            (self.api.ceph_ll_mknod)(
+                self.cm,
+                p,
+                c.as_ptr(),
+                mode as libc::mode_t,
+                rdev,
+                &mut out,
+                &mut stx,
+                ffi::STATX_WANT,
+                0,
+                self.perm_for(owner),
+            )
+        };
         self.made(r, out, &stx)
     }
 
@@ -551,7 +682,14 @@ impl FileSystem for CephFs {
         check(unsafe { (self.api.ceph_ll_rmdir)(self.cm, p, c.as_ptr(), self.perm) }).map(drop)
     }
 
-    fn rename(&self, parent: NodeId, name: &[u8], newparent: NodeId, newname: &[u8], flags: u32) -> Result<()> {
+    fn rename(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        newparent: NodeId,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<()> {
         if flags != 0 {
             // libcephfs 16.2's rename has no flags: Linux's answer for a
             // file system without them.
@@ -561,7 +699,10 @@ impl FileSystem for CephFs {
         let (c, nc) = (cname(name)?, cname(newname)?);
         let _t = self.calls.time("ll_rename");
         // SAFETY: both held.
-        check(unsafe { (self.api.ceph_ll_rename)(self.cm, p, c.as_ptr(), np, nc.as_ptr(), self.perm) }).map(drop)
+        check(unsafe {
+            (self.api.ceph_ll_rename)(self.cm, p, c.as_ptr(), np, nc.as_ptr(), self.perm)
+        })
+        .map(drop)
     }
 
     fn readdir(&self, node: NodeId) -> Result<Vec<DirEntry>> {
@@ -637,7 +778,9 @@ impl CephFs {
     ) -> Result<()> {
         let i = self.node(node)?;
         let mut dir = std::ptr::null_mut();
-        let _t = self.calls.time(if plus { "readdirplus" } else { "readdir" });
+        let _t = self
+            .calls
+            .time(if plus { "readdirplus" } else { "readdir" });
         // SAFETY: `i` held; `dir` written on success.
         check(unsafe { (self.api.ceph_ll_opendir)(self.cm, i, &mut dir, self.perm) })?;
         let r = (|| loop {
@@ -648,7 +791,15 @@ impl CephFs {
             // SAFETY: `dir` open; out-structures valid.
             let n = unsafe {
                 if plus {
-                    (self.api.ceph_readdirplus_r)(self.cm, dir, &mut de, &mut stx, ffi::STATX_WANT, libc::AT_SYMLINK_NOFOLLOW as u32, &mut out)
+                    (self.api.ceph_readdirplus_r)(
+                        self.cm,
+                        dir,
+                        &mut de,
+                        &mut stx,
+                        ffi::STATX_WANT,
+                        libc::AT_SYMLINK_NOFOLLOW as u32,
+                        &mut out,
+                    )
                 } else {
                     (self.api.ceph_readdir_r)(self.cm, dir, &mut de)
                 }

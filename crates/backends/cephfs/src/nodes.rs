@@ -107,6 +107,8 @@ impl Nodes {
 pub struct Open {
     pub fh: *mut Fh,
     pub flock_fd: Option<i32>,
+    /// Written through since opened: its data is flushed at the close.
+    pub written: bool,
 }
 
 /// The open files, by the handle number the vfs holds. Handle 0 is a
@@ -135,6 +137,7 @@ impl Files {
             Open {
                 fh,
                 flock_fd: None,
+                written: false,
             },
         );
         FileHandle(id)
@@ -144,6 +147,14 @@ impl Files {
     /// directory's).
     pub fn get(&self, fh: FileHandle) -> Result<*mut Fh> {
         self.map.lock().get(&fh.0).map(|o| o.fh).ok_or(Errno::EBADF)
+    }
+
+    /// libcephfs's handle for `fh`, marked written.
+    pub fn get_written(&self, fh: FileHandle) -> Result<*mut Fh> {
+        let mut map = self.map.lock();
+        let o = map.get_mut(&fh.0).ok_or(Errno::EBADF)?;
+        o.written = true;
+        Ok(o.fh)
     }
 
     pub fn take(&self, fh: FileHandle) -> Option<Open> {
