@@ -542,7 +542,7 @@ mod tests {
     #[test]
     fn options_are_routed_by_name() {
         let o = SourceOptions::parse(
-            "cache=coherent,msize=65536,aname=/srv,fids=64,host_fds=8,secret_file=/k,negtimeout=0,fastpath=0,dir_readahead=4,watch_queue=unlimited,host_behind=1,reconnect=5",
+            "cache=coherent,msize=65536,aname=/srv,fids=64,host_fds=8,secret_file=/k,negtimeout=0,fastpath=0,dir_readahead=4,watch_queue=unlimited,host_behind=1,reconnect=5,ceph_conf=/c,ceph_id=walkfs,ceph_fs=fs2,ceph_set=client_oc:false,ceph_set=debug_client:0",
         )
         .unwrap();
         assert_eq!(o.vfs.cache, CachePolicy::Coherent);
@@ -560,8 +560,24 @@ mod tests {
                 host_behind: true,
                 host_noatime: false,
                 reconnect_secs: 5,
+                ceph_conf: Some("/c".into()),
+                ceph_id: Some("walkfs".into()),
+                ceph_fs: Some("fs2".into()),
+                ceph_set: vec![
+                    ("client_oc".into(), "false".into()),
+                    ("debug_client".into(), "0".into())
+                ],
             }
         );
+        assert!(SourceOptions::parse("ceph_set=novalue").is_err());
+        assert!(SourceOptions::parse("ceph_conf=").is_err());
+        assert_eq!(Source::parse("ceph:").unwrap(), Source::Ceph(String::new()));
+        assert_eq!(
+            Source::parse("ceph:/a/b").unwrap(),
+            Source::Ceph("/a/b".into())
+        );
+        assert_eq!(Source::parse("ceph:a"), Err(Errno::EINVAL));
+        assert_eq!(Source::Ceph("/a".into()).to_string(), "ceph:/a");
         assert_eq!(SourceOptions::default().backend.reconnect_secs, 60);
         assert!(SourceOptions::parse("reconnect=-1").is_err());
         assert!(SourceOptions::parse("watch_queue=some").is_err());
