@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pjdfstest (POSIX file-system conformance suite) through a walkfs FUSE mount.
 #
-#   bash scripts/pjdfstest.sh [-o MOUNT_OPTS] [--via-9p | --serve[=DELAY_US] [--restart=S,...]] [--native] [FOLDER...]
+#   bash scripts/pjdfstest.sh [-o MOUNT_OPTS] [--via-9p | --serve[=DELAY_US] [--restart=S,...]] [--native]
+#                             [--ceph=CONF | --ceph-fuse=CONF] [FOLDER...]
 #
 # Builds pjdfstest from ../shared/tools/pjdfstest-*.tar.gz into
 # target/pjdfstest/ (once; skipped with exit 0 when the tarball is absent),
@@ -17,6 +18,9 @@
 # seconds after the tests start, for each S: the mount reconnects and the
 # tests must not notice. --native
 # runs the same on the plain host directory (the reference: ext4 fails 0).
+# --ceph=CONF mounts the CephFS of the cluster CONF describes
+# (`walkfs mount ceph: MNT -o ceph_conf=CONF`); --ceph-fuse=CONF mounts the
+# same file system with ceph-fuse instead (the anchor to compare with).
 # Exit status: 0 when no assertion failed, 1 otherwise.
 #
 # Environment: WALKFS (the binary; default target/release/walkfs, built with
@@ -29,7 +33,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
-opts="" native=0 via9p=() serve="" restarts="" folders=()
+opts="" native=0 via9p=() serve="" restarts="" folders=() ceph="" cephfuse=""
 while [ $# -gt 0 ]; do
     case "$1" in
         -o) [ $# -ge 2 ] || { usage >&2; exit 2; }; opts=$2; shift 2 ;;
@@ -39,6 +43,8 @@ while [ $# -gt 0 ]; do
         --serve) serve=0; shift ;;
         --serve=*) serve=${1#--serve=}; shift ;;
         --restart=*) restarts=${1#--restart=}; shift ;;
+        --ceph=*) ceph=${1#--ceph=}; shift ;;
+        --ceph-fuse=*) cephfuse=${1#--ceph-fuse=}; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; folders+=("$@"); break ;;
         -*) echo "pjdfstest.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
@@ -110,8 +116,11 @@ mapfile -t expected < <(find "${targets[@]}" -name '*.t' -type f | sort -u)
 # --- the file system under test
 if [ $native = 1 ]; then
     label=native
+elif [ -n "$cephfuse" ]; then
+    label=ceph-fuse
+    command -v ceph-fuse >/dev/null || { echo "pjdfstest: ceph-fuse not installed (bash scripts/ceph-up.sh installs it)" >&2; exit 2; }
 else
-    label=walkfs${via9p:+-9p}${serve:+-serve$serve}${restarts:+-restart}${opts:+-$(printf %s "$opts" | tr -c 'A-Za-z0-9=_.\n-' _)}
+    label=walkfs${ceph:+-ceph}${via9p:+-9p}${serve:+-serve$serve}${restarts:+-restart}${opts:+-$(printf %s "$opts" | tr -c 'A-Za-z0-9=_.\n-' _)}
     if [ -z "${WALKFS:-}" ] && [ ! -x "$repo/target/release/walkfs" ]; then
         cargo build --release -p walkfs-cli --quiet || exit 2
     fi
@@ -175,6 +184,13 @@ trap interrupted INT TERM HUP
 if [ $native = 1 ]; then
     top=$src
     echo "pjdfstest: native run on $src ($(df -PT "$src" | awk 'NR==2 {print $2}'))"
+elif [ -n "$cephfuse" ]; then
+    echo "pjdfstest: ceph-fuse -c $cephfuse $mnt"
+    ceph-fuse -c "$cephfuse" "$mnt" >"$run/ceph-fuse.log" 2>&1 || { echo "pjdfstest: ceph-fuse failed ($run/ceph-fuse.log)" >&2; exit 2; }
+    mounted=1
+    for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done
+    mountpoint -q "$mnt" || { echo "pjdfstest: $mnt is not a mount point" >&2; exit 2; }
+    top=$mnt
 else
     mopts=allow_other${opts:+,$opts}
     echo "pjdfstest: $walkfs (built $(date -u -r "$walkfs" '+%F %T UTC'))"
@@ -189,6 +205,10 @@ else
         [ -S "$sock" ] || { echo "pjdfstest: walkfs serve did not start ($run/serve.log)" >&2; exit 2; }
         from=unix:$sock
         echo "pjdfstest: walkfs serve $src --listen $from --reply-delay-us $serve"
+    fi
+    if [ -n "$ceph" ]; then
+        from=ceph:
+        mopts=$mopts,ceph_conf=$ceph
     fi
     echo "pjdfstest: walkfs mount $from $mnt -o $mopts"
     if ! "$walkfs" mount "${via9p[@]}" "$from" "$mnt" -o "$mopts"; then

@@ -397,6 +397,7 @@ pub fn open_source(source: &Source, opts: &SourceOptions, start: bool) -> Result
                 fs_name: b.ceph_fs.clone(),
                 root: dir.clone(),
                 options: b.ceph_set.clone(),
+                notify_pool: None,
             };
             let fs: Arc<dyn FileSystem> = Arc::new(walkfs_cephfs::CephFs::mount(&cfg)?);
             Vfs::new(fs, &opts.vfs)

@@ -48,6 +48,11 @@ impl caps::Listings for CephFs {
 #[derive(Default)]
 pub struct Hooks {
     sink: Mutex<Option<Arc<dyn ChangeSink>>>,
+    /// The change channel reports other clients' changes: libcephfs's
+    /// invalidations, which name no kind of change and come late (a
+    /// dentry's after the name moved on, seen by watchers as a second
+    /// delete), are then not passed on.
+    pub(crate) channel_watching: std::sync::atomic::AtomicBool,
 }
 
 impl Hooks {
@@ -65,6 +70,10 @@ impl Hooks {
         // SAFETY: `args` is read during the call; the handle outlives the
         // mount (see the type's comment).
         unsafe { (api.ceph_ll_register_callbacks)(cm, &mut args) };
+    }
+
+    pub(crate) fn report_changes(&self, changes: &[Change]) {
+        self.report(changes)
     }
 
     fn report(&self, changes: &[Change]) {
@@ -98,6 +107,11 @@ extern "C" fn ino_invalidated(handle: *mut c_void, ino: VInodeNo, _off: i64, _le
     }
     // SAFETY: the registered handle, called before unmount.
     let h = unsafe { hooks(handle) };
+    if h.channel_watching
+        .load(std::sync::atomic::Ordering::Acquire)
+    {
+        return;
+    }
     h.report(&[Change::Inode {
         node: NodeId(ino.ino),
         ino: ino.ino,
@@ -120,6 +134,11 @@ extern "C" fn dentry_invalidated(
     }
     // SAFETY: the registered handle, called before unmount.
     let h = unsafe { hooks(handle) };
+    if h.channel_watching
+        .load(std::sync::atomic::Ordering::Acquire)
+    {
+        return;
+    }
     // SAFETY: the library passes `len` readable bytes of the name.
     let name = unsafe { std::slice::from_raw_parts(name.cast::<u8>(), len) }.to_vec();
     h.report(&[Change::Entry {
@@ -145,10 +164,24 @@ impl caps::Watch for CephFs {
     fn start(&self) -> Result<()> {
         // Other clients' changes reach no callback (libcephfs invalidates
         // only cached file data, and dentries under leases it rarely
-        // holds): until a channel reports them, every cached answer is
-        // checked with the client, which answers from what its caps keep
-        // current and asks the MDS otherwise.
-        self.hooks.report(&[Change::Degraded]);
+        // holds): walkfs clients report theirs over the channel, and the
+        // tree's rctime is polled for everyone else. Without the channel
+        // every cached answer is checked with the client, which answers
+        // from what its caps keep current and asks the MDS otherwise.
+        let watching = match &self.channel {
+            Some(ch) => ch
+                .watch(self.rctime_reader())
+                .map_err(|e| tracing::warn!("cephfs: {e}"))
+                .is_ok(),
+            None => false,
+        };
+        if watching {
+            self.hooks
+                .channel_watching
+                .store(true, std::sync::atomic::Ordering::Release);
+        } else {
+            self.hooks.report(&[Change::Degraded]);
+        }
         Ok(())
     }
 }
@@ -320,8 +353,9 @@ impl caps::Xattrs for CephFs {
                 flags,
                 self.perm,
             )
-        })
-        .map(drop)
+        })?;
+        self.tell_inode(node, What::Attrib);
+        Ok(())
     }
 
     fn removexattr(&self, node: NodeId, name: &[u8]) -> Result<()> {
@@ -329,8 +363,9 @@ impl caps::Xattrs for CephFs {
         let c = cname(name)?;
         let _t = self.calls.time("ll_removexattr");
         // SAFETY: `i` held.
-        check(unsafe { (self.api.ceph_ll_removexattr)(self.cm, i, c.as_ptr(), self.perm) })
-            .map(drop)
+        check(unsafe { (self.api.ceph_ll_removexattr)(self.cm, i, c.as_ptr(), self.perm) })?;
+        self.tell_inode(node, What::Attrib);
+        Ok(())
     }
 }
 

@@ -130,18 +130,18 @@ pub struct CallbackArgs {
 }
 
 macro_rules! api {
-    ($( fn $name:ident ( $($arg:ty),* ) $(-> $ret:ty)? ; )*) => {
+    ($api:ident; $( fn $name:ident ( $($arg:ty),* ) $(-> $ret:ty)? ; )*) => {
         /// The functions walkfs calls, resolved once from the loaded
-        /// library: a missing one fails the load (a libcephfs too old).
+        /// library: a missing one fails the load (a library too old).
         #[allow(non_snake_case)]
-        pub struct Api {
+        pub struct $api {
             $( pub $name: unsafe extern "C" fn($($arg),*) $(-> $ret)?, )*
             _lib: Library,
         }
 
-        impl Api {
-            fn resolve(lib: Library) -> Result<Api, String> {
-                Ok(Api {
+        impl $api {
+            fn resolve(lib: Library) -> Result<$api, String> {
+                Ok($api {
                     // SAFETY: each symbol is the libcephfs function of that
                     // name, whose C prototype is the signature declared
                     // here (checked against the headers by tests/layout.rs
@@ -158,6 +158,7 @@ type M = *mut MountInfo;
 type P = *const UserPerm;
 
 api! {
+    Api;
     fn ceph_create(*mut M, *const c_char) -> c_int;
     fn ceph_conf_read_file(M, *const c_char) -> c_int;
     fn ceph_conf_set(M, *const c_char, *const c_char) -> c_int;
@@ -205,6 +206,42 @@ api! {
     fn ceph_open(M, *const c_char, c_int, libc::mode_t) -> c_int;
     fn ceph_close(M, c_int) -> c_int;
     fn ceph_flock(M, c_int, c_int, u64) -> c_int;
+}
+
+/// librados's handles (`rados_t`, `rados_ioctx_t`), opaque.
+pub type Rados = *mut c_void;
+pub type IoCtx = *mut c_void;
+
+/// `rados_watchcb2_t`: a notify on a watched object.
+pub type WatchCb = extern "C" fn(
+    arg: *mut c_void,
+    notify_id: u64,
+    handle: u64,
+    notifier_id: u64,
+    data: *mut c_void,
+    data_len: usize,
+);
+/// `rados_watcherrcb_t`: the watch was lost (a notify may have been
+/// missed).
+pub type WatchErrCb = extern "C" fn(arg: *mut c_void, cookie: u64, err: c_int);
+
+api! {
+    RadosApi;
+    fn rados_create(*mut Rados, *const c_char) -> c_int;
+    fn rados_conf_read_file(Rados, *const c_char) -> c_int;
+    fn rados_conf_set(Rados, *const c_char, *const c_char) -> c_int;
+    fn rados_connect(Rados) -> c_int;
+    fn rados_shutdown(Rados);
+    fn rados_get_instance_id(Rados) -> u64;
+    fn rados_ioctx_create(Rados, *const c_char, *mut IoCtx) -> c_int;
+    fn rados_ioctx_destroy(IoCtx);
+    fn rados_write_full(IoCtx, *const c_char, *const c_char, usize) -> c_int;
+    fn rados_watch2(IoCtx, *const c_char, *mut u64, WatchCb, WatchErrCb, *mut c_void) -> c_int;
+    fn rados_unwatch2(IoCtx, u64) -> c_int;
+    fn rados_watch_flush(Rados) -> c_int;
+    fn rados_notify2(IoCtx, *const c_char, *const c_char, c_int, u64, *mut *mut c_char, *mut usize) -> c_int;
+    fn rados_notify_ack(IoCtx, *const c_char, u64, u64, *const c_char, c_int) -> c_int;
+    fn rados_buffer_free(*mut c_char);
 }
 
 /// A `dlopen`ed library, closed never: libcephfs starts threads that
@@ -268,4 +305,23 @@ pub fn api() -> Result<&'static Api, &'static str> {
     })
     .as_ref()
     .map_err(|e| e.as_str())
+}
+
+/// librados (`WALKFS_LIBRADOS` names another file): the channel that
+/// carries walkfs clients' change reports to each other.
+pub const RADOS_LIBRARY: &str = "librados.so.2";
+pub const RADOS_LIBRARY_ENV: &str = "WALKFS_LIBRADOS";
+
+static RADOS: std::sync::OnceLock<Result<RadosApi, String>> = std::sync::OnceLock::new();
+
+pub fn rados() -> Result<&'static RadosApi, &'static str> {
+    RADOS
+        .get_or_init(|| {
+            let name = std::env::var(RADOS_LIBRARY_ENV).unwrap_or_else(|_| RADOS_LIBRARY.into());
+            let c =
+                std::ffi::CString::new(name.clone()).map_err(|_| format!("{name}: bad name"))?;
+            RadosApi::resolve(Library::open(&c)?)
+        })
+        .as_ref()
+        .map_err(|e| e.as_str())
 }

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use walkfs_fsapi::{
     caps, DirEntry, Entry, Errno, FileHandle, FileSystem, FileType, Names, NodeId, OpenFlags,
-    Owner, Result, SetAttr, StatFs, TimeSet, Timespec,
+    Owner, Result, SetAttr, StatFs, TimeSet, Timespec, What,
 };
 
 mod calls;
@@ -45,6 +45,7 @@ mod capsimpl;
 pub mod ffi;
 mod live;
 mod nodes;
+pub mod notify;
 
 use calls::Calls;
 use ffi::{Api, Inode, MountInfo, Statx, UserPerm};
@@ -67,6 +68,9 @@ pub struct Config {
     /// Further client options, `ceph_conf_set` name and value (e.g.
     /// `client_cache_size`).
     pub options: Vec<(String, String)>,
+    /// The pool of the object walkfs clients report changes through
+    /// ([`notify`]); `None`: the root's data pool.
+    pub notify_pool: Option<String>,
 }
 
 /// A mounted CephFS.
@@ -85,6 +89,11 @@ pub struct CephFs {
     pub(crate) names: Mutex<Option<Arc<dyn Names>>>,
     /// What the callbacks reach (boxed: its address is their handle).
     pub(crate) hooks: Box<capsimpl::Hooks>,
+    /// The change reports to and from other walkfs clients; `None` when
+    /// RADOS could not be reached (then the vfs revalidates).
+    pub(crate) channel: Option<Arc<notify::Channel>>,
+    conf: Option<CString>,
+    id: Option<CString>,
 }
 
 // SAFETY: the mount handle and perms are libcephfs objects the library
@@ -170,6 +179,9 @@ impl CephFs {
             calls: Calls::default(),
             names: Mutex::new(None),
             hooks: Box::default(),
+            channel: None,
+            conf: None,
+            id: id.clone(),
         };
         // On an error from here `fs` is dropped, which releases `cm`.
         fs.start(cfg)
@@ -182,6 +194,7 @@ impl CephFs {
             Some(p) => Some(cname(p.as_os_str().as_encoded_bytes())?),
             None => None,
         };
+        self.conf = conf.clone();
         // SAFETY: `cm` is a created mount; the path is NUL-terminated or
         // null (the default search path).
         let r = unsafe {
@@ -244,7 +257,122 @@ impl CephFs {
         self.root = NodeId(stx.stx_ino);
         self.nodes.add(stx.stx_ino, rin);
         tracing::info!("cephfs: mounted {root} (root inode {:#x})", stx.stx_ino);
+        self.channel = self.open_channel(cfg.notify_pool.as_deref());
         Ok(self)
+    }
+
+    /// The change channel, publishing; `None` (with a warning) when it
+    /// cannot be had.
+    fn open_channel(&self, pool: Option<&str>) -> Option<Arc<notify::Channel>> {
+        let pool = match pool {
+            Some(p) => p.to_string(),
+            None => {
+                let v = caps::Xattrs::getxattr(self, self.root, b"ceph.dir.layout.pool").ok()?;
+                String::from_utf8_lossy(&v)
+                    .trim_end_matches('\0')
+                    .to_string()
+            }
+        };
+        let hooks: *const capsimpl::Hooks = &*self.hooks;
+        match notify::Channel::open(
+            self.conf.as_ref(),
+            self.id.as_ref(),
+            &pool,
+            self.root.0,
+            hooks,
+        )
+        .and_then(|ch| ch.start_publishing().map(|()| ch))
+        {
+            Ok(ch) => {
+                live::add_channel(&ch);
+                Some(ch)
+            }
+            Err(e) => {
+                tracing::warn!("cephfs: no change reports between clients ({e}): other clients' changes are found by revalidating");
+                None
+            }
+        }
+    }
+
+    /// Tell other walkfs clients of a change.
+    pub(crate) fn tell(&self, rec: notify::Rec) {
+        if let Some(ch) = &self.channel {
+            ch.publish(rec);
+        }
+    }
+
+    pub(crate) fn tell_entry(
+        &self,
+        dir: NodeId,
+        name: &[u8],
+        what: walkfs_fsapi::What,
+        is_dir: bool,
+        cookie: u32,
+    ) {
+        self.tell(notify::Rec::Entry {
+            dir: dir.0,
+            name: name.to_vec(),
+            what,
+            is_dir,
+            cookie,
+        });
+    }
+
+    /// Tell of a change of `node`'s data or attributes, with where it is
+    /// seen when the vfs's names know.
+    pub(crate) fn tell_inode(&self, node: NodeId, what: walkfs_fsapi::What) {
+        if self.channel.is_none() {
+            return;
+        }
+        let at = self
+            .names
+            .lock()
+            .clone()
+            .and_then(|n| n.path_of(node))
+            .and_then(|chain| {
+                let (_, name) = chain.first()?;
+                let dir = chain.get(1).map_or(self.root, |(d, _)| *d);
+                Some((dir.0, name.to_vec()))
+            });
+        self.tell(notify::Rec::Inode {
+            ino: node.0,
+            what,
+            at,
+        });
+    }
+
+    /// The tree's recursive ctime, read for the channel's poll.
+    fn rctime_reader(&self) -> Box<dyn Fn() -> Option<i64> + Send> {
+        let (api, cm, perm) = (self.api, self.cm as usize, self.perm as usize);
+        let Ok(root) = self.nodes.get(self.root) else {
+            return Box::new(|| None);
+        };
+        let root = root as usize;
+        Box::new(move || {
+            let mut buf = [0u8; 64];
+            let name = c"ceph.dir.rctime";
+            // SAFETY: the mount and its root inode (held for the mount's
+            // life) outlive the channel's threads, which `shut` joins
+            // before the unmount.
+            let n = unsafe {
+                (api.ceph_ll_getxattr)(
+                    cm as *mut MountInfo,
+                    root as *mut Inode,
+                    name.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    perm as *const UserPerm,
+                )
+            };
+            if n <= 0 {
+                return None;
+            }
+            let s = std::str::from_utf8(&buf[..n as usize])
+                .ok()?
+                .trim_end_matches('\0');
+            let (sec, nsec) = s.split_once('.').unwrap_or((s, "0"));
+            Some(sec.parse::<i64>().ok()? * 1_000_000_000 + nsec.parse::<i64>().ok()?)
+        })
     }
 
     /// The `UserPerm` new nodes of `owner` are made with.
@@ -321,6 +449,9 @@ impl CephFs {
 impl Drop for CephFs {
     fn drop(&mut self) {
         let api = self.api;
+        if let Some(ch) = self.channel.take() {
+            ch.shut();
+        }
         let was_live = live::remove(self.cm);
         if !was_live && self.root != NodeId(0) {
             // Mounted, and unmounted already: the process is exiting.
@@ -447,6 +578,14 @@ impl FileSystem for CephFs {
             let _t = self.calls.time("ll_setattr");
             // SAFETY: `i` held; `stx` filled for the bits in `mask`.
             check(unsafe { (self.api.ceph_ll_setattr)(self.cm, i, &mut stx, mask, self.perm) })?;
+            self.tell_inode(
+                node,
+                if set.size.is_some() {
+                    What::Modified
+                } else {
+                    What::Attrib
+                },
+            );
         }
         self.getattr(node)
     }
@@ -516,6 +655,7 @@ impl FileSystem for CephFs {
             )
         };
         let e = self.made(r, out, &stx)?;
+        self.tell_entry(parent, name, What::Created, false, 0);
         Ok((e, self.files.add(fh)))
     }
 
@@ -551,7 +691,7 @@ impl FileSystem for CephFs {
         Ok(n as usize)
     }
 
-    fn release(&self, _node: NodeId, fh: FileHandle) {
+    fn release(&self, node: NodeId, fh: FileHandle) {
         if let Some(o) = self.files.take(fh) {
             let _t = self.calls.time("ll_close");
             if let Some(fd) = o.flock_fd {
@@ -568,6 +708,7 @@ impl FileSystem for CephFs {
                 let _t = self.calls.time("ll_fsync");
                 // SAFETY: an open handle.
                 unsafe { (self.api.ceph_ll_fsync)(self.cm, o.fh, 1) };
+                self.tell_inode(node, What::Modified);
             }
             // SAFETY: an open handle, not used again.
             unsafe { (self.api.ceph_ll_close)(self.cm, o.fh) };
@@ -594,7 +735,9 @@ impl FileSystem for CephFs {
                 self.perm_for(owner),
             )
         };
-        self.made(r, out, &stx)
+        let e = self.made(r, out, &stx)?;
+        self.tell_entry(parent, name, What::Created, true, 0);
+        Ok(e)
     }
 
     fn symlink(&self, parent: NodeId, name: &[u8], target: &[u8], owner: Owner) -> Result<Entry> {
@@ -617,7 +760,9 @@ impl FileSystem for CephFs {
                 self.perm_for(owner),
             )
         };
-        self.made(r, out, &stx)
+        let e = self.made(r, out, &stx)?;
+        self.tell_entry(parent, name, What::Created, false, 0);
+        Ok(e)
     }
 
     fn mknod(
@@ -648,7 +793,9 @@ impl FileSystem for CephFs {
                 self.perm_for(owner),
             )
         };
-        self.made(r, out, &stx)
+        let e = self.made(r, out, &stx)?;
+        self.tell_entry(parent, name, What::Created, false, 0);
+        Ok(e)
     }
 
     fn link(&self, node: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {
@@ -662,6 +809,7 @@ impl FileSystem for CephFs {
         // The node is held (the vfs names it): one lookup more, no new
         // reference.
         self.nodes.again(node)?;
+        self.tell_entry(newparent, newname, What::Created, false, 0);
         let attr = self.getattr(node)?;
         Ok(Entry { node, attr })
     }
@@ -671,7 +819,9 @@ impl FileSystem for CephFs {
         let c = cname(name)?;
         let _t = self.calls.time("ll_unlink");
         // SAFETY: `p` held.
-        check(unsafe { (self.api.ceph_ll_unlink)(self.cm, p, c.as_ptr(), self.perm) }).map(drop)
+        check(unsafe { (self.api.ceph_ll_unlink)(self.cm, p, c.as_ptr(), self.perm) })?;
+        self.tell_entry(parent, name, What::Deleted, false, 0);
+        Ok(())
     }
 
     fn rmdir(&self, parent: NodeId, name: &[u8]) -> Result<()> {
@@ -679,7 +829,9 @@ impl FileSystem for CephFs {
         let c = cname(name)?;
         let _t = self.calls.time("ll_rmdir");
         // SAFETY: `p` held.
-        check(unsafe { (self.api.ceph_ll_rmdir)(self.cm, p, c.as_ptr(), self.perm) }).map(drop)
+        check(unsafe { (self.api.ceph_ll_rmdir)(self.cm, p, c.as_ptr(), self.perm) })?;
+        self.tell_entry(parent, name, What::Deleted, true, 0);
+        Ok(())
     }
 
     fn rename(
@@ -701,8 +853,13 @@ impl FileSystem for CephFs {
         // SAFETY: both held.
         check(unsafe {
             (self.api.ceph_ll_rename)(self.cm, p, c.as_ptr(), np, nc.as_ptr(), self.perm)
-        })
-        .map(drop)
+        })?;
+        if let Some(ch) = &self.channel {
+            let cookie = ch.rename_cookie();
+            self.tell_entry(parent, name, What::MovedFrom, false, cookie);
+            self.tell_entry(newparent, newname, What::MovedTo, false, cookie);
+        }
+        Ok(())
     }
 
     fn readdir(&self, node: NodeId) -> Result<Vec<DirEntry>> {

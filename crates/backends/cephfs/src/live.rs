@@ -11,12 +11,21 @@ use std::sync::Once;
 use parking_lot::Mutex;
 
 use crate::ffi::{self, MountInfo};
+use crate::notify::Channel;
 
 /// The mounts up, as addresses (a raw pointer is not `Send`).
 static LIVE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 static HOOK: Once = Once::new();
+/// Their change channels: a watch left behind would hold every other
+/// client's notifies until the OSD times it out (30 s).
+static CHANNELS: Mutex<Vec<std::sync::Weak<Channel>>> = Mutex::new(Vec::new());
 
 extern "C" fn unmount_all() {
+    for ch in std::mem::take(&mut *CHANNELS.lock()) {
+        if let Some(ch) = ch.upgrade() {
+            ch.shut();
+        }
+    }
     let Ok(api) = ffi::api() else { return };
     for cm in std::mem::take(&mut *LIVE.lock()) {
         // SAFETY: a mount registered by `add` and not released (`remove`
@@ -24,6 +33,10 @@ extern "C" fn unmount_all() {
         // cleanly; the process is exiting, so nothing uses it after.
         unsafe { (api.ceph_unmount)(cm as *mut MountInfo) };
     }
+}
+
+pub(crate) fn add_channel(ch: &std::sync::Arc<Channel>) {
+    CHANNELS.lock().push(std::sync::Arc::downgrade(ch));
 }
 
 pub(crate) fn add(cm: *mut MountInfo) {
