@@ -53,7 +53,7 @@ if [ -f "$conf" ] && [ -f "$D/run/mon.a.pid" ] && kill -0 "$(cat "$D/run/mon.a.p
 fi
 
 need=()
-for p in ceph-mon ceph-osd ceph-mds ceph-common libcephfs2 libcephfs-dev ceph-fuse uuid-runtime; do
+for p in ceph-mon ceph-osd ceph-mds ceph-mgr ceph-common libcephfs2 libcephfs-dev ceph-fuse uuid-runtime; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -64,7 +64,7 @@ fi
 start=$(date +%s)
 stop_all
 rm -rf "$D"
-mkdir -p "$D"/{run,log,crash,mon.a,osd.0,mds.a}
+mkdir -p "$D"/{run,log,crash,mon.a,osd.0,mds.a,mgr.x}
 fsid=$(uuidgen)
 # Ports of our own, so that a cluster already on this machine is left be.
 p2=${CEPH_UP_PORT:-46300}
@@ -96,6 +96,7 @@ keyring = $D/keyring
 mon data = $D/mon.\$id
 osd data = $D/osd.\$id
 mds data = $D/mds.\$id
+mgr data = $D/mgr.\$id
 [osd]
 osd objectstore = memstore
 memstore device bytes = 2147483648
@@ -144,9 +145,13 @@ done
 ceph fs new cephfs cephfs_metadata cephfs_data >/dev/null 2>&1
 ceph-mds -c "$conf" -i a >>"$D/log/start.log" 2>&1
 wait_for "the MDS" sh -c "ceph -c '$conf' mds stat | grep -q 'up:active'"
+# A manager: the pools' usage reaches the monitors (and so statfs, df and
+# every client's free-space check) only through it.
+ceph-mgr -c "$conf" -i x >>"$D/log/start.log" 2>&1
+wait_for "the manager" sh -c "ceph -c '$conf' mgr stat | grep -q '\"available\": true'"
 
 rss=0
-for name in mon.a osd.0 mds.a; do
+for name in mon.a osd.0 mds.a mgr.x; do
     pid=$(cat "$D/run/$name.pid")
     kb=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
     rss=$((rss + kb))

@@ -32,6 +32,19 @@ if ! command -v cargo >/dev/null; then
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
+echo "== a one-machine Ceph cluster for the CephFS tests (scripts/ceph-up.sh; stopped at the end if started here)"
+ceph_dir=${WALKFS_CEPH_DIR:-/var/tmp/walkfs-ceph}
+ceph_started=1
+if [ -f "$ceph_dir/run/mon.a.pid" ] && kill -0 "$(cat "$ceph_dir/run/mon.a.pid")" 2>/dev/null; then
+    ceph_started=0
+fi
+bash scripts/ceph-up.sh "$ceph_dir"
+export WALKFS_CEPH_CONF=$ceph_dir/ceph.conf
+stop_ceph() {
+    if [ "$ceph_started" = 1 ]; then bash scripts/ceph-up.sh --down "$ceph_dir" >/dev/null || true; fi
+}
+trap stop_ceph EXIT
+
 echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
@@ -58,6 +71,10 @@ echo "== xfstests through the default mount: a subset of generic/quick that must
 # installed); skips with a message when that is absent (under CI: fails).
 bash scripts/xfstests.sh
 
+echo "== CephFS through walkfs mount ceph: pjdfstest (no failure ceph-fuse does not also have) and the xfstests subset"
+bash scripts/pjdfstest.sh --ceph="$WALKFS_CEPH_CONF" chmod chown link mkdir mkfifo mknod open rmdir symlink truncate unlink
+bash scripts/xfstests.sh --ceph "$WALKFS_CEPH_CONF"
+
 echo "== FUSE over io_uring: the FUSE mount tests and a pjdfstest subset, the kernel's enable_uring on for them"
 # Off by default in the kernel, so without this the ring is never used by
 # a test. Turned on for this step only and put back as it was, whatever
@@ -67,7 +84,7 @@ uring_param=/sys/module/fuse/parameters/enable_uring
 modprobe fuse 2>/dev/null || true
 if [ -w "$uring_param" ]; then
     uring_was=$(cat "$uring_param")
-    trap 'echo "$uring_was" > "$uring_param"' EXIT
+    trap 'echo "$uring_was" > "$uring_param"; stop_ceph' EXIT
     echo Y >"$uring_param"
     (
         export WALKFS_FUSE_TRANSPORT=uring
@@ -78,7 +95,7 @@ if [ -w "$uring_param" ]; then
         bash scripts/pjdfstest.sh -o transport=uring rename chmod
     )
     echo "$uring_was" >"$uring_param"
-    trap - EXIT
+    trap stop_ceph EXIT
 elif [ -n "${CI:-}${WALKFS_REQUIRE_ALL:-}" ]; then
     echo "test.sh: $uring_param is missing or not writable: this kernel has no FUSE over io_uring (6.14+)" >&2
     exit 1

@@ -2,14 +2,16 @@
 # xfstests (fstests) through a walkfs mount, as every Linux file system is
 # held to it.
 #
-#   bash scripts/xfstests.sh [-o OPTS] [--serve | --native] [TEST...]
+#   bash scripts/xfstests.sh [-o OPTS] [--serve | --native | --ceph CONF] [TEST...]
 #
 # TEST: tests or groups as ./check takes them (generic/001, -g quick);
 # default: the short subset CI runs (XFSTESTS_SUBSET below). -o: the
 # mount's options (default: none, the default mount). --serve: mount a
 # separate `walkfs serve` of the directories rather than the directories
 # themselves. --native: no walkfs at all, the same tests on ext4 itself
-# (two loop devices), the anchor a walkfs run is read beside.
+# (two loop devices), the anchor a walkfs run is read beside. --ceph CONF:
+# the test and scratch file systems are two directories of the CephFS of
+# the cluster CONF describes (scripts/ceph-up.sh), mounted `ceph:/DIR`.
 #
 # Builds xfstests from ../shared/tools/xfstests-*.tar.gz into
 # target/xfstests (installing its Debian build dependencies) and says it
@@ -25,12 +27,14 @@ root=$PWD
 opts=""
 serve=0
 native=0
+ceph=""
 tests=()
 while [ $# -gt 0 ]; do
     case "$1" in
     -o) opts="$2"; shift 2 ;;
     --serve) serve=1; shift ;;
     --native) native=1; shift ;;
+    --ceph) ceph="$2"; shift 2 ;;
     *) tests+=("$1"); shift ;;
     esac
 done
@@ -148,6 +152,17 @@ if [ "$serve" = 1 ]; then
     test_src=unix:$work/test.sock
     scratch_src=unix:$work/scratch.sock
 fi
+if [ -n "$ceph" ]; then
+    # Two fresh directories of the CephFS, made through a mount of its root.
+    mkdir -p "$work/cephroot"
+    "$walkfs" mount ceph: "$work/cephroot" -o "ceph_conf=$ceph"
+    rm -rf "$work/cephroot/xfstests-test" "$work/cephroot/xfstests-scratch"
+    mkdir "$work/cephroot/xfstests-test" "$work/cephroot/xfstests-scratch"
+    umount "$work/cephroot"
+    test_src=ceph:/xfstests-test
+    scratch_src=ceph:/xfstests-scratch
+    opts=ceph_conf=$ceph${opts:+,$opts}
+fi
 
 if [ "$native" = 1 ]; then
     cat >"$src/local.config" <<EOF
@@ -185,7 +200,7 @@ export PATH="$build/bin:$PATH"
 if [ "$native" = 1 ]; then
     echo "== xfstests on ext4 itself (loop devices), the anchor: ${tests[*]}"
 else
-    echo "== xfstests through walkfs (${opts:-default options}$([ "$serve" = 1 ] && echo ', a separate walkfs serve')): ${tests[*]}"
+    echo "== xfstests through walkfs (${opts:-default options}$([ "$serve" = 1 ] && echo ', a separate walkfs serve')$([ -n "$ceph" ] && echo ', over CephFS')): ${tests[*]}"
 fi
 cd "$src"
 set +e
