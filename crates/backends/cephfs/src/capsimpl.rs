@@ -397,3 +397,69 @@ impl caps::Space for CephFs {
         }
     }
 }
+
+/// A file's id: its inode number (cluster-wide, stable) and birth time
+/// (which tells a reused number's new file from the old one).
+impl caps::Export for CephFs {
+    fn file_id(&self, node: NodeId) -> Result<Vec<u8>> {
+        let a = walkfs_fsapi::FileSystem::getattr(self, node)?;
+        let mut id = node.0.to_le_bytes().to_vec();
+        id.extend_from_slice(&a.btime.as_nanos().to_le_bytes());
+        Ok(id)
+    }
+
+    fn open_id(&self, id: &[u8]) -> Result<walkfs_fsapi::Entry> {
+        let (Ok(ino), Ok(born)) = (
+            id.get(..8).unwrap_or_default().try_into().map(u64::from_le_bytes),
+            id.get(8..16).unwrap_or_default().try_into().map(i64::from_le_bytes),
+        ) else {
+            return Err(Errno::ESTALE);
+        };
+        if id.len() != 16 {
+            return Err(Errno::ESTALE);
+        }
+        let mut inode = std::ptr::null_mut();
+        let _t = self.calls.time("ll_lookup_inode");
+        // SAFETY: `inode` written with a reference on success.
+        let r = unsafe { (self.api.ceph_ll_lookup_inode)(self.cm, ffi::InodeNo { val: ino }, &mut inode) };
+        if r < 0 {
+            return Err(Errno::ESTALE);
+        }
+        let mut stx = ffi::Statx::default();
+        // SAFETY: a referenced inode.
+        let r = unsafe { (self.api.ceph_ll_getattr)(self.cm, inode, &mut stx, ffi::STATX_WANT, libc::AT_SYMLINK_NOFOLLOW as u32, self.perm) };
+        if r < 0 || stx.stx_nlink == 0 || crate::attr_of(&stx).btime.as_nanos() != born {
+            self.put(inode);
+            return Err(Errno::ESTALE);
+        }
+        self.entry_listed(inode, &stx)
+    }
+
+    fn path_of(&self, node: NodeId) -> Result<Vec<Vec<u8>>> {
+        use walkfs_fsapi::FileSystem;
+        let mut names = Vec::new();
+        let mut at = node;
+        // Up through "..", each name found in its parent's listing.
+        while at != self.root {
+            if names.len() > 4096 {
+                return Err(Errno::ESTALE);
+            }
+            let parent = self.lookup(at, b"..").map_err(|_| Errno::ESTALE)?;
+            if parent.node == at {
+                // The file system's root, and `node` not under the mount's.
+                self.forget(at, 1);
+                return Err(Errno::ESTALE);
+            }
+            let found = self.readdir(parent.node).map(|v| v.into_iter().find(|e| e.ino == at.0));
+            let up = parent.node;
+            self.forget(up, 1);
+            match found {
+                Ok(Some(e)) => names.push(e.name),
+                _ => return Err(Errno::ESTALE),
+            }
+            at = up;
+        }
+        names.reverse();
+        Ok(names)
+    }
+}

@@ -921,6 +921,10 @@ impl FileSystem for CephFs {
     fn space(&self) -> Option<&dyn caps::Space> {
         Some(self)
     }
+
+    fn export(&self) -> Option<&dyn caps::Export> {
+        Some(self)
+    }
 }
 
 impl CephFs {
