@@ -104,6 +104,9 @@ osd crush initial weight = 1
 [mds]
 mds cache memory limit = 268435456
 [client]
+# No pid file: clients come and go (ceph-fuse would find the last one's
+# still locked while it exits).
+pid file =
 log file = $D/log/\$name.\$pid.log
 admin socket = $D/run/\$name.\$pid.asok
 client mount timeout = 30

@@ -283,3 +283,66 @@ print(run(), end="")
         "posix EAGAIN\nposix beside taken\nflock EAGAIN\nposix taken\nposix beside taken\nflock taken\n"
     );
 }
+
+/// One gateway per host: two `walkfs serve ceph:` processes (standing
+/// for two hosts), each with a client mount through the 9P stack (a VM's
+/// mount over vsock, here a unix socket). A change made through one
+/// gateway reaches the other gateway's client as an inotify event: the
+/// gateways report to each other over RADOS, and each tells its clients.
+#[test]
+fn two_gateways_carry_each_others_changes_to_their_clients() {
+    if !walkfs_testkit::need_fuse() || !walkfs_testkit::need_program("python3", "-V", "python3") {
+        return;
+    }
+    let Some(conf) = cluster() else { return };
+    let d = dirs();
+    let o = format!("ceph_conf={}", conf.display());
+    let (s1, s2) = (d.t.path().join("g1.sock"), d.t.path().join("g2.sock"));
+    let _g1 = common::serve_with(Path::new("ceph:"), &s1, &["-o", &o]);
+    let _g2 = common::serve_with(Path::new("ceph:"), &s2, &["-o", &o]);
+    let mnt2 = d.t.path().join("mnt2");
+    std::fs::create_dir(&mnt2).expect("mkdir");
+    let a = Mount::new(Path::new(&format!("unix:{}", s1.display())), &d.mnt, "");
+    let b = Mount::new(Path::new(&format!("unix:{}", s2.display())), &mnt2, "");
+    let da = fresh_dir(&a.mnt, "gateways");
+    let db = b.mnt.join(da.file_name().expect("name"));
+    common::wait_until("the directory through the other gateway", || db.is_dir());
+    let got = python(
+        r#"
+import ctypes, os, select, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = sys.argv[1], sys.argv[2]
+fd = libc.inotify_init1(os.O_NONBLOCK)
+assert libc.inotify_add_watch(fd, b.encode(), 0x100 | 0x200 | 0x2 | 0x40 | 0x80) >= 0
+def events(until):
+    seen = []
+    t = time.time()
+    while time.time() - t < 10 and until not in seen:
+        r, _, _ = select.select([fd], [], [], 0.5)
+        if not r:
+            continue
+        buf = os.read(fd, 65536)
+        i = 0
+        while i < len(buf):
+            wd, mask, cookie, ln = struct.unpack_from("iIII", buf, i)
+            name = buf[i + 16:i + 16 + ln].rstrip(b"\0").decode()
+            i += 16 + ln
+            kind = {0x100: "create", 0x200: "delete", 0x2: "modify", 0x40: "moved_from", 0x80: "moved_to"}.get(mask & 0x3c2, hex(mask))
+            seen.append(kind + " " + name)
+    return seen
+with open(os.path.join(a, "f"), "w") as f:
+    f.write("hello")
+print(events("modify f")[:2])
+os.rename(os.path.join(a, "f"), os.path.join(a, "g"))
+print(events("moved_to g"))
+os.unlink(os.path.join(a, "g"))
+print(events("delete g"))
+print(open(os.path.join(b, "..", os.path.basename(a), "..", os.path.basename(a), "..", os.path.basename(b))).name if False else sorted(os.listdir(b)))
+"#,
+        &[&da, &db],
+    );
+    assert_eq!(
+        got,
+        "['create f', 'modify f']\n['moved_from f', 'moved_to g']\n['delete g']\n[]\n"
+    );
+}

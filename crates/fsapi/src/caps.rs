@@ -108,6 +108,15 @@ pub trait Listings: Send + Sync {
         None
     }
 
+    /// Does [`list_ahead`](Listings::list_ahead) answer, for a backend
+    /// without [`Ordered`]? Such a backend carries every change out before
+    /// its call returns, so a listing asked after a change returned
+    /// reflects it, which is the order the vfs's read-ahead relies on. A
+    /// backend with `Ordered` need not say (its order is the promise).
+    fn lists_ahead(&self) -> bool {
+        false
+    }
+
     /// May a listing stand for every name of the directory until a change
     /// is reported (a miss then lists a small directory, and a name the
     /// listing lacks is denied without asking)? Yes for a share whose

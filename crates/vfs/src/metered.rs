@@ -410,6 +410,10 @@ impl caps::Listings for Metered {
         self.fs.listings()?.list_ahead(node)
     }
 
+    fn lists_ahead(&self) -> bool {
+        self.fs.listings().is_some_and(|l| l.lists_ahead())
+    }
+
     fn complete(&self) -> bool {
         self.fs.listings_complete()
     }

@@ -280,10 +280,11 @@ impl ReadAhead {
 /// The `no_ahead` bit of superblock `sb` when its backend `fs` never
 /// lists ahead (it does not keep its answers' order), else 0.
 pub(crate) fn never_ahead(fs: &dyn walkfs_fsapi::FileSystem, sb: usize) -> u64 {
-    match fs.ordered() {
-        Some(_) => 0,
-        None if sb < 64 => 1 << sb,
-        None => 0,
+    let ahead = fs.ordered().is_some() || fs.listings().is_some_and(|l| l.lists_ahead());
+    match ahead {
+        true => 0,
+        false if sb < 64 => 1 << sb,
+        false => 0,
     }
 }
 

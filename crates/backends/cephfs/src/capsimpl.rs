@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use walkfs_fsapi::{
-    caps, Change, ChangeSink, DirPlus, Errno, FileHandle, FileLock, How, LockFlavor, LockKind,
-    LockOwner, NodeId, Result, RpcStats, What, LOCK_EOF,
+    caps, Change, ChangeSink, DirPlus, Errno, FileHandle, FileLock, How, ListAhead, LockFlavor,
+    LockKind, LockOwner, NodeId, Result, RpcStats, What, LOCK_EOF,
 };
 
 use crate::ffi::{self, CallbackArgs, VInodeNo};
@@ -39,6 +39,72 @@ impl caps::Listings for CephFs {
                 Err(e)
             }
         })
+    }
+
+    /// A listing on a thread of its own: each costs the MDS a round trip,
+    /// and a tree walk's next directories overlap theirs. Calls into
+    /// libcephfs complete before they return, so a listing asked after a
+    /// change returned reflects it (what the vfs's read-ahead needs).
+    fn list_ahead(&self, node: NodeId) -> Option<Box<dyn ListAhead>> {
+        let me = SendPtr(self as *const CephFs);
+        let t = std::thread::Builder::new()
+            .name("cephfs-list".into())
+            .spawn(move || {
+                let me = me;
+                // SAFETY: the ticket joins this thread before it is
+                // dropped, and the vfs drops its tickets before the file
+                // system (it holds the file system while they exist).
+                let fs = unsafe { &*me.0 };
+                caps::Listings::readdir_plus(fs, node).map(|r| (r, SendPtr(me.0)))
+            })
+            .ok()?;
+        Some(Box::new(Ahead {
+            fs: self as *const CephFs,
+            thread: Some(t),
+        }))
+    }
+
+    fn lists_ahead(&self) -> bool {
+        true
+    }
+}
+
+/// A pointer moved to a listing thread.
+struct SendPtr(*const CephFs);
+// SAFETY: CephFs is Sync; the pointer is only dereferenced while the
+// ticket that joins the thread is alive.
+unsafe impl Send for SendPtr {}
+
+type Listed = Option<(Result<Vec<DirPlus>>, SendPtr)>;
+
+/// A listing on its way.
+struct Ahead {
+    fs: *const CephFs,
+    thread: Option<std::thread::JoinHandle<Listed>>,
+}
+
+// SAFETY: as for SendPtr.
+unsafe impl Send for Ahead {}
+
+impl ListAhead for Ahead {
+    fn wait(mut self: Box<Self>) -> Option<Result<Vec<DirPlus>>> {
+        let t = self.thread.take()?;
+        t.join().ok().flatten().map(|(r, _)| r)
+    }
+}
+
+impl Drop for Ahead {
+    /// Given up unused: the entries it counted as looked up are forgotten.
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            if let Ok(Some((Ok(list), _))) = t.join() {
+                // SAFETY: the file system outlives its tickets.
+                let fs = unsafe { &*self.fs };
+                for d in list {
+                    walkfs_fsapi::FileSystem::forget(fs, d.entry.node, 1);
+                }
+            }
+        }
     }
 }
 
@@ -410,8 +476,14 @@ impl caps::Export for CephFs {
 
     fn open_id(&self, id: &[u8]) -> Result<walkfs_fsapi::Entry> {
         let (Ok(ino), Ok(born)) = (
-            id.get(..8).unwrap_or_default().try_into().map(u64::from_le_bytes),
-            id.get(8..16).unwrap_or_default().try_into().map(i64::from_le_bytes),
+            id.get(..8)
+                .unwrap_or_default()
+                .try_into()
+                .map(u64::from_le_bytes),
+            id.get(8..16)
+                .unwrap_or_default()
+                .try_into()
+                .map(i64::from_le_bytes),
         ) else {
             return Err(Errno::ESTALE);
         };
@@ -421,13 +493,24 @@ impl caps::Export for CephFs {
         let mut inode = std::ptr::null_mut();
         let _t = self.calls.time("ll_lookup_inode");
         // SAFETY: `inode` written with a reference on success.
-        let r = unsafe { (self.api.ceph_ll_lookup_inode)(self.cm, ffi::InodeNo { val: ino }, &mut inode) };
+        let r = unsafe {
+            (self.api.ceph_ll_lookup_inode)(self.cm, ffi::InodeNo { val: ino }, &mut inode)
+        };
         if r < 0 {
             return Err(Errno::ESTALE);
         }
         let mut stx = ffi::Statx::default();
         // SAFETY: a referenced inode.
-        let r = unsafe { (self.api.ceph_ll_getattr)(self.cm, inode, &mut stx, ffi::STATX_WANT, libc::AT_SYMLINK_NOFOLLOW as u32, self.perm) };
+        let r = unsafe {
+            (self.api.ceph_ll_getattr)(
+                self.cm,
+                inode,
+                &mut stx,
+                ffi::STATX_WANT,
+                libc::AT_SYMLINK_NOFOLLOW as u32,
+                self.perm,
+            )
+        };
         if r < 0 || stx.stx_nlink == 0 || crate::attr_of(&stx).btime.as_nanos() != born {
             self.put(inode);
             return Err(Errno::ESTALE);
@@ -450,7 +533,9 @@ impl caps::Export for CephFs {
                 self.forget(at, 1);
                 return Err(Errno::ESTALE);
             }
-            let found = self.readdir(parent.node).map(|v| v.into_iter().find(|e| e.ino == at.0));
+            let found = self
+                .readdir(parent.node)
+                .map(|v| v.into_iter().find(|e| e.ino == at.0));
             let up = parent.node;
             self.forget(up, 1);
             match found {
