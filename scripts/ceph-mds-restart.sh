@@ -27,7 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for i in $(seq 10); do
+for i in $(seq 3); do
     git -C "$repo" archive --prefix="copy$i/" HEAD | tar x -C "$work/src"
 done
 tar cf "$work/tree.tar" -C "$work/src" .
@@ -83,6 +83,6 @@ else
 fi
 n=$(git -C "$top" ls-files | wc -l)
 [ "$n" = "$files" ] || { echo "ceph-mds-restart: git has $n files of $files" >&2; exit 1; }
-git -C "$top" fsck -q || { echo "ceph-mds-restart: git fsck failed" >&2; exit 1; }
+git -C "$top" fsck >/dev/null 2>&1 || { echo "ceph-mds-restart: git fsck failed" >&2; exit 1; }
 echo "ceph-mds-restart: git has all $n files, fsck clean"
 rm -rf "$top"

@@ -71,6 +71,10 @@ pub struct Config {
     /// The pool of the object walkfs clients report changes through
     /// ([`notify`]); `None`: the root's data pool.
     pub notify_pool: Option<String>,
+    /// Report changes to other walkfs clients and take theirs (the
+    /// default). Off: no channel, and the vfs revalidates every cached
+    /// answer with libcephfs (strict close-to-open, slower warm metadata).
+    pub no_reports: bool,
 }
 
 /// A mounted CephFS.
@@ -257,7 +261,9 @@ impl CephFs {
         self.root = NodeId(stx.stx_ino);
         self.nodes.add(stx.stx_ino, rin);
         tracing::info!("cephfs: mounted {root} (root inode {:#x})", stx.stx_ino);
-        self.channel = self.open_channel(cfg.notify_pool.as_deref());
+        if !cfg.no_reports {
+            self.channel = self.open_channel(cfg.notify_pool.as_deref());
+        }
         Ok(self)
     }
 

@@ -179,6 +179,18 @@ impl Serve {
         // Read before the sandbox: the state directory lies outside
         // the export, and checking the bindings opens files by handle.
         let inos = open_ino_state(export, state_dir.as_deref())?;
+        // libcephfs's messenger threads make calls the seccomp allow-list
+        // refuses (it aborts on the first): a CephFS export runs
+        // unconfined unless confinement is demanded (then it fails).
+        let sandbox = match (walkfs_source::Source::parse(&dir), sandbox) {
+            (Ok(walkfs_source::Source::Ceph(_)), walkfs_server::sandbox::Mode::Auto) => {
+                tracing::warn!(
+                    "sandbox: off for a CephFS export (libcephfs needs calls it refuses)"
+                );
+                walkfs_server::sandbox::Mode::Off
+            }
+            (_, m) => m,
+        };
         let done = walkfs_server::sandbox::enter(export.is_dir().then_some(export), sandbox)?;
         if !done.is_empty() {
             tracing::info!("sandbox: {}", done.join(", "));
