@@ -341,7 +341,10 @@ impl Channel {
     /// Queue `rec` for the next batch.
     pub fn publish(&self, rec: Rec) {
         self.queue.lock().push(rec);
-        self.wake.notify_one();
+        // All: the rctime poller sleeps on the same condition variable,
+        // and a wake-up it took would leave the batch until the next
+        // change (seen: a mkdir's report held back 10 s).
+        self.wake.notify_all();
     }
 
     /// A cookie pairing the two halves of a rename.
