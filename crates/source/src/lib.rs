@@ -586,10 +586,16 @@ mod tests {
                     ("client_oc".into(), "false".into()),
                     ("debug_client".into(), "0".into())
                 ],
-                ceph_reports: true,
+                ceph_reports: false,
             }
         );
         assert!(SourceOptions::parse("ceph_set=novalue").is_err());
+        assert!(
+            SourceOptions::parse("ceph_reports=1")
+                .unwrap()
+                .backend
+                .ceph_reports
+        );
         assert!(SourceOptions::parse("ceph_conf=").is_err());
         assert_eq!(Source::parse("ceph:").unwrap(), Source::Ceph(String::new()));
         assert_eq!(
