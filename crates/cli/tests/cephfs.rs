@@ -178,6 +178,35 @@ print(sorted(os.listdir(d)))
     );
 }
 
+/// Two mounts of the CephFS with `opts` (two daemons, two libcephfs
+/// sessions) and a fresh directory of this test's, as each sees it.
+/// Dropped in reverse: the mounts before the temporary directory.
+struct TwoMounts {
+    a_dir: PathBuf,
+    b_dir: PathBuf,
+    _b: Mount,
+    _a: Mount,
+    _d: common::Dirs,
+}
+
+fn two_mounts(conf: &Path, opts: &str, test: &str) -> TwoMounts {
+    let d = dirs();
+    let mnt2 = d.t.path().join("mnt2");
+    std::fs::create_dir(&mnt2).expect("mkdir");
+    let a = mount_ceph(conf, &d.mnt, opts);
+    let b = mount_ceph(conf, &mnt2, opts);
+    let a_dir = fresh_dir(&a.mnt, test);
+    let b_dir = b.mnt.join(a_dir.file_name().expect("name"));
+    common::wait_until("the directory on the other mount", || b_dir.is_dir());
+    TwoMounts {
+        a_dir,
+        b_dir,
+        _b: b,
+        _a: a,
+        _d: d,
+    }
+}
+
 /// The close-to-open trials: a file written and closed through `a` is
 /// read through `b` at once (`stale` counts reads that showed old data)
 /// and again until it shows the new data (`late`: not within a second),
@@ -227,18 +256,12 @@ print("gone", within(lambda: os.listdir(os.path.join(a, "made")) == [], 3))
 /// daemons, two libcephfs sessions), `opts` on both: the close-to-open
 /// trials; what they printed, and the stale reads.
 fn cto_trials(conf: &Path, opts: &str, test: &str) -> (String, u32) {
-    let d = dirs();
-    let mnt2 = d.t.path().join("mnt2");
-    std::fs::create_dir(&mnt2).expect("mkdir");
-    let a = mount_ceph(conf, &d.mnt, opts);
-    let b = mount_ceph(conf, &mnt2, opts);
-    let da = fresh_dir(&a.mnt, test);
-    let db = b.mnt.join(da.file_name().expect("name"));
-    common::wait_until("the directory on the other mount", || db.is_dir());
+    let m = two_mounts(conf, opts, test);
+    let (da, db) = (&m.a_dir, &m.b_dir);
     let o = std::process::Command::new("python3")
         .args(["-c", CTO])
-        .arg(&da)
-        .arg(&db)
+        .arg(da)
+        .arg(db)
         .output()
         .expect("python3");
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
@@ -274,13 +297,8 @@ fn locks_hold_between_two_mounts() {
         return;
     }
     let Some(conf) = cluster() else { return };
-    let d = dirs();
-    let mnt2 = d.t.path().join("mnt2");
-    std::fs::create_dir(&mnt2).expect("mkdir");
-    let a = mount_ceph(&conf, &d.mnt, "");
-    let b = mount_ceph(&conf, &mnt2, "");
-    let da = fresh_dir(&a.mnt, "locks");
-    let db = b.mnt.join(da.file_name().expect("name"));
+    let m = two_mounts(&conf, "", "locks");
+    let (da, db) = (&m.a_dir, &m.b_dir);
     std::fs::write(da.join("f"), b"data").expect("write");
     let got = python(
         r#"
@@ -305,7 +323,7 @@ print(run(), end="")
 os.close(fa)
 print(run(), end="")
 "#,
-        &[&da, &db],
+        &[da, db],
     );
     assert_eq!(
         got,
@@ -322,13 +340,8 @@ fn changes_on_one_mount_are_inotify_events_on_the_other() {
         return;
     }
     let Some(conf) = cluster() else { return };
-    let d = dirs();
-    let mnt2 = d.t.path().join("mnt2");
-    std::fs::create_dir(&mnt2).expect("mkdir");
-    let a = mount_ceph(&conf, &d.mnt, "ceph_reports=1");
-    let b = mount_ceph(&conf, &mnt2, "ceph_reports=1");
-    let da = fresh_dir(&a.mnt, "events");
-    let db = b.mnt.join(da.file_name().expect("name"));
+    let m = two_mounts(&conf, "ceph_reports=1", "events");
+    let (da, db) = (&m.a_dir, &m.b_dir);
     common::wait_until("the directory on the other mount", || db.is_dir());
     let got = python(
         r#"
@@ -365,7 +378,7 @@ os.unlink(os.path.join(a, "g"))
 print(events("delete g"))
 print(sorted(os.listdir(b)))
 "#,
-        &[&da, &db],
+        &[da, db],
     );
     assert_eq!(
         got,

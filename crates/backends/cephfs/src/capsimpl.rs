@@ -55,7 +55,7 @@ impl caps::Listings for CephFs {
                 // dropped, and the vfs drops its tickets before the file
                 // system (it holds the file system while they exist).
                 let fs = unsafe { &*me.0 };
-                caps::Listings::readdir_plus(fs, node).map(|r| (r, SendPtr(me.0)))
+                caps::Listings::readdir_plus(fs, node)
             })
             .ok()?;
         Some(Box::new(Ahead {
@@ -75,7 +75,7 @@ struct SendPtr(*const CephFs);
 // ticket that joins the thread is alive.
 unsafe impl Send for SendPtr {}
 
-type Listed = Option<(Result<Vec<DirPlus>>, SendPtr)>;
+type Listed = Option<Result<Vec<DirPlus>>>;
 
 /// A listing on its way.
 struct Ahead {
@@ -89,7 +89,7 @@ unsafe impl Send for Ahead {}
 impl ListAhead for Ahead {
     fn wait(mut self: Box<Self>) -> Option<Result<Vec<DirPlus>>> {
         let t = self.thread.take()?;
-        t.join().ok().flatten().map(|(r, _)| r)
+        t.join().ok().flatten()
     }
 }
 
@@ -97,7 +97,7 @@ impl Drop for Ahead {
     /// Given up unused: the entries it counted as looked up are forgotten.
     fn drop(&mut self) {
         if let Some(t) = self.thread.take() {
-            if let Ok(Some((Ok(list), _))) = t.join() {
+            if let Ok(Some(Ok(list))) = t.join() {
                 // SAFETY: the file system outlives its tickets.
                 let fs = unsafe { &*self.fs };
                 for d in list {
@@ -138,11 +138,7 @@ impl Hooks {
         unsafe { (api.ceph_ll_register_callbacks)(cm, &mut args) };
     }
 
-    pub(crate) fn report_changes(&self, changes: &[Change]) {
-        self.report(changes)
-    }
-
-    fn report(&self, changes: &[Change]) {
+    pub(crate) fn report(&self, changes: &[Change]) {
         let sink = self.sink.lock().clone();
         if let Some(s) = sink {
             s.changed(changes);

@@ -450,6 +450,38 @@ impl CephFs {
         check(r)?;
         self.entry_of(out, stx)
     }
+
+    /// mkdir, symlink, mknod: `call` (libcephfs's, named `what`) makes
+    /// `name` in `parent` as `owner`, given the parent's inode, the name,
+    /// the out-pointers and the owner's perm; the node made becomes an
+    /// entry and other clients are told.
+    fn make(
+        &self,
+        parent: NodeId,
+        name: &[u8],
+        owner: Owner,
+        is_dir: bool,
+        what: &'static str,
+        call: impl FnOnce(
+            *mut Inode,
+            *const c_char,
+            *mut *mut Inode,
+            *mut Statx,
+            *const UserPerm,
+        ) -> c_int,
+    ) -> Result<Entry> {
+        let p = self.node(parent)?;
+        let c = cname(name)?;
+        let mut out = std::ptr::null_mut();
+        let mut stx = Statx::default();
+        let r = {
+            let _t = self.calls.time(what);
+            call(p, c.as_ptr(), &mut out, &mut stx, self.perm_for(owner))
+        };
+        let e = self.made(r, out, &stx)?;
+        self.tell_entry(parent, name, What::Created, is_dir, 0);
+        Ok(e)
+    }
 }
 
 impl Drop for CephFs {
@@ -722,53 +754,57 @@ impl FileSystem for CephFs {
     }
 
     fn mkdir(&self, parent: NodeId, name: &[u8], mode: u32, owner: Owner) -> Result<Entry> {
-        let p = self.node(parent)?;
-        let c = cname(name)?;
-        let mut out = std::ptr::null_mut();
-        let mut stx = Statx::default();
-        let _t = self.calls.time("ll_mkdir");
-        // SAFETY: as for create.
-        let r = unsafe {
-            (self.api.ceph_ll_mkdir)(
-                self.cm,
-                p,
-                c.as_ptr(),
-                (mode & 0o7777) as libc::mode_t,
-                &mut out,
-                &mut stx,
-                ffi::STATX_WANT,
-                0,
-                self.perm_for(owner),
-            )
-        };
-        let e = self.made(r, out, &stx)?;
-        self.tell_entry(parent, name, What::Created, true, 0);
-        Ok(e)
+        let mode = (mode & 0o7777) as libc::mode_t;
+        self.make(
+            parent,
+            name,
+            owner,
+            true,
+            "ll_mkdir",
+            |p, c, out, stx, perm| {
+                // SAFETY: the arguments `make` hands over are valid.
+                unsafe {
+                    (self.api.ceph_ll_mkdir)(
+                        self.cm,
+                        p,
+                        c,
+                        mode,
+                        out,
+                        stx,
+                        ffi::STATX_WANT,
+                        0,
+                        perm,
+                    )
+                }
+            },
+        )
     }
 
     fn symlink(&self, parent: NodeId, name: &[u8], target: &[u8], owner: Owner) -> Result<Entry> {
-        let p = self.node(parent)?;
-        let (c, t) = (cname(name)?, cname(target)?);
-        let mut out = std::ptr::null_mut();
-        let mut stx = Statx::default();
-        let _t = self.calls.time("ll_symlink");
-        // SAFETY: as for create.
-        let r = unsafe {
-            (self.api.ceph_ll_symlink)(
-                self.cm,
-                p,
-                c.as_ptr(),
-                t.as_ptr(),
-                &mut out,
-                &mut stx,
-                ffi::STATX_WANT,
-                0,
-                self.perm_for(owner),
-            )
-        };
-        let e = self.made(r, out, &stx)?;
-        self.tell_entry(parent, name, What::Created, false, 0);
-        Ok(e)
+        let t = cname(target)?;
+        self.make(
+            parent,
+            name,
+            owner,
+            false,
+            "ll_symlink",
+            |p, c, out, stx, perm| {
+                // SAFETY: as for mkdir; `t` is NUL-terminated.
+                unsafe {
+                    (self.api.ceph_ll_symlink)(
+                        self.cm,
+                        p,
+                        c,
+                        t.as_ptr(),
+                        out,
+                        stx,
+                        ffi::STATX_WANT,
+                        0,
+                        perm,
+                    )
+                }
+            },
+        )
     }
 
     fn mknod(
@@ -779,29 +815,30 @@ impl FileSystem for CephFs {
         rdev: u64,
         owner: Owner,
     ) -> Result<Entry> {
-        let p = self.node(parent)?;
-        let c = cname(name)?;
-        let mut out = std::ptr::null_mut();
-        let mut stx = Statx::default();
-        let _t = self.calls.time("ll_mknod");
-        // SAFETY: as for create.
-        let r = unsafe {
-            (self.api.ceph_ll_mknod)(
-                self.cm,
-                p,
-                c.as_ptr(),
-                mode as libc::mode_t,
-                rdev,
-                &mut out,
-                &mut stx,
-                ffi::STATX_WANT,
-                0,
-                self.perm_for(owner),
-            )
-        };
-        let e = self.made(r, out, &stx)?;
-        self.tell_entry(parent, name, What::Created, false, 0);
-        Ok(e)
+        self.make(
+            parent,
+            name,
+            owner,
+            false,
+            "ll_mknod",
+            |p, c, out, stx, perm| {
+                // SAFETY: as for mkdir.
+                unsafe {
+                    (self.api.ceph_ll_mknod)(
+                        self.cm,
+                        p,
+                        c,
+                        mode as libc::mode_t,
+                        rdev,
+                        out,
+                        stx,
+                        ffi::STATX_WANT,
+                        0,
+                        perm,
+                    )
+                }
+            },
+        )
     }
 
     fn link(&self, node: NodeId, newparent: NodeId, newname: &[u8]) -> Result<Entry> {

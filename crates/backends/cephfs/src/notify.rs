@@ -426,7 +426,7 @@ impl Channel {
                 self.unexplained.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("cephfs: the tree changed outside walkfs: caches dropped");
                 // SAFETY: the hooks outlive the channel.
-                unsafe { &*self.hooks }.report_changes(&[Change::All]);
+                unsafe { &*self.hooks }.report(&[Change::All]);
                 self.reported.fetch_max(now, Ordering::AcqRel);
             }
             last = Some(now);
@@ -444,7 +444,7 @@ impl Channel {
         }
         self.received.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the hooks outlive the channel.
-        unsafe { &*self.hooks }.report_changes(&changes_of(recs));
+        unsafe { &*self.hooks }.report(&changes_of(recs));
     }
 
     /// Stop watching and publishing (what is queued is sent first) and
@@ -520,7 +520,7 @@ extern "C" fn on_watch_error(arg: *mut c_void, _cookie: u64, err: c_int) {
     );
     // Reports may have been missed.
     // SAFETY: the hooks outlive the channel.
-    unsafe { &*ch.hooks }.report_changes(&[Change::All]);
+    unsafe { &*ch.hooks }.report(&[Change::All]);
 }
 
 #[cfg(test)]
